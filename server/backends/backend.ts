@@ -1,0 +1,60 @@
+/**
+ * The Backend interface: what every runtime (ONNX Runtime, TensorRT, Python) provides to the core.
+ * @module
+ */
+
+import type { ModelConfig } from "../core/model_config.ts";
+import type { Tensor } from "../core/types.ts";
+
+/** Where a model version lives and how an instance of it is placed. */
+export interface InstanceContext {
+  /** The model folder. */
+  modelDir: string;
+  /** The version folder. */
+  versionDir: string;
+  /** The version number. */
+  version: number;
+  /** The model file or folder inside the version folder (default_model_filename or the backend's default). */
+  modelPath: string;
+  /** Triton's instance name, `<group>_<index>`. */
+  instanceName: string;
+  /** The instance group kind (KIND_CPU, KIND_GPU, ...). */
+  kind: string;
+  /** The device id for GPU instances, 0 otherwise. */
+  deviceId: number;
+  /** Server-wide settings from `--backend-config=<backend>,<key>=<value>`. */
+  backendConfig: Record<string, string>;
+}
+
+/** One model instance: executes whole batches. */
+export interface BackendInstance {
+  /**
+   * Executes one batch. Either every output is produced or the whole batch fails.
+   * @param inputs the (batched) inputs by name, shapes in config terms (batch dim first when the model batches)
+   * @param outputNames the outputs to produce
+   * @returns the outputs by name
+   */
+  execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>>;
+  /** Frees the instance's runtime resources. */
+  close(): Promise<void>;
+}
+
+/** A runtime that can complete configurations and create instances. */
+export interface Backend {
+  /** The backend name as configs write it (`onnxruntime`, `tensorrt`, `python`). */
+  readonly name: string;
+  /** The model file name when the config gives none. */
+  readonly defaultModelFilename: string;
+  /**
+   * Fills in what the config leaves out (inputs, outputs, max_batch_size, ...) from the model itself.
+   * @param config the config to complete, changed in place
+   * @param ctx where the model version lives
+   */
+  autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<void>;
+  /**
+   * Creates one instance of a model version.
+   * @param config the validated config
+   * @param ctx where the model lives and how the instance is placed
+   */
+  createInstance(config: ModelConfig, ctx: InstanceContext): Promise<BackendInstance>;
+}

@@ -1,0 +1,369 @@
+/**
+ * Tensor datatypes: the wire names of the KServe v2 protocol, the model-config names, element sizes and the
+ * conversions between bytes, typed arrays and JSON values.
+ * @module
+ */
+
+import { invalidArg } from "./errors.ts";
+
+/** The datatypes of the KServe v2 protocol. */
+export const DATATYPES = [
+  "BOOL",
+  "UINT8",
+  "UINT16",
+  "UINT32",
+  "UINT64",
+  "INT8",
+  "INT16",
+  "INT32",
+  "INT64",
+  "FP16",
+  "BF16",
+  "FP32",
+  "FP64",
+  "BYTES",
+] as const;
+
+/** A datatype of the KServe v2 protocol. */
+export type Datatype = typeof DATATYPES[number];
+
+const ELEMENT_SIZE: Record<Datatype, number> = {
+  BOOL: 1,
+  UINT8: 1,
+  UINT16: 2,
+  UINT32: 4,
+  UINT64: 8,
+  INT8: 1,
+  INT16: 2,
+  INT32: 4,
+  INT64: 8,
+  FP16: 2,
+  BF16: 2,
+  FP32: 4,
+  FP64: 8,
+  BYTES: 0,
+};
+
+/**
+ * Whether a string names a protocol datatype.
+ * @param s the candidate
+ */
+export function isDatatype(s: unknown): s is Datatype {
+  return typeof s === "string" && (DATATYPES as readonly string[]).includes(s);
+}
+
+/**
+ * The size of one element in bytes; 0 for BYTES, whose elements vary.
+ * @param dt the datatype
+ */
+export function elementSize(dt: Datatype): number {
+  return ELEMENT_SIZE[dt];
+}
+
+/**
+ * The protocol datatype for a model-config `data_type` (`TYPE_FP32` -> `FP32`, `TYPE_STRING` -> `BYTES`).
+ * @param configType the config enum name
+ * @returns the datatype, or undefined for TYPE_INVALID and unknown names
+ */
+export function fromConfigType(configType: string): Datatype | undefined {
+  if (configType === "TYPE_STRING") return "BYTES";
+  const dt = configType.startsWith("TYPE_") ? configType.slice(5) : "";
+  return isDatatype(dt) && dt !== "BYTES" ? dt : undefined;
+}
+
+/**
+ * The model-config `data_type` name for a protocol datatype.
+ * @param dt the datatype
+ */
+export function toConfigType(dt: Datatype): string {
+  return dt === "BYTES" ? "TYPE_STRING" : `TYPE_${dt}`;
+}
+
+/**
+ * The number of elements of a shape (1 for a scalar shape []).
+ * @param shape the dims, all non-negative
+ */
+export function elementCount(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}
+
+/** Tensor contents: raw little-endian bytes for fixed-size types, one byte string per element for BYTES. */
+export type TensorData = Uint8Array | Uint8Array[];
+
+type Typed =
+  | Uint8Array
+  | Int8Array
+  | Uint16Array
+  | Int16Array
+  | Uint32Array
+  | Int32Array
+  | BigUint64Array
+  | BigInt64Array
+  | Float32Array
+  | Float64Array;
+
+const TYPED_CTOR = {
+  BOOL: Uint8Array,
+  UINT8: Uint8Array,
+  UINT16: Uint16Array,
+  UINT32: Uint32Array,
+  UINT64: BigUint64Array,
+  INT8: Int8Array,
+  INT16: Int16Array,
+  INT32: Int32Array,
+  INT64: BigInt64Array,
+  FP16: Uint16Array,
+  BF16: Uint16Array,
+  FP32: Float32Array,
+  FP64: Float64Array,
+} as const;
+
+/**
+ * A typed-array view of fixed-size tensor bytes; copies only when the bytes are not aligned for the type.
+ * FP16 and BF16 come back as Uint16Array of their bit patterns.
+ * @param dt a fixed-size datatype
+ * @param bytes the raw little-endian bytes
+ */
+export function typedView(dt: Exclude<Datatype, "BYTES">, bytes: Uint8Array): Typed {
+  const ctor = TYPED_CTOR[dt];
+  const size = ctor.BYTES_PER_ELEMENT;
+  if (bytes.byteOffset % size !== 0) bytes = bytes.slice();
+  return new ctor(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength / size);
+}
+
+/**
+ * The bytes of a typed array, without copying.
+ * @param a the typed array
+ */
+export function bytesOf(a: ArrayBufferView): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+/** IEEE half-precision bits to a number. */
+export function halfToNumber(h: number): number {
+  const s = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const m = h & 0x3ff;
+  if (e === 0) return s * m * 2 ** -24;
+  if (e === 31) return m ? NaN : s * Infinity;
+  return s * (1 + m / 1024) * 2 ** (e - 15);
+}
+
+/** A number to IEEE half-precision bits, rounding to nearest even. */
+export function numberToHalf(v: number): number {
+  f32[0] = v;
+  const x = u32[0]!;
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  let e = exp - 127 + 15;
+  if (e >= 31) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let half = mant >> shift;
+    const rem = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    if (rem > mid || (rem === mid && (half & 1))) half++;
+    return sign | half;
+  }
+  let half = (e << 10) | (mant >> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (half & 1))) half++;
+  if ((half >> 10) >= 31) {
+    e = 31;
+    return sign | 0x7c00;
+  }
+  return sign | half;
+}
+
+/** bfloat16 bits to a number. */
+export function bf16ToNumber(h: number): number {
+  u32[0] = h << 16;
+  return f32[0]!;
+}
+
+/** A number to bfloat16 bits, rounding to nearest even. */
+export function numberToBf16(v: number): number {
+  f32[0] = v;
+  const x = u32[0]!;
+  if ((x & 0x7f800000) === 0x7f800000 && (x & 0x7fffff)) return (x >>> 16) | 0x40;
+  return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Decodes UTF-8 bytes (invalid sequences become U+FFFD). */
+export function utf8Decode(b: Uint8Array): string {
+  return decoder.decode(b);
+}
+
+/** Encodes a string as UTF-8. */
+export function utf8Encode(s: string): Uint8Array {
+  return encoder.encode(s);
+}
+
+const INT_RANGE: Partial<Record<Datatype, [number, number]>> = {
+  UINT8: [0, 255],
+  UINT16: [0, 65535],
+  UINT32: [0, 4294967295],
+  INT8: [-128, 127],
+  INT16: [-32768, 32767],
+  INT32: [-2147483648, 2147483647],
+};
+
+/**
+ * Converts flat JSON values to tensor bytes, checking each element's type and range.
+ * @param dt the datatype
+ * @param values flat JSON values
+ * @param what names the tensor in error messages, e.g. `input 'INPUT0'`
+ * @returns the tensor contents
+ */
+export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: string): TensorData {
+  const n = values.length;
+  const bad = (i: number, expected: string): never => {
+    throw invalidArg(
+      `Cannot read ${what}: element ${i} is ${JSON.stringify(values[i])}, expected ${expected} for ${dt}`,
+    );
+  };
+  if (dt === "BYTES") {
+    const out: Uint8Array[] = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = values[i];
+      if (typeof v !== "string") bad(i, "a string");
+      out[i] = encoder.encode(v as string);
+    }
+    return out;
+  }
+  if (dt === "BOOL") {
+    const out = new Uint8Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = values[i];
+      if (typeof v !== "boolean") bad(i, "true or false");
+      out[i] = v ? 1 : 0;
+    }
+    return out;
+  }
+  if (dt === "INT64" || dt === "UINT64") {
+    const out = dt === "INT64" ? new BigInt64Array(n) : new BigUint64Array(n);
+    const [lo, hi] = dt === "INT64" ? [-(2n ** 63n), 2n ** 63n - 1n] : [0n, 2n ** 64n - 1n];
+    for (let i = 0; i < n; i++) {
+      const v = values[i];
+      if (typeof v !== "number" || !Number.isInteger(v)) bad(i, "an integer");
+      const b = BigInt(v as number);
+      if (b < lo || b > hi) bad(i, "an integer in range");
+      out[i] = b;
+    }
+    return bytesOf(out);
+  }
+  const range = INT_RANGE[dt];
+  if (range) {
+    const out = new TYPED_CTOR[dt as "INT32"](n);
+    const [lo, hi] = range;
+    for (let i = 0; i < n; i++) {
+      const v = values[i];
+      if (typeof v !== "number" || !Number.isInteger(v)) bad(i, "an integer");
+      if ((v as number) < lo || (v as number) > hi) bad(i, `an integer in [${lo}, ${hi}]`);
+      out[i] = v as number;
+    }
+    return bytesOf(out);
+  }
+  // Floating point types.
+  const out = dt === "FP64" ? new Float64Array(n) : dt === "FP32" ? new Float32Array(n) : new Uint16Array(n);
+  for (let i = 0; i < n; i++) {
+    const v = values[i];
+    if (typeof v !== "number") bad(i, "a number");
+    out[i] = dt === "FP16"
+      ? numberToHalf(v as number)
+      : dt === "BF16"
+      ? numberToBf16(v as number)
+      : (v as number);
+  }
+  return bytesOf(out);
+}
+
+/**
+ * Converts tensor contents to flat JSON values: numbers, booleans, or strings for BYTES.
+ * INT64 and UINT64 values beyond 2^53 lose precision, as JSON numbers do.
+ * @param dt the datatype
+ * @param data the tensor contents
+ */
+export function toJsonValues(dt: Datatype, data: TensorData): unknown[] {
+  if (dt === "BYTES") return (data as Uint8Array[]).map((b) => decoder.decode(b));
+  const bytes = data as Uint8Array;
+  if (dt === "BOOL") return Array.from(bytes, (b) => b !== 0);
+  const view = typedView(dt, bytes);
+  if (dt === "FP16") return Array.from(view as Uint16Array, halfToNumber);
+  if (dt === "BF16") return Array.from(view as Uint16Array, bf16ToNumber);
+  if (dt === "INT64" || dt === "UINT64") return Array.from(view as BigInt64Array, Number);
+  return Array.from(view as Int32Array);
+}
+
+/**
+ * Serializes BYTES elements as the binary extension does: each element a 4-byte little-endian length, then
+ * its bytes.
+ * @param elements the elements
+ */
+export function serializeBytes(elements: readonly Uint8Array[]): Uint8Array {
+  let total = 0;
+  for (const e of elements) total += 4 + e.byteLength;
+  const out = new Uint8Array(total);
+  const dv = new DataView(out.buffer);
+  let off = 0;
+  for (const e of elements) {
+    dv.setUint32(off, e.byteLength, true);
+    out.set(e, off + 4);
+    off += 4 + e.byteLength;
+  }
+  return out;
+}
+
+/**
+ * Splits length-prefixed BYTES elements (the binary extension's layout) into views.
+ * @param buf the serialized elements
+ * @param count the expected element count
+ * @param what names the tensor in error messages
+ */
+export function deserializeBytes(buf: Uint8Array, count: number, what: string): Uint8Array[] {
+  const out: Uint8Array[] = new Array(count);
+  const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  let off = 0;
+  for (let i = 0; i < count; i++) {
+    if (off + 4 > buf.byteLength) {
+      throw invalidArg(
+        `Cannot read ${what}: BYTES data holds ${i} elements, expected ${count} (length prefix of element ${i} is missing)`,
+      );
+    }
+    const len = dv.getUint32(off, true);
+    off += 4;
+    if (off + len > buf.byteLength) {
+      throw invalidArg(
+        `Cannot read ${what}: BYTES element ${i} claims ${len} bytes but only ${buf.byteLength - off} remain`,
+      );
+    }
+    out[i] = buf.subarray(off, off + len);
+    off += len;
+  }
+  if (off !== buf.byteLength) {
+    throw invalidArg(
+      `Cannot read ${what}: BYTES data has ${buf.byteLength - off} bytes after the ${count} expected elements`,
+    );
+  }
+  return out;
+}
+
+/** The byte size of tensor contents (BYTES counted as serialized, with 4-byte length prefixes). */
+export function dataByteSize(data: TensorData): number {
+  if (data instanceof Uint8Array) return data.byteLength;
+  let n = 0;
+  for (const e of data) n += 4 + e.byteLength;
+  return n;
+}

@@ -1,0 +1,131 @@
+/**
+ * Validation: checks a request against its model's signature before any queue sees it.
+ * @module
+ */
+
+import { elementCount, elementSize } from "./dtypes.ts";
+import { invalidArg } from "./errors.ts";
+import type { InferRequest, RequestedOutput, Tensor, TensorSpec } from "./types.ts";
+
+/** What validation needs to know of a model version. */
+export interface ModelSignature {
+  /** The model name. */
+  name: string;
+  /** The config's max_batch_size; 0 when the model does not batch. */
+  maxBatchSize: number;
+  /** The inputs, in config order. */
+  inputs: TensorSpec[];
+  /** The outputs, in config order. */
+  outputs: TensorSpec[];
+}
+
+/** A request that passed validation. */
+export interface ValidatedRequest {
+  /** The original request. */
+  request: InferRequest;
+  /** The batch size (1 for models that do not batch). */
+  batchSize: number;
+  /** The inputs by name. */
+  inputs: Map<string, Tensor>;
+  /** The outputs to return, resolved against the model (all of them when the request named none). */
+  outputs: RequestedOutput[];
+}
+
+/**
+ * Formats a shape the way error messages show it.
+ * @param shape dims
+ */
+export function shapeText(shape: readonly number[]): string {
+  return `[${shape.join(",")}]`;
+}
+
+function quoteList(names: readonly string[]): string {
+  return names.map((n) => `'${n}'`).join(", ");
+}
+
+/**
+ * Checks a request against a model signature: input names, datatypes, shapes, batch size, data sizes and the
+ * requested outputs.
+ * @param request the decoded request
+ * @param sig the model's signature
+ * @returns the validated request
+ * @throws ServerError INVALID_ARG naming what was wrong
+ */
+export function validateRequest(request: InferRequest, sig: ModelSignature): ValidatedRequest {
+  const fail = (reason: string): never => {
+    throw invalidArg(`Cannot infer '${sig.name}': ${reason}`);
+  };
+  const inputs = new Map<string, Tensor>();
+  let batchSize = -1;
+  for (const t of request.inputs) {
+    if (inputs.has(t.name)) fail(`input '${t.name}' is given more than once`);
+    const spec = sig.inputs.find((s) => s.name === t.name);
+    if (!spec) {
+      fail(`unknown input '${t.name}', the model's inputs are ${quoteList(sig.inputs.map((s) => s.name))}`);
+      return undefined as never;
+    }
+    if (t.datatype !== spec.datatype) {
+      fail(`input '${t.name}' has datatype ${t.datatype}, expected ${spec.datatype}`);
+    }
+    const expected = sig.maxBatchSize > 0 ? [-1, ...spec.dims] : spec.dims;
+    const shapeOk = t.shape.length === expected.length &&
+      t.shape.every((d, i) => Number.isInteger(d) && d >= 0 && (expected[i] === -1 || expected[i] === d));
+    if (!shapeOk) {
+      fail(`input '${t.name}' has shape ${shapeText(t.shape)}, expected ${shapeText(expected)}`);
+    }
+    if (sig.maxBatchSize > 0) {
+      const b = t.shape[0]!;
+      if (b < 1) fail(`input '${t.name}' has batch size ${b}, expected at least 1`);
+      if (b > sig.maxBatchSize) {
+        fail(`input '${t.name}' has batch size ${b}, more than the model's max_batch_size ${sig.maxBatchSize}`);
+      }
+      if (batchSize !== -1 && b !== batchSize) {
+        fail(`input '${t.name}' has batch size ${b}, other inputs have ${batchSize}`);
+      }
+      batchSize = b;
+    }
+    const count = elementCount(t.shape);
+    if (t.datatype === "BYTES") {
+      if (!Array.isArray(t.data)) fail(`input '${t.name}' of type BYTES has no element list`);
+      const n = (t.data as Uint8Array[]).length;
+      if (n !== count) {
+        fail(`input '${t.name}' has ${n} elements, expected ${count} for shape ${shapeText(t.shape)}`);
+      }
+    } else {
+      if (!(t.data instanceof Uint8Array)) fail(`input '${t.name}' has no byte contents`);
+      const bytes = (t.data as Uint8Array).byteLength;
+      const want = count * elementSize(t.datatype);
+      if (bytes !== want) {
+        fail(
+          `input '${t.name}' has ${bytes} bytes of data, expected ${want} for shape ${
+            shapeText(t.shape)
+          } of ${t.datatype}`,
+        );
+      }
+    }
+    inputs.set(t.name, t);
+  }
+  for (const spec of sig.inputs) {
+    if (!spec.optional && !inputs.has(spec.name)) fail(`missing input '${spec.name}'`);
+  }
+  if (inputs.size === 0) fail("the request has no inputs");
+
+  let outputs: RequestedOutput[];
+  if (request.outputs.length === 0) {
+    outputs = sig.outputs.map((s) => ({ name: s.name, classification: 0, parameters: {} }));
+  } else {
+    const seen = new Set<string>();
+    for (const o of request.outputs) {
+      if (seen.has(o.name)) fail(`output '${o.name}' is requested more than once`);
+      seen.add(o.name);
+      if (!sig.outputs.some((s) => s.name === o.name)) {
+        fail(`unknown output '${o.name}', the model's outputs are ${quoteList(sig.outputs.map((s) => s.name))}`);
+      }
+      if (!Number.isInteger(o.classification) || o.classification < 0) {
+        fail(`output '${o.name}' asks for classification ${o.classification}, expected a positive integer`);
+      }
+    }
+    outputs = request.outputs;
+  }
+  return { request, batchSize: batchSize === -1 ? 1 : batchSize, inputs, outputs };
+}

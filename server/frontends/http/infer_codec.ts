@@ -1,0 +1,250 @@
+/**
+ * The HTTP/REST wire format of inference: JSON requests and responses, the binary tensor data extension
+ * (`Inference-Header-Content-Length`, `binary_data_size`, `binary_data`, `binary_data_output`) and the raw
+ * single-input form.
+ * @module
+ */
+
+import {
+  type Datatype,
+  dataByteSize,
+  deserializeBytes,
+  elementCount,
+  elementSize,
+  fromJsonValues,
+  isDatatype,
+  serializeBytes,
+  toJsonValues,
+  utf8Decode,
+  utf8Encode,
+} from "../../core/dtypes.ts";
+import { invalidArg } from "../../core/errors.ts";
+import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
+import { shapeText } from "../../core/validate.ts";
+
+/** The header that splits a body into its JSON part and its binary part. */
+export const HEADER_LENGTH = "inference-header-content-length";
+
+type Json = Record<string, unknown>;
+
+function isObject(v: unknown): v is Json {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function parameters(v: unknown, where: string): Record<string, ParamValue> {
+  if (v === undefined || v === null) return {};
+  if (!isObject(v)) throw invalidArg(`Cannot read ${where}: 'parameters' must be an object`);
+  for (const [k, x] of Object.entries(v)) {
+    if (typeof x !== "boolean" && typeof x !== "number" && typeof x !== "string") {
+      throw invalidArg(`Cannot read ${where}: parameter '${k}' must be a boolean, number or string`);
+    }
+  }
+  return v as Record<string, ParamValue>;
+}
+
+function flatten(data: unknown[], out: unknown[]): void {
+  for (const v of data) {
+    if (Array.isArray(v)) flatten(v, out);
+    else out.push(v);
+  }
+}
+
+/** The model and version a request addresses (from the URL). */
+export interface Target {
+  /** The model name. */
+  model: string;
+  /** The version ("" for the policy's choice). */
+  version: string;
+}
+
+/** A decoded request plus what the HTTP encoder needs for the answer. */
+export interface DecodedRequest {
+  /** The core request. */
+  request: InferRequest;
+  /** Whether outputs default to binary (`binary_data_output`). */
+  binaryOutput: boolean;
+}
+
+/**
+ * Decodes an inference request body.
+ * @param body the (decompressed) body
+ * @param headerLength the Inference-Header-Content-Length value, or undefined when absent
+ * @param target the model and version from the URL
+ * @param rawInput for the raw single-input form: the model's only input (name, datatype, shape) to fill
+ */
+export function decodeInferRequest(
+  body: Uint8Array,
+  headerLength: number | undefined,
+  target: Target,
+  rawInput?: (bytes: number) => { name: string; datatype: Datatype; shape: number[] },
+): DecodedRequest {
+  const where = `the inference request for '${target.model}'`;
+  if (headerLength === 0) {
+    if (!rawInput) throw invalidArg(`Cannot read ${where}: the raw binary form needs a model with exactly one input`);
+    const spec = rawInput(body.byteLength);
+    const data = spec.datatype === "BYTES"
+      ? deserializeBytes(body, elementCount(spec.shape), `input '${spec.name}'`)
+      : body;
+    return {
+      request: {
+        model: target.model,
+        version: target.version,
+        id: "",
+        inputs: [{ ...spec, data }],
+        outputs: [],
+        parameters: {},
+      },
+      binaryOutput: true,
+    };
+  }
+  let jsonBytes = body;
+  let binary = new Uint8Array(0);
+  if (headerLength !== undefined) {
+    if (!Number.isInteger(headerLength) || headerLength < 0 || headerLength > body.byteLength) {
+      throw invalidArg(
+        `Cannot read ${where}: Inference-Header-Content-Length is ${headerLength} but the body has ${body.byteLength} bytes`,
+      );
+    }
+    jsonBytes = body.subarray(0, headerLength);
+    binary = body.subarray(headerLength);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(utf8Decode(jsonBytes));
+  } catch (err) {
+    throw invalidArg(`Cannot read ${where}: malformed JSON: ${(err as Error).message}`);
+  }
+  if (!isObject(json)) throw invalidArg(`Cannot read ${where}: the JSON body must be an object`);
+  const id = json.id;
+  if (id !== undefined && typeof id !== "string") throw invalidArg(`Cannot read ${where}: 'id' must be a string`);
+  const params = parameters(json.parameters, where);
+  if (!Array.isArray(json.inputs)) throw invalidArg(`Cannot read ${where}: 'inputs' must be an array`);
+  let offset = 0;
+  const inputs: Tensor[] = json.inputs.map((raw: unknown, i: number) => {
+    if (!isObject(raw)) throw invalidArg(`Cannot read ${where}: input ${i} must be an object`);
+    const name = raw.name;
+    if (typeof name !== "string") throw invalidArg(`Cannot read ${where}: input ${i} has no 'name'`);
+    const what = `input '${name}'`;
+    const datatype = raw.datatype;
+    if (!isDatatype(datatype)) {
+      throw invalidArg(`Cannot read ${where}: ${what} has unknown datatype ${JSON.stringify(datatype)}`);
+    }
+    const shape = raw.shape;
+    if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
+      throw invalidArg(`Cannot read ${where}: ${what} 'shape' must be an array of non-negative integers`);
+    }
+    const p = parameters(raw.parameters, `${where}, ${what}`);
+    const count = elementCount(shape);
+    if (p.binary_data_size !== undefined) {
+      const size = p.binary_data_size;
+      if (raw.data !== undefined) throw invalidArg(`Cannot read ${where}: ${what} has both 'data' and binary data`);
+      if (typeof size !== "number" || !Number.isInteger(size) || size < 0) {
+        throw invalidArg(`Cannot read ${where}: ${what} 'binary_data_size' must be a non-negative integer`);
+      }
+      if (offset + size > binary.byteLength) {
+        throw invalidArg(
+          `Cannot read ${where}: ${what} claims ${size} bytes of binary data but only ${
+            binary.byteLength - offset
+          } remain`,
+        );
+      }
+      const chunk = binary.subarray(offset, offset + size);
+      offset += size;
+      if (datatype !== "BYTES" && size !== count * elementSize(datatype)) {
+        throw invalidArg(
+          `Cannot read ${where}: ${what} has ${size} bytes of binary data, expected ${
+            count * elementSize(datatype)
+          } for shape ${shapeText(shape)} of ${datatype}`,
+        );
+      }
+      const data = datatype === "BYTES" ? deserializeBytes(chunk, count, what) : chunk;
+      return { name, datatype, shape, data };
+    }
+    if (!Array.isArray(raw.data)) throw invalidArg(`Cannot read ${where}: ${what} has no 'data'`);
+    const flat: unknown[] = [];
+    flatten(raw.data, flat);
+    if (flat.length !== count) {
+      throw invalidArg(
+        `Cannot read ${where}: ${what} has ${flat.length} data elements, expected ${count} for shape ${
+          shapeText(shape)
+        }`,
+      );
+    }
+    return { name, datatype, shape, data: fromJsonValues(datatype, flat, what) };
+  });
+  if (offset !== binary.byteLength) {
+    throw invalidArg(
+      `Cannot read ${where}: the body has ${binary.byteLength} bytes of binary data but the inputs claim ${offset}`,
+    );
+  }
+  let outputs: RequestedOutput[] = [];
+  if (json.outputs !== undefined) {
+    if (!Array.isArray(json.outputs)) throw invalidArg(`Cannot read ${where}: 'outputs' must be an array`);
+    outputs = json.outputs.map((raw: unknown, i: number) => {
+      if (!isObject(raw) || typeof raw.name !== "string") {
+        throw invalidArg(`Cannot read ${where}: output ${i} must be an object with a 'name'`);
+      }
+      const p = parameters(raw.parameters, `${where}, output '${raw.name}'`);
+      const c = p.classification ?? 0;
+      if (typeof c !== "number" || !Number.isInteger(c) || c < 0) {
+        throw invalidArg(`Cannot read ${where}: output '${raw.name}' 'classification' must be a non-negative integer`);
+      }
+      return { name: raw.name, classification: c, parameters: p };
+    });
+  }
+  const binaryOutput = params.binary_data_output === true;
+  return {
+    request: { model: target.model, version: target.version, id: id ?? "", inputs, outputs, parameters: params },
+    binaryOutput,
+  };
+}
+
+/** An encoded response body and its header length (undefined for pure JSON). */
+export interface EncodedResponse {
+  /** The body. */
+  body: Uint8Array;
+  /** The JSON part's length when binary data follows. */
+  headerLength: number | undefined;
+}
+
+/**
+ * Encodes an inference response: outputs in JSON, or in binary when the output asks (`binary_data`) or the
+ * request does (`binary_data_output`).
+ * @param response the core response
+ * @param requested the outputs as the request named them (for their binary_data flags)
+ * @param binaryOutput the request's binary_data_output
+ */
+export function encodeInferResponse(
+  response: InferResponse,
+  requested: readonly RequestedOutput[],
+  binaryOutput: boolean,
+): EncodedResponse {
+  const chunks: Uint8Array[] = [];
+  const outputs = response.outputs.map((t) => {
+    const flag = requested.find((r) => r.name === t.name)?.parameters.binary_data;
+    const binary = flag === undefined ? binaryOutput : flag === true;
+    if (binary) {
+      const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
+      chunks.push(bytes);
+      return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: bytes.byteLength } };
+    }
+    return { name: t.name, datatype: t.datatype, shape: t.shape, data: toJsonValues(t.datatype, t.data) };
+  });
+  const head: Record<string, unknown> = { model_name: response.model, model_version: response.version };
+  if (response.id) head.id = response.id;
+  if (Object.keys(response.parameters).length > 0) head.parameters = response.parameters;
+  head.outputs = outputs;
+  const json = utf8Encode(JSON.stringify(head));
+  if (chunks.length === 0) return { body: json, headerLength: undefined };
+  const total = json.byteLength + chunks.reduce((n, c) => n + c.byteLength, 0);
+  const body = new Uint8Array(total);
+  body.set(json, 0);
+  let off = json.byteLength;
+  for (const c of chunks) {
+    body.set(c, off);
+    off += c.byteLength;
+  }
+  return { body, headerLength: json.byteLength };
+}
+
+export { dataByteSize };

@@ -1,0 +1,189 @@
+/**
+ * A loaded model version: its config, signature, instances and scheduler, and its lifecycle state.
+ * @module
+ */
+
+import { join } from "node:path";
+import { type Datatype, fromConfigType } from "../core/dtypes.ts";
+import { unavailable } from "../core/errors.ts";
+import type { ModelConfig } from "../core/model_config.ts";
+import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
+import { type ModelSignature, validateRequest } from "../core/validate.ts";
+import type { Backend, BackendInstance } from "../backends/backend.ts";
+import { readLabels } from "../repository/config.ts";
+import { PoolScheduler, type Scheduler } from "../scheduler/scheduler.ts";
+
+/** Triton's model version states. */
+export type VersionState = "LOADING" | "READY" | "UNLOADING" | "UNAVAILABLE";
+
+/** The tensor metadata of the model metadata endpoint. */
+export interface TensorMetadata {
+  name: string;
+  datatype: Datatype;
+  shape: number[];
+}
+
+/** One version of a model. */
+export class ModelVersion {
+  /** The model name. */
+  readonly name: string;
+  /** The version number. */
+  readonly version: number;
+  /** The normalized config. */
+  readonly config: ModelConfig;
+  /** The lifecycle state. */
+  state: VersionState = "LOADING";
+  /** Why the version is not READY ("" when it is). */
+  reason = "";
+  #signature: ModelSignature | undefined;
+  #scheduler: Scheduler | undefined;
+  #instances: BackendInstance[] = [];
+
+  /**
+   * Creates a version in state LOADING; `load` makes it READY or UNAVAILABLE.
+   * @param config the validated config
+   * @param version the version number
+   */
+  constructor(config: ModelConfig, version: number) {
+    this.name = config.name;
+    this.version = version;
+    this.config = config;
+  }
+
+  /** The signature requests are validated against. */
+  get signature(): ModelSignature {
+    if (!this.#signature) throw unavailable(`Model '${this.name}' version ${this.version} is not loaded`);
+    return this.#signature;
+  }
+
+  /**
+   * Loads the version: reads labels, creates every instance of every instance group, then the scheduler.
+   * Failures leave it UNAVAILABLE with the reason and free what was created.
+   * @param backend the backend to create instances with
+   * @param modelDir the model folder
+   * @param backendConfig server-wide settings for the backend
+   */
+  async load(backend: Backend, modelDir: string, backendConfig: Record<string, string>): Promise<void> {
+    try {
+      this.#signature = await buildSignature(this.config, modelDir);
+      const versionDir = join(modelDir, String(this.version));
+      const modelPath = join(versionDir, this.config.default_model_filename || backend.defaultModelFilename);
+      try {
+        await Deno.stat(modelPath);
+      } catch {
+        throw unavailable(`Cannot load '${this.name}' version ${this.version}: '${modelPath}' does not exist`);
+      }
+      for (const group of this.config.instance_group) {
+        for (let i = 0; i < group.count; i++) {
+          this.#instances.push(
+            await backend.createInstance(this.config, {
+              modelDir,
+              versionDir,
+              version: this.version,
+              modelPath,
+              instanceName: `${group.name}_${i}`,
+              kind: group.kind,
+              deviceId: group.gpus?.[i % Math.max(1, group.gpus.length)] ?? 0,
+              backendConfig,
+            }),
+          );
+        }
+      }
+      const db = this.config.dynamic_batching as
+        | {
+          preferred_batch_size?: number[];
+          max_queue_delay_microseconds?: number;
+          default_queue_policy?: { max_queue_size?: number };
+        }
+        | undefined;
+      const batched = this.config.max_batch_size > 0;
+      this.#scheduler = new PoolScheduler(
+        {
+          name: this.name,
+          version: String(this.version),
+          batched,
+          outputs: new Map(this.#signature.outputs.map((o) => [o.name, o])),
+        },
+        this.#instances,
+        db && batched
+          ? {
+            maxBatchSize: this.config.max_batch_size,
+            preferredBatchSizes: db.preferred_batch_size ?? [],
+            maxQueueDelayMicroseconds: db.max_queue_delay_microseconds ?? 0,
+            maxQueueSize: db.default_queue_policy?.max_queue_size ?? 0,
+          }
+          : undefined,
+      );
+      this.state = "READY";
+      this.reason = "";
+    } catch (err) {
+      await this.#closeInstances();
+      this.state = "UNAVAILABLE";
+      this.reason = err instanceof Error ? err.message : String(err);
+    }
+  }
+
+  /**
+   * Validates and runs one request.
+   * @param request the decoded request
+   */
+  infer(request: InferRequest): Promise<InferResponse> {
+    if (this.state !== "READY" || !this.#scheduler) {
+      return Promise.reject(
+        unavailable(`Cannot infer '${this.name}': version ${this.version} is ${this.state}`),
+      );
+    }
+    try {
+      return this.#scheduler.enqueue(validateRequest(request, this.signature));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Requests queued or executing. */
+  inflightCount(): number {
+    return this.#scheduler?.inflightCount() ?? 0;
+  }
+
+  /** The inputs and outputs as the metadata endpoint reports them (batch dim -1 first when batching). */
+  metadata(): { inputs: TensorMetadata[]; outputs: TensorMetadata[] } {
+    const batch = this.config.max_batch_size > 0 ? [-1] : [];
+    const sig = this.signature;
+    const meta = (s: TensorSpec): TensorMetadata => ({ name: s.name, datatype: s.datatype, shape: [...batch, ...s.dims] });
+    return { inputs: sig.inputs.map(meta), outputs: sig.outputs.map(meta) };
+  }
+
+  /** Stops accepting requests, waits for queued and executing ones, then frees the instances. */
+  async unload(): Promise<void> {
+    this.state = "UNLOADING";
+    await this.#scheduler?.stop();
+    await this.#closeInstances();
+    this.state = "UNAVAILABLE";
+    this.reason = "unloaded";
+  }
+
+  async #closeInstances(): Promise<void> {
+    const instances = this.#instances;
+    this.#instances = [];
+    await Promise.allSettled(instances.map((i) => i.close()));
+  }
+}
+
+async function buildSignature(config: ModelConfig, modelDir: string): Promise<ModelSignature> {
+  const spec = async (
+    io: { name: string; data_type: string; dims: number[]; reshape?: { shape: number[] }; optional?: boolean; label_filename?: string },
+  ): Promise<TensorSpec> => ({
+    name: io.name,
+    datatype: fromConfigType(io.data_type)!,
+    dims: io.dims,
+    modelDims: io.reshape?.shape ?? io.dims,
+    optional: io.optional ?? false,
+    labels: io.label_filename ? await readLabels(modelDir, io.label_filename) : undefined,
+  });
+  return {
+    name: config.name,
+    maxBatchSize: config.max_batch_size,
+    inputs: await Promise.all(config.input.map(spec)),
+    outputs: await Promise.all(config.output.map(spec)),
+  };
+}

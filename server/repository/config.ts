@@ -1,0 +1,233 @@
+/**
+ * Model configuration: reading `config.pbtxt`, normalizing it to the full ModelConfig with Triton's
+ * defaults, and validating it.
+ * @module
+ */
+
+import { join } from "node:path";
+import { fromConfigType } from "../core/dtypes.ts";
+import { invalidArg, unsupported } from "../core/errors.ts";
+import type { ModelConfig } from "../core/model_config.ts";
+import { modelConfigType } from "../core/protos.ts";
+import { parseTextFormat, TextFormatError } from "./text_format.ts";
+
+/** What a platform or backend name resolves to. */
+export interface BackendChoice {
+  /** The backend name (`onnxruntime`, `tensorrt`, `python`, `ensemble`). */
+  backend: string;
+  /** The platform name reported in metadata ("" where the backend has none). */
+  platform: string;
+}
+
+const PLATFORMS: Record<string, string> = {
+  onnxruntime_onnx: "onnxruntime",
+  tensorrt_plan: "tensorrt",
+  ensemble: "ensemble",
+};
+
+const BACKEND_PLATFORM: Record<string, string> = {
+  onnxruntime: "onnxruntime_onnx",
+  tensorrt: "tensorrt_plan",
+  python: "",
+};
+
+/** Triton platforms and backends that dinfer knows of but does not run. */
+const FOREIGN = new Set([
+  "tensorflow_graphdef",
+  "tensorflow_savedmodel",
+  "tensorflow",
+  "pytorch_libtorch",
+  "pytorch",
+  "openvino",
+  "dali",
+  "fil",
+  "vllm",
+  "tensorrtllm",
+]);
+
+const MODEL_FILE_EXTENSIONS: Record<string, string> = {
+  "model.onnx": "onnxruntime",
+  "model.plan": "tensorrt",
+  "model.py": "python",
+};
+
+/**
+ * Reads a model's `config.pbtxt` as a plain object (only what the file says); an empty object when the
+ * folder has none.
+ * @param modelDir the model folder
+ * @param name the model name, for messages
+ */
+export async function readConfigFile(modelDir: string, name: string): Promise<Record<string, unknown>> {
+  const path = join(modelDir, "config.pbtxt");
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return {};
+    throw invalidArg(`Cannot read the config of '${name}': ${(err as Error).message}`);
+  }
+  try {
+    return parseTextFormat(text, modelConfigType(), { filename: "config.pbtxt" });
+  } catch (err) {
+    if (err instanceof TextFormatError) throw invalidArg(`Cannot load '${name}': ${err.message}`);
+    throw err;
+  }
+}
+
+function dropNulls(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(dropNulls);
+  if (v && typeof v === "object" && !(v instanceof Uint8Array)) {
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) if (x !== null && x !== undefined) out[k] = dropNulls(x);
+    return out;
+  }
+  return v;
+}
+
+/**
+ * Turns a partial config object (from text format or JSON) into a full ModelConfig with proto defaults:
+ * every scalar and list present, unset messages left out, enums as names, 64-bit integers as numbers.
+ * @param obj the partial config
+ * @param name the model name, for messages
+ */
+export function toModelConfig(obj: Record<string, unknown>, name: string): ModelConfig {
+  const type = modelConfigType();
+  let message;
+  try {
+    message = type.fromObject(obj);
+  } catch (err) {
+    throw invalidArg(`Cannot load '${name}': the config is not a valid ModelConfig: ${(err as Error).message}`);
+  }
+  const full = type.toObject(message, { enums: String, longs: Number, defaults: true, arrays: true, objects: true });
+  return dropNulls(full) as ModelConfig;
+}
+
+/**
+ * Decides the backend of a model from its config's `platform` and `backend`, or from its files.
+ * @param config the config (platform and backend filled in place)
+ * @param files names found in the model's version folders, for configs that name neither
+ */
+export function resolveBackend(config: ModelConfig, files: readonly string[]): BackendChoice {
+  const name = config.name;
+  let { platform, backend } = config;
+  if (!platform && !backend) {
+    const found = files.map((f) => MODEL_FILE_EXTENSIONS[f]).find((b) => b !== undefined);
+    if (!found) {
+      throw invalidArg(
+        `Cannot load '${name}': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py)`,
+      );
+    }
+    backend = found;
+  }
+  for (const n of [platform, backend]) {
+    if (n && FOREIGN.has(n)) throw unsupported(`Cannot load '${name}': '${n}' models are not supported by dinfer`);
+  }
+  if (platform && !(platform in PLATFORMS)) throw invalidArg(`Cannot load '${name}': unknown platform '${platform}'`);
+  if (backend && !(backend in BACKEND_PLATFORM) && backend !== "ensemble") {
+    throw invalidArg(`Cannot load '${name}': unknown backend '${backend}'`);
+  }
+  const fromPlatform = platform ? PLATFORMS[platform]! : "";
+  if (fromPlatform && backend && fromPlatform !== backend) {
+    throw invalidArg(`Cannot load '${name}': platform '${platform}' does not match backend '${backend}'`);
+  }
+  backend = backend || fromPlatform;
+  platform = platform || (BACKEND_PLATFORM[backend] ?? "");
+  config.backend = backend === "ensemble" ? "" : backend;
+  config.platform = platform;
+  return { backend, platform };
+}
+
+/**
+ * Fills Triton's defaults that depend on the model: version policy latest 1, the default model file name,
+ * instance groups (one KIND_CPU group of 2 for ONNX Runtime, 1 otherwise) with their names.
+ * @param config the config, changed in place
+ * @param defaultModelFilename the backend's default file name
+ */
+export function applyDefaults(config: ModelConfig, defaultModelFilename: string): void {
+  if (!config.version_policy || Object.keys(config.version_policy).length === 0) {
+    config.version_policy = { latest: { num_versions: 1 } };
+  }
+  if (!config.default_model_filename) config.default_model_filename = defaultModelFilename;
+  if (config.platform === "ensemble") {
+    config.instance_group = [];
+    return;
+  }
+  if (config.instance_group.length === 0) {
+    config.instance_group = [{ name: "", kind: "KIND_CPU", count: 0, gpus: [] }];
+  }
+  config.instance_group.forEach((g, i) => {
+    if (!g.name) g.name = `${config.name}${config.instance_group.length > 1 ? `_${i}` : ""}`;
+    if (g.kind === "KIND_AUTO") g.kind = "KIND_CPU";
+    if (!g.count) g.count = g.kind === "KIND_CPU" && config.backend === "onnxruntime" ? 2 : 1;
+  });
+}
+
+/**
+ * Checks a normalized config as Triton does; every problem is an INVALID_ARG error naming the field.
+ * @param config the normalized config
+ * @param folderName the model folder's name
+ * @param modelDir the model folder, for label files
+ */
+export async function validateConfig(config: ModelConfig, folderName: string, modelDir: string): Promise<void> {
+  const fail = (reason: string): never => {
+    throw invalidArg(`Cannot load '${folderName}': ${reason}`);
+  };
+  if (config.name !== folderName) fail(`the config's name '${config.name}' does not match the model folder '${folderName}'`);
+  if (config.max_batch_size < 0) fail(`max_batch_size is ${config.max_batch_size}, expected 0 or more`);
+  if (config.platform !== "ensemble") {
+    if (config.input.length === 0) fail("the config has no inputs");
+    if (config.output.length === 0) fail("the config has no outputs");
+  }
+  for (const [kind, list] of [["input", config.input], ["output", config.output]] as const) {
+    const seen = new Set<string>();
+    for (const io of list) {
+      if (!io.name) fail(`an ${kind} has no name`);
+      if (seen.has(io.name)) fail(`${kind} '${io.name}' is declared more than once`);
+      seen.add(io.name);
+      if (!fromConfigType(io.data_type)) fail(`${kind} '${io.name}' has no valid data_type (got '${io.data_type}')`);
+      if (io.dims.length === 0 && !(io.reshape && config.max_batch_size > 0)) {
+        fail(`${kind} '${io.name}' has no dims`);
+      }
+      for (const d of io.dims) if (d === 0 || d < -1) fail(`${kind} '${io.name}' has dim ${d} in dims [${io.dims.join(",")}], expected -1 or a positive size`);
+      if (io.reshape) {
+        const count = (ds: number[]) => (ds.some((d) => d === -1) ? -1 : ds.reduce((a, b) => a * b, 1));
+        const a = count(io.dims), b = count(io.reshape.shape);
+        if (a !== -1 && b !== -1 && a !== b) {
+          fail(`${kind} '${io.name}' has dims [${io.dims.join(",")}] and reshape [${io.reshape.shape.join(",")}] of different sizes`);
+        }
+      }
+    }
+  }
+  for (const o of config.output) {
+    if (o.label_filename) {
+      try {
+        await Deno.stat(join(modelDir, o.label_filename));
+      } catch {
+        fail(`output '${o.name}' names label file '${o.label_filename}', which does not exist in the model folder`);
+      }
+    }
+  }
+  const db = config.dynamic_batching as { preferred_batch_size?: number[] } | undefined;
+  for (const p of db?.preferred_batch_size ?? []) {
+    if (p < 1 || (config.max_batch_size > 0 && p > config.max_batch_size)) {
+      fail(`dynamic_batching preferred_batch_size ${p} must be between 1 and max_batch_size ${config.max_batch_size}`);
+    }
+  }
+  const vp = config.version_policy;
+  if (vp?.latest && vp.latest.num_versions < 1) fail("version_policy latest num_versions must be at least 1");
+  for (const g of config.instance_group) {
+    if (g.count < 1) fail(`instance group '${g.name}' has count ${g.count}, expected at least 1`);
+  }
+}
+
+/**
+ * Reads the labels of a label file, one per line.
+ * @param modelDir the model folder
+ * @param file the file name from the config
+ */
+export async function readLabels(modelDir: string, file: string): Promise<string[]> {
+  const text = await Deno.readTextFile(join(modelDir, file));
+  const lines = text.split(/\r?\n/);
+  if (lines.length > 0 && lines[lines.length - 1] === "") lines.pop();
+  return lines;
+}

@@ -1,0 +1,121 @@
+/**
+ * Running one batch of validated requests on one instance: inputs concatenated once per input, outputs split
+ * back into per-request views, requested outputs and classification applied.
+ * @module
+ */
+
+import { classify } from "../core/classification.ts";
+import { internal } from "../core/errors.ts";
+import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
+import type { ValidatedRequest } from "../core/validate.ts";
+import type { BackendInstance } from "../backends/backend.ts";
+
+/** What a batch needs to know of its model. */
+export interface BatchModel {
+  /** The model name. */
+  name: string;
+  /** The version string reported in responses. */
+  version: string;
+  /** Whether the model batches (max_batch_size > 0). */
+  batched: boolean;
+  /** The outputs by name. */
+  outputs: Map<string, TensorSpec>;
+}
+
+function concatInput(name: string, parts: Tensor[]): Tensor {
+  const first = parts[0]!;
+  if (parts.length === 1) return first;
+  const batch = parts.reduce((n, t) => n + t.shape[0]!, 0);
+  const shape = [batch, ...first.shape.slice(1)];
+  if (first.datatype === "BYTES") {
+    return { name, datatype: "BYTES", shape, data: parts.flatMap((t) => t.data as Uint8Array[]) };
+  }
+  const total = parts.reduce((n, t) => n + (t.data as Uint8Array).byteLength, 0);
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const t of parts) {
+    out.set(t.data as Uint8Array, off);
+    off += (t.data as Uint8Array).byteLength;
+  }
+  return { name, datatype: first.datatype, shape, data: out };
+}
+
+function sliceOutput(t: Tensor, start: number, count: number, total: number): Tensor {
+  if (start === 0 && count === total) return t;
+  const shape = [count, ...t.shape.slice(1)];
+  if (t.datatype === "BYTES") {
+    const per = (t.data as Uint8Array[]).length / total;
+    return { ...t, shape, data: (t.data as Uint8Array[]).slice(start * per, (start + count) * per) };
+  }
+  const bytes = t.data as Uint8Array;
+  const per = bytes.byteLength / total;
+  return { ...t, shape, data: bytes.subarray(start * per, (start + count) * per) };
+}
+
+/**
+ * Whether two requests may share a batch: same inputs with the same non-batch shapes.
+ * @param a one request
+ * @param b another
+ */
+export function batchCompatible(a: ValidatedRequest, b: ValidatedRequest): boolean {
+  if (a.inputs.size !== b.inputs.size) return false;
+  for (const [name, ta] of a.inputs) {
+    const tb = b.inputs.get(name);
+    if (!tb || ta.shape.length !== tb.shape.length) return false;
+    for (let i = 1; i < ta.shape.length; i++) if (ta.shape[i] !== tb.shape[i]) return false;
+  }
+  return true;
+}
+
+/**
+ * Executes requests as one batch on an instance and builds each request's response. Requests must be
+ * batch-compatible; a model that does not batch gets exactly one request.
+ * @param model the model's batch facts
+ * @param instance the instance to run on
+ * @param requests the requests of the batch
+ * @returns one response per request, in order; rejects for the whole batch when execution fails
+ */
+export async function executeBatch(
+  model: BatchModel,
+  instance: BackendInstance,
+  requests: readonly ValidatedRequest[],
+): Promise<InferResponse[]> {
+  const first = requests[0]!;
+  const inputs = new Map<string, Tensor>();
+  for (const name of first.inputs.keys()) {
+    inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!)));
+  }
+  const wanted = new Set<string>();
+  for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
+  const names = [...wanted];
+  const produced = await instance.execute(inputs, names);
+  const total = requests.reduce((n, r) => n + r.batchSize, 0);
+  const responses: InferResponse[] = [];
+  let start = 0;
+  for (const r of requests) {
+    const outputs: Tensor[] = [];
+    for (const o of r.outputs) {
+      const full = produced.get(o.name);
+      if (!full) throw internal(`Cannot run '${model.name}': the backend produced no output '${o.name}'`);
+      if (model.batched && full.shape[0] !== total) {
+        throw internal(
+          `Cannot run '${model.name}': output '${o.name}' has batch dim ${full.shape[0]}, expected ${total}`,
+        );
+      }
+      let t = model.batched ? sliceOutput(full, start, r.batchSize, total) : full;
+      if (o.classification > 0) {
+        t = classify(t, o.classification, model.batched, model.outputs.get(o.name)?.labels);
+      }
+      outputs.push(t);
+    }
+    responses.push({
+      model: model.name,
+      version: model.version,
+      id: r.request.id,
+      outputs,
+      parameters: {},
+    });
+    start += r.batchSize;
+  }
+  return responses;
+}
