@@ -5,7 +5,15 @@
  */
 
 import * as ort from "onnxruntime-node";
-import { bytesOf, type Datatype, elementCount, toConfigType, typedView, utf8Decode, utf8Encode } from "../core/dtypes.ts";
+import {
+  bytesOf,
+  type Datatype,
+  elementCount,
+  toConfigType,
+  typedView,
+  utf8Decode,
+  utf8Encode,
+} from "../core/dtypes.ts";
 import { internal, invalidArg, ServerError, unsupported } from "../core/errors.ts";
 import type { ModelConfig, ModelInputConfig, ModelOutputConfig } from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
@@ -65,7 +73,9 @@ function intParameter(config: ModelConfig, key: string): number | undefined {
   if (v === undefined || v === "") return undefined;
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0) {
-    throw invalidArg(`Cannot load '${config.name}': parameter '${key}' is '${v}', expected a non-negative integer`);
+    throw invalidArg(
+      `Cannot load '${config.name}': parameter '${key}' is '${v}', expected a non-negative integer`,
+    );
   }
   return n;
 }
@@ -94,10 +104,16 @@ export function sessionOptions(config: ModelConfig): ort.InferenceSession.Sessio
 
 function fromOrt(meta: ort.InferenceSession.ValueMetadata, config: ModelConfig): Datatype {
   if (!meta.isTensor) {
-    throw unsupported(`Cannot load '${config.name}': '${meta.name}' is not a tensor (sequences and maps are not supported)`);
+    throw unsupported(
+      `Cannot load '${config.name}': '${meta.name}' is not a tensor (sequences and maps are not supported)`,
+    );
   }
   const dt = FROM_ORT[meta.type];
-  if (!dt) throw unsupported(`Cannot load '${config.name}': '${meta.name}' has ONNX type '${meta.type}', which is not supported`);
+  if (!dt) {
+    throw unsupported(
+      `Cannot load '${config.name}': '${meta.name}' has ONNX type '${meta.type}', which is not supported`,
+    );
+  }
   return dt;
 }
 
@@ -107,7 +123,10 @@ function fromOrt(meta: ort.InferenceSession.ValueMetadata, config: ModelConfig):
  * and dynamic batching.
  */
 async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<void> {
-  const session = await openSession(modelPathOf(ctx), { logSeverityLevel: 3, graphOptimizationLevel: "disabled" });
+  const session = await openSession(modelPathOf(ctx), {
+    logSeverityLevel: 3,
+    graphOptimizationLevel: "disabled",
+  });
   try {
     const ins = session.inputMetadata;
     const outs = session.outputMetadata;
@@ -135,7 +154,9 @@ async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<
           list.push({ name: meta.name, data_type: toConfigType(dt), dims } as T);
           continue;
         }
-        if (!existing.data_type || existing.data_type === "TYPE_INVALID") existing.data_type = toConfigType(dt);
+        if (!existing.data_type || existing.data_type === "TYPE_INVALID") {
+          existing.data_type = toConfigType(dt);
+        }
         if (existing.dims.length === 0 && !existing.reshape && dims.length > 0) existing.dims = dims;
       }
     };
@@ -165,7 +186,11 @@ class OrtInstance implements BackendInstance {
     const feeds: Record<string, ort.Tensor> = {};
     for (const [name, t] of inputs) {
       const type = TO_ORT[t.datatype];
-      if (!type) throw unsupported(`Cannot run '${this.#config.name}': datatype ${t.datatype} is not supported by ONNX Runtime`);
+      if (!type) {
+        throw unsupported(
+          `Cannot run '${this.#config.name}': datatype ${t.datatype} is not supported by ONNX Runtime`,
+        );
+      }
       const reshape = this.#inputs.get(name)?.reshape?.shape;
       const shape = reshape ? resolveShape(t.shape, reshape, this.#batched) : t.shape;
       const data = t.datatype === "BYTES"
@@ -185,7 +210,11 @@ class OrtInstance implements BackendInstance {
       const v = results[name] as ort.Tensor | undefined;
       if (!v) throw internal(`Cannot run '${this.#config.name}': ONNX Runtime produced no output '${name}'`);
       const dt = FROM_ORT[v.type];
-      if (!dt) throw unsupported(`Cannot run '${this.#config.name}': output '${name}' has unsupported type '${v.type}'`);
+      if (!dt) {
+        throw unsupported(
+          `Cannot run '${this.#config.name}': output '${name}' has unsupported type '${v.type}'`,
+        );
+      }
       const spec = this.#outputs.get(name);
       let shape = v.dims.map(Number);
       if (spec?.reshape) shape = resolveShape(shape, spec.dims, this.#batched);

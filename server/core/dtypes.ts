@@ -354,7 +354,9 @@ export function deserializeBytes(buf: Uint8Array, count: number, what: string): 
   }
   if (off !== buf.byteLength) {
     throw invalidArg(
-      `Cannot read ${what}: BYTES data has ${buf.byteLength - off} bytes after the ${count} expected elements`,
+      `Cannot read ${what}: BYTES data has ${
+        buf.byteLength - off
+      } bytes after the ${count} expected elements`,
     );
   }
   return out;

@@ -77,7 +77,9 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
       const b = t.shape[0]!;
       if (b < 1) fail(`input '${t.name}' has batch size ${b}, expected at least 1`);
       if (b > sig.maxBatchSize) {
-        fail(`input '${t.name}' has batch size ${b}, more than the model's max_batch_size ${sig.maxBatchSize}`);
+        fail(
+          `input '${t.name}' has batch size ${b}, more than the model's max_batch_size ${sig.maxBatchSize}`,
+        );
       }
       if (batchSize !== -1 && b !== batchSize) {
         fail(`input '${t.name}' has batch size ${b}, other inputs have ${batchSize}`);
@@ -119,7 +121,9 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
       if (seen.has(o.name)) fail(`output '${o.name}' is requested more than once`);
       seen.add(o.name);
       if (!sig.outputs.some((s) => s.name === o.name)) {
-        fail(`unknown output '${o.name}', the model's outputs are ${quoteList(sig.outputs.map((s) => s.name))}`);
+        fail(
+          `unknown output '${o.name}', the model's outputs are ${quoteList(sig.outputs.map((s) => s.name))}`,
+        );
       }
       if (!Number.isInteger(o.classification) || o.classification < 0) {
         fail(`output '${o.name}' asks for classification ${o.classification}, expected a positive integer`);

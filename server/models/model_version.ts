@@ -71,7 +71,9 @@ export class ModelVersion {
       try {
         await Deno.stat(modelPath);
       } catch {
-        throw unavailable(`Cannot load '${this.name}' version ${this.version}: '${modelPath}' does not exist`);
+        throw unavailable(
+          `Cannot load '${this.name}' version ${this.version}: '${modelPath}' does not exist`,
+        );
       }
       for (const group of this.config.instance_group) {
         for (let i = 0; i < group.count; i++) {
@@ -149,7 +151,11 @@ export class ModelVersion {
   metadata(): { inputs: TensorMetadata[]; outputs: TensorMetadata[] } {
     const batch = this.config.max_batch_size > 0 ? [-1] : [];
     const sig = this.signature;
-    const meta = (s: TensorSpec): TensorMetadata => ({ name: s.name, datatype: s.datatype, shape: [...batch, ...s.dims] });
+    const meta = (s: TensorSpec): TensorMetadata => ({
+      name: s.name,
+      datatype: s.datatype,
+      shape: [...batch, ...s.dims],
+    });
     return { inputs: sig.inputs.map(meta), outputs: sig.outputs.map(meta) };
   }
 
@@ -171,7 +177,14 @@ export class ModelVersion {
 
 async function buildSignature(config: ModelConfig, modelDir: string): Promise<ModelSignature> {
   const spec = async (
-    io: { name: string; data_type: string; dims: number[]; reshape?: { shape: number[] }; optional?: boolean; label_filename?: string },
+    io: {
+      name: string;
+      data_type: string;
+      dims: number[];
+      reshape?: { shape: number[] };
+      optional?: boolean;
+      label_filename?: string;
+    },
   ): Promise<TensorSpec> => ({
     name: io.name,
     datatype: fromConfigType(io.data_type)!,

@@ -186,15 +186,22 @@ export class ModelRegistry {
       if (!mv) throw notFound(`Request for unknown model: '${name}' version ${version} is not found`);
       if (mv.state !== "READY") {
         throw unavailable(
-          `Request for unknown model: '${name}' version ${version} is not at ready state${mv.reason ? `: ${mv.reason}` : ""}`,
+          `Request for unknown model: '${name}' version ${version} is not at ready state${
+            mv.reason ? `: ${mv.reason}` : ""
+          }`,
         );
       }
       return mv;
     }
-    const ready = [...entry.versions.values()].filter((v) => v.state === "READY").sort((a, b) => b.version - a.version);
+    const ready = [...entry.versions.values()].filter((v) => v.state === "READY").sort((a, b) =>
+      b.version - a.version
+    );
     if (ready[0]) return ready[0];
-    const reason = entry.reason || [...entry.versions.values()].map((v) => v.reason).filter((r) => r).join("; ");
-    throw unavailable(`Request for unknown model: '${name}' has no available versions${reason ? `: ${reason}` : ""}`);
+    const reason = entry.reason ||
+      [...entry.versions.values()].map((v) => v.reason).filter((r) => r).join("; ");
+    throw unavailable(
+      `Request for unknown model: '${name}' has no available versions${reason ? `: ${reason}` : ""}`,
+    );
   }
 
   /**

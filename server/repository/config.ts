@@ -5,6 +5,7 @@
  */
 
 import { join } from "node:path";
+import * as protobuf from "protobufjs";
 import { fromConfigType } from "../core/dtypes.ts";
 import { invalidArg, unsupported } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
@@ -74,14 +75,25 @@ export async function readConfigFile(modelDir: string, name: string): Promise<Re
   }
 }
 
-function dropNulls(v: unknown): unknown {
-  if (Array.isArray(v)) return v.map(dropNulls);
-  if (v && typeof v === "object" && !(v instanceof Uint8Array)) {
-    const out: Record<string, unknown> = {};
-    for (const [k, x] of Object.entries(v)) if (x !== null && x !== undefined) out[k] = dropNulls(x);
-    return out;
+/** Drops the nulls protobufjs writes for unset messages and orders keys as the schema declares them. */
+function tidy(v: unknown, type: protobuf.Type | undefined): unknown {
+  if (Array.isArray(v)) return v.map((x) => tidy(x, type));
+  if (!v || typeof v !== "object" || v instanceof Uint8Array) return v;
+  const obj = v as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  const fields = type ? type.fieldsArray.map((f) => f.name) : Object.keys(obj);
+  for (const k of fields) {
+    const x = obj[k];
+    if (x === null || x === undefined) continue;
+    const field = type?.fields[k];
+    const sub = field?.resolvedType instanceof protobuf.Type ? field.resolvedType : undefined;
+    if (field?.map && x && typeof x === "object") {
+      out[k] = Object.fromEntries(Object.entries(x).map(([mk, mv]) => [mk, tidy(mv, sub)]));
+    } else {
+      out[k] = tidy(x, sub);
+    }
   }
-  return v;
+  return out;
 }
 
 /**
@@ -96,10 +108,18 @@ export function toModelConfig(obj: Record<string, unknown>, name: string): Model
   try {
     message = type.fromObject(obj);
   } catch (err) {
-    throw invalidArg(`Cannot load '${name}': the config is not a valid ModelConfig: ${(err as Error).message}`);
+    throw invalidArg(
+      `Cannot load '${name}': the config is not a valid ModelConfig: ${(err as Error).message}`,
+    );
   }
-  const full = type.toObject(message, { enums: String, longs: Number, defaults: true, arrays: true, objects: true });
-  return dropNulls(full) as ModelConfig;
+  const full = type.toObject(message, {
+    enums: String,
+    longs: Number,
+    defaults: true,
+    arrays: true,
+    objects: true,
+  });
+  return tidy(full, type) as ModelConfig;
 }
 
 /**
@@ -120,9 +140,13 @@ export function resolveBackend(config: ModelConfig, files: readonly string[]): B
     backend = found;
   }
   for (const n of [platform, backend]) {
-    if (n && FOREIGN.has(n)) throw unsupported(`Cannot load '${name}': '${n}' models are not supported by dinfer`);
+    if (n && FOREIGN.has(n)) {
+      throw unsupported(`Cannot load '${name}': '${n}' models are not supported by dinfer`);
+    }
   }
-  if (platform && !(platform in PLATFORMS)) throw invalidArg(`Cannot load '${name}': unknown platform '${platform}'`);
+  if (platform && !(platform in PLATFORMS)) {
+    throw invalidArg(`Cannot load '${name}': unknown platform '${platform}'`);
+  }
   if (backend && !(backend in BACKEND_PLATFORM) && backend !== "ensemble") {
     throw invalidArg(`Cannot load '${name}': unknown backend '${backend}'`);
   }
@@ -168,11 +192,17 @@ export function applyDefaults(config: ModelConfig, defaultModelFilename: string)
  * @param folderName the model folder's name
  * @param modelDir the model folder, for label files
  */
-export async function validateConfig(config: ModelConfig, folderName: string, modelDir: string): Promise<void> {
+export async function validateConfig(
+  config: ModelConfig,
+  folderName: string,
+  modelDir: string,
+): Promise<void> {
   const fail = (reason: string): never => {
     throw invalidArg(`Cannot load '${folderName}': ${reason}`);
   };
-  if (config.name !== folderName) fail(`the config's name '${config.name}' does not match the model folder '${folderName}'`);
+  if (config.name !== folderName) {
+    fail(`the config's name '${config.name}' does not match the model folder '${folderName}'`);
+  }
   if (config.max_batch_size < 0) fail(`max_batch_size is ${config.max_batch_size}, expected 0 or more`);
   if (config.platform !== "ensemble") {
     if (config.input.length === 0) fail("the config has no inputs");
@@ -184,16 +214,30 @@ export async function validateConfig(config: ModelConfig, folderName: string, mo
       if (!io.name) fail(`an ${kind} has no name`);
       if (seen.has(io.name)) fail(`${kind} '${io.name}' is declared more than once`);
       seen.add(io.name);
-      if (!fromConfigType(io.data_type)) fail(`${kind} '${io.name}' has no valid data_type (got '${io.data_type}')`);
+      if (!fromConfigType(io.data_type)) {
+        fail(`${kind} '${io.name}' has no valid data_type (got '${io.data_type}')`);
+      }
       if (io.dims.length === 0 && !(io.reshape && config.max_batch_size > 0)) {
         fail(`${kind} '${io.name}' has no dims`);
       }
-      for (const d of io.dims) if (d === 0 || d < -1) fail(`${kind} '${io.name}' has dim ${d} in dims [${io.dims.join(",")}], expected -1 or a positive size`);
+      for (const d of io.dims) {
+        if (d === 0 || d < -1) {
+          fail(
+            `${kind} '${io.name}' has dim ${d} in dims [${
+              io.dims.join(",")
+            }], expected -1 or a positive size`,
+          );
+        }
+      }
       if (io.reshape) {
         const count = (ds: number[]) => (ds.some((d) => d === -1) ? -1 : ds.reduce((a, b) => a * b, 1));
         const a = count(io.dims), b = count(io.reshape.shape);
         if (a !== -1 && b !== -1 && a !== b) {
-          fail(`${kind} '${io.name}' has dims [${io.dims.join(",")}] and reshape [${io.reshape.shape.join(",")}] of different sizes`);
+          fail(
+            `${kind} '${io.name}' has dims [${io.dims.join(",")}] and reshape [${
+              io.reshape.shape.join(",")
+            }] of different sizes`,
+          );
         }
       }
     }
@@ -203,14 +247,18 @@ export async function validateConfig(config: ModelConfig, folderName: string, mo
       try {
         await Deno.stat(join(modelDir, o.label_filename));
       } catch {
-        fail(`output '${o.name}' names label file '${o.label_filename}', which does not exist in the model folder`);
+        fail(
+          `output '${o.name}' names label file '${o.label_filename}', which does not exist in the model folder`,
+        );
       }
     }
   }
   const db = config.dynamic_batching as { preferred_batch_size?: number[] } | undefined;
   for (const p of db?.preferred_batch_size ?? []) {
     if (p < 1 || (config.max_batch_size > 0 && p > config.max_batch_size)) {
-      fail(`dynamic_batching preferred_batch_size ${p} must be between 1 and max_batch_size ${config.max_batch_size}`);
+      fail(
+        `dynamic_batching preferred_batch_size ${p} must be between 1 and max_batch_size ${config.max_batch_size}`,
+      );
     }
   }
   const vp = config.version_policy;

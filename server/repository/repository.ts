@@ -39,7 +39,9 @@ export async function scanRepositories(
     for (const e of entries.sort((a, b) => a.name.localeCompare(b.name))) {
       if (e.name.startsWith(".")) continue;
       let isDir = e.isDirectory;
-      if (e.isSymlink) isDir = (await Deno.stat(join(repository, e.name)).catch(() => undefined))?.isDirectory ?? false;
+      if (e.isSymlink) {
+        isDir = (await Deno.stat(join(repository, e.name)).catch(() => undefined))?.isDirectory ?? false;
+      }
       if (!isDir) continue;
       const prior = models.get(e.name);
       if (prior) {
@@ -75,7 +77,10 @@ export async function listVersions(modelDir: string): Promise<number[]> {
  * @param policy the config's version_policy
  * @param available the version folders found
  */
-export function selectVersions(policy: VersionPolicyConfig | undefined, available: readonly number[]): number[] {
+export function selectVersions(
+  policy: VersionPolicyConfig | undefined,
+  available: readonly number[],
+): number[] {
   if (policy?.all) return [...available];
   if (policy?.specific) return [...new Set(policy.specific.versions)].sort((a, b) => a - b);
   const n = policy?.latest?.num_versions ?? 1;

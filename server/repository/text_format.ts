@@ -64,7 +64,7 @@ interface FieldInfo {
   readonly repeated: boolean;
   readonly message?: protobuf.Type;
   readonly enumType?: protobuf.Enum;
-  readonly map?: { readonly key: FieldInfo; readonly value: FieldInfo };
+  readonly map?: { readonly key: FieldInfo; readonly value: FieldInfo; readonly entry: Shape };
   readonly oneof?: string;
 }
 
@@ -130,7 +130,15 @@ function shapeOf(type: protobuf.Type): Shape {
         type: `map<${field.keyType}, ${value.type}>`,
         kind: "message",
         repeated: true,
-        map: { key, value },
+        map: {
+          key,
+          value,
+          entry: {
+            fullName: `the map entry of field '${field.name}'`,
+            fields: new Map([["key", key], ["value", value]]),
+            oneofs: new Set(),
+          },
+        },
       });
     } else {
       fields.set(
@@ -163,13 +171,12 @@ interface Token {
   readonly text: string;
   readonly line: number;
   readonly column: number;
-  /** For strings: the decoded bytes. */
-  readonly bytes?: number[];
+  /** For strings: the decoded bytes (null for other tokens, so that every token has one shape). */
+  readonly bytes: number[] | null;
   /** For strings: whether every decoded byte is ASCII. */
-  readonly ascii?: boolean;
+  readonly ascii: boolean;
 }
 
-const SYMBOLS = "{}[]<>:,;-";
 const ESCAPES: Record<string, number> = {
   n: 10,
   t: 9,
@@ -188,6 +195,25 @@ const HEX_INT = /^0[xX][0-9a-fA-F]+$/;
 const OCT_INT = /^0[0-7]*$/;
 const DEC_INT = /^[1-9][0-9]*$/;
 const FLOAT = /^(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fF]?$/;
+
+/** Whether `c` is one of the punctuation tokens `{ } [ ] < > : , ; -`. */
+function isSymbol(c: number): boolean {
+  switch (c) {
+    case 123: // {
+    case 125: // }
+    case 91: // [
+    case 93: // ]
+    case 60: // <
+    case 62: // >
+    case 58: // :
+    case 44: // ,
+    case 59: // ;
+    case 45: // -
+      return true;
+    default:
+      return false;
+  }
+}
 
 function isDigit(c: number): boolean {
   return c >= 48 && c <= 57;
@@ -276,22 +302,22 @@ class Lexer {
     const start = this.#pos;
     const line = this.#line;
     const column = start - this.#lineStart + 1;
-    if (start >= src.length) return { kind: "end", text: "", line, column };
+    if (start >= src.length) return { kind: "end", text: "", line, column, bytes: null, ascii: true };
     const c = src.charCodeAt(start);
     if (isIdentStart(c)) {
       let end = start + 1;
       while (end < src.length && isIdentPart(src.charCodeAt(end))) end++;
       this.#pos = end;
-      return { kind: "ident", text: src.slice(start, end), line, column };
+      return { kind: "ident", text: src.slice(start, end), line, column, bytes: null, ascii: true };
     }
     if (isDigit(c) || (c === 46 && isDigit(src.charCodeAt(start + 1)))) {
       return this.#scanNumber(start, line, column);
     }
     if (c === 34 || c === 39) return this.#scanString(start, line, column);
-    const ch = src[start] ?? "";
-    if (SYMBOLS.includes(ch)) {
+    if (isSymbol(c)) {
+      const ch = src[start] ?? "";
       this.#pos = start + 1;
-      return { kind: "symbol", text: ch, line, column };
+      return { kind: "symbol", text: ch, line, column, bytes: null, ascii: true };
     }
     const cp = src.codePointAt(start) ?? c;
     const shown = cp < 32 || cp === 127 ? `\\x${cp.toString(16).padStart(2, "0")}` : String.fromCodePoint(cp);
@@ -315,9 +341,9 @@ class Lexer {
     this.#pos = end;
     const text = src.slice(start, end);
     if (DEC_INT.test(text) || OCT_INT.test(text) || HEX_INT.test(text)) {
-      return { kind: "int", text, line, column };
+      return { kind: "int", text, line, column, bytes: null, ascii: true };
     }
-    if (FLOAT.test(text)) return { kind: "float", text, line, column };
+    if (FLOAT.test(text)) return { kind: "float", text, line, column, bytes: null, ascii: true };
     return this.fail({ line, column }, `invalid number '${text}'`);
   }
 
@@ -586,12 +612,7 @@ class Parser {
     }
     const owner = `field '${info.name}'`;
     if (!info.map) return this.body(shapeOf(info.message as protobuf.Type), close, open, owner);
-    const { key, value } = info.map;
-    const entryShape: Shape = {
-      fullName: `the map entry of field '${info.name}'`,
-      fields: new Map([["key", key], ["value", value]]),
-      oneofs: new Set(),
-    };
+    const { key, value, entry: entryShape } = info.map;
     const entry = this.body(entryShape, close, open, owner);
     const k = Object.hasOwn(entry, "key") ? entry.key : defaultValue(key);
     const v = Object.hasOwn(entry, "value") ? entry.value : defaultValue(value);
@@ -628,7 +649,14 @@ class Parser {
     if (token.kind !== "int") {
       return lex.fail(first, `expected an integer for ${type} field '${info.name}', got ${shown}`);
     }
-    const magnitude = parseBigInt(token.text);
+    const text = token.text;
+    if (text.length < 10 && (text.length === 1 || text[0] !== "0")) {
+      // Fast path: a short decimal is within every range but the sign of unsigned types.
+      const small = Number(text);
+      if (!negative) return small;
+      if (!type.startsWith("u") && !type.startsWith("fixed")) return small === 0 ? 0 : -small;
+    }
+    const magnitude = parseBigInt(text);
     const value = negative ? -magnitude : magnitude;
     const [min, max] = INT_RANGES[type];
     const written = `${negative ? "-" : ""}${token.text}`;
@@ -683,11 +711,11 @@ class Parser {
       );
     }
     let bytes = first.bytes ?? [];
-    let ascii = first.ascii ?? true;
+    let ascii = first.ascii;
     while (lex.peek().kind === "string") {
       const more = lex.next();
       bytes = bytes.concat(more.bytes ?? []);
-      ascii &&= more.ascii ?? true;
+      ascii &&= more.ascii;
     }
     if (info.type === "bytes") return new Uint8Array(bytes);
     const text = bytesToString(bytes, ascii);

@@ -52,7 +52,7 @@ export class PoolScheduler implements Scheduler {
   #head = 0;
   #executing = 0;
   #options: BatchingOptions;
-  #timer: number | undefined;
+  #timer: ReturnType<typeof setTimeout> | undefined;
   #stopping = false;
   #drained: (() => void) | undefined;
 
@@ -75,7 +75,9 @@ export class PoolScheduler implements Scheduler {
 
   enqueue(request: ValidatedRequest): Promise<InferResponse> {
     if (this.#stopping) {
-      return Promise.reject(unavailable(`Cannot infer '${this.#model.name}': the model version is unloading`));
+      return Promise.reject(
+        unavailable(`Cannot infer '${this.#model.name}': the model version is unloading`),
+      );
     }
     const queued = this.#queue.length - this.#head;
     if (this.#options.maxQueueSize > 0 && queued >= this.#options.maxQueueSize) {
@@ -128,7 +130,9 @@ export class PoolScheduler implements Scheduler {
     const sizes: number[] = [];
     while (end < q.length) {
       const p = q[end]!;
-      if (size + p.request.batchSize > max || (end > this.#head && !batchCompatible(first.request, p.request))) {
+      if (
+        size + p.request.batchSize > max || (end > this.#head && !batchCompatible(first.request, p.request))
+      ) {
         break;
       }
       size += p.request.batchSize;

@@ -7,7 +7,6 @@
 
 import {
   type Datatype,
-  dataByteSize,
   deserializeBytes,
   elementCount,
   elementSize,
@@ -80,7 +79,9 @@ export function decodeInferRequest(
 ): DecodedRequest {
   const where = `the inference request for '${target.model}'`;
   if (headerLength === 0) {
-    if (!rawInput) throw invalidArg(`Cannot read ${where}: the raw binary form needs a model with exactly one input`);
+    if (!rawInput) {
+      throw invalidArg(`Cannot read ${where}: the raw binary form needs a model with exactly one input`);
+    }
     const spec = rawInput(body.byteLength);
     const data = spec.datatype === "BYTES"
       ? deserializeBytes(body, elementCount(spec.shape), `input '${spec.name}'`)
@@ -98,7 +99,7 @@ export function decodeInferRequest(
     };
   }
   let jsonBytes = body;
-  let binary = new Uint8Array(0);
+  let binary: Uint8Array = new Uint8Array(0);
   if (headerLength !== undefined) {
     if (!Number.isInteger(headerLength) || headerLength < 0 || headerLength > body.byteLength) {
       throw invalidArg(
@@ -116,7 +117,9 @@ export function decodeInferRequest(
   }
   if (!isObject(json)) throw invalidArg(`Cannot read ${where}: the JSON body must be an object`);
   const id = json.id;
-  if (id !== undefined && typeof id !== "string") throw invalidArg(`Cannot read ${where}: 'id' must be a string`);
+  if (id !== undefined && typeof id !== "string") {
+    throw invalidArg(`Cannot read ${where}: 'id' must be a string`);
+  }
   const params = parameters(json.parameters, where);
   if (!Array.isArray(json.inputs)) throw invalidArg(`Cannot read ${where}: 'inputs' must be an array`);
   let offset = 0;
@@ -137,7 +140,9 @@ export function decodeInferRequest(
     const count = elementCount(shape);
     if (p.binary_data_size !== undefined) {
       const size = p.binary_data_size;
-      if (raw.data !== undefined) throw invalidArg(`Cannot read ${where}: ${what} has both 'data' and binary data`);
+      if (raw.data !== undefined) {
+        throw invalidArg(`Cannot read ${where}: ${what} has both 'data' and binary data`);
+      }
       if (typeof size !== "number" || !Number.isInteger(size) || size < 0) {
         throw invalidArg(`Cannot read ${where}: ${what} 'binary_data_size' must be a non-negative integer`);
       }
@@ -187,14 +192,23 @@ export function decodeInferRequest(
       const p = parameters(raw.parameters, `${where}, output '${raw.name}'`);
       const c = p.classification ?? 0;
       if (typeof c !== "number" || !Number.isInteger(c) || c < 0) {
-        throw invalidArg(`Cannot read ${where}: output '${raw.name}' 'classification' must be a non-negative integer`);
+        throw invalidArg(
+          `Cannot read ${where}: output '${raw.name}' 'classification' must be a non-negative integer`,
+        );
       }
       return { name: raw.name, classification: c, parameters: p };
     });
   }
   const binaryOutput = params.binary_data_output === true;
   return {
-    request: { model: target.model, version: target.version, id: id ?? "", inputs, outputs, parameters: params },
+    request: {
+      model: target.model,
+      version: target.version,
+      id: id ?? "",
+      inputs,
+      outputs,
+      parameters: params,
+    },
     binaryOutput,
   };
 }
@@ -226,7 +240,12 @@ export function encodeInferResponse(
     if (binary) {
       const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
       chunks.push(bytes);
-      return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: bytes.byteLength } };
+      return {
+        name: t.name,
+        datatype: t.datatype,
+        shape: t.shape,
+        parameters: { binary_data_size: bytes.byteLength },
+      };
     }
     return { name: t.name, datatype: t.datatype, shape: t.shape, data: toJsonValues(t.datatype, t.data) };
   });
@@ -246,5 +265,3 @@ export function encodeInferResponse(
   }
   return { body, headerLength: json.byteLength };
 }
-
-export { dataByteSize };

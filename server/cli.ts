@@ -1,0 +1,343 @@
+/**
+ * The command line: Triton's flag names and defaults turned into typed ServerOptions. An unknown flag or a
+ * bad value is one CliError naming it.
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+
+/** The model control modes. */
+export type ModelControlMode = "none" | "poll" | "explicit";
+
+/** Everything the server is configured with. */
+export interface ServerOptions {
+  modelRepositories: string[];
+  httpPort: number;
+  httpAddress: string;
+  grpcPort: number;
+  grpcAddress: string;
+  metricsPort: number;
+  metricsAddress: string;
+  allowHttp: boolean;
+  allowGrpc: boolean;
+  allowMetrics: boolean;
+  allowGpuMetrics: boolean;
+  allowCpuMetrics: boolean;
+  modelControlMode: ModelControlMode;
+  repositoryPollSecs: number;
+  loadModels: string[];
+  strictReadiness: boolean;
+  exitOnError: boolean;
+  exitTimeoutSecs: number;
+  logVerbose: number;
+  logInfo: boolean;
+  logWarning: boolean;
+  logError: boolean;
+  logFile: string;
+  logFormat: "default" | "ISO8601";
+  httpMaxInputSize: number;
+  autoCompleteConfig: boolean;
+  backendConfig: Record<string, Record<string, string>>;
+  allowClientShm: boolean;
+  id: string;
+  grpcKeepaliveTimeMs: number;
+  grpcKeepaliveTimeoutMs: number;
+  grpcKeepalivePermitWithoutCalls: boolean;
+  grpcHttp2MaxPingsWithoutData: number;
+  grpcUseSsl: boolean;
+  grpcServerCert: string;
+  grpcServerKey: string;
+  grpcRootCert: string;
+  grpcInferResponseCompressionLevel: "none" | "low" | "medium" | "high";
+  metricsIntervalMs: number;
+  metricsConfig: string[];
+  traceConfig: string[];
+}
+
+/** A bad command line. */
+export class CliError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "CliError";
+  }
+}
+
+type Kind = "string" | "int" | "bool" | "list" | "flag";
+
+interface FlagSpec {
+  kind: Kind;
+  help: string;
+  default?: string;
+  choices?: readonly string[];
+  min?: number;
+  max?: number;
+}
+
+/** Every flag, with its kind, default and help text. */
+export const FLAGS: Record<string, FlagSpec> = {
+  "model-repository": { kind: "list", help: "Path to a model repository (repeatable)" },
+  "model-store": { kind: "list", help: "Alias of --model-repository" },
+  "http-port": { kind: "int", default: "8000", min: 0, max: 65535, help: "HTTP port" },
+  "http-address": { kind: "string", default: "0.0.0.0", help: "HTTP listen address" },
+  "http-thread-count": {
+    kind: "int",
+    default: "8",
+    min: 1,
+    help: "Accepted for compatibility (one event loop serves HTTP)",
+  },
+  "http-max-input-size": {
+    kind: "int",
+    default: "67108864",
+    min: 1,
+    help: "Largest HTTP request body, in bytes",
+  },
+  "grpc-port": { kind: "int", default: "8001", min: 0, max: 65535, help: "gRPC port" },
+  "grpc-address": { kind: "string", default: "0.0.0.0", help: "gRPC listen address" },
+  "metrics-port": { kind: "int", default: "8002", min: 0, max: 65535, help: "Prometheus metrics port" },
+  "metrics-address": { kind: "string", default: "0.0.0.0", help: "Metrics listen address" },
+  "allow-http": { kind: "bool", default: "true", help: "Serve HTTP" },
+  "allow-grpc": { kind: "bool", default: "true", help: "Serve gRPC" },
+  "allow-metrics": { kind: "bool", default: "true", help: "Serve Prometheus metrics" },
+  "allow-gpu-metrics": { kind: "bool", default: "true", help: "Report GPU metrics" },
+  "allow-cpu-metrics": { kind: "bool", default: "true", help: "Report CPU metrics" },
+  "metrics-interval-ms": { kind: "int", default: "2000", min: 1, help: "Interval of the gauge updates, ms" },
+  "metrics-config": { kind: "list", help: "Metrics setting <key>=<value> (repeatable)" },
+  "model-control-mode": {
+    kind: "string",
+    default: "none",
+    choices: ["none", "poll", "explicit"],
+    help: "Model control mode: none, poll or explicit",
+  },
+  "repository-poll-secs": {
+    kind: "int",
+    default: "15",
+    min: 0,
+    help: "Repository poll interval in poll mode",
+  },
+  "load-model": { kind: "list", help: "Model to load at start in explicit mode, '*' for all (repeatable)" },
+  "strict-readiness": { kind: "bool", default: "true", help: "Ready only when every model is ready" },
+  "exit-on-error": { kind: "bool", default: "true", help: "Exit when a model fails to load at start" },
+  "exit-timeout-secs": {
+    kind: "int",
+    default: "30",
+    min: 0,
+    help: "Seconds to finish in-flight requests at exit",
+  },
+  "strict-model-config": { kind: "bool", help: "Deprecated: true disables auto-complete" },
+  "disable-auto-complete-config": { kind: "flag", help: "Do not complete configs from the models" },
+  "backend-config": { kind: "list", help: "<backend>,<key>=<value> (repeatable)" },
+  "allow-client-shm": { kind: "bool", default: "false", help: "Allow client shared-memory regions" },
+  "log-verbose": { kind: "int", default: "0", min: 0, help: "Verbose logging level" },
+  "log-info": { kind: "bool", default: "true", help: "Log info messages" },
+  "log-warning": { kind: "bool", default: "true", help: "Log warnings" },
+  "log-error": { kind: "bool", default: "true", help: "Log errors" },
+  "log-file": { kind: "string", default: "", help: "Log to this file instead of the console" },
+  "log-format": {
+    kind: "string",
+    default: "default",
+    choices: ["default", "ISO8601"],
+    help: "Log line format",
+  },
+  "id": { kind: "string", default: "dinfer", help: "Server identifier (server metadata name)" },
+  "grpc-keepalive-time": {
+    kind: "int",
+    default: "7200000",
+    min: 1,
+    help: "gRPC keepalive ping interval, ms",
+  },
+  "grpc-keepalive-timeout": { kind: "int", default: "20000", min: 1, help: "gRPC keepalive ack timeout, ms" },
+  "grpc-keepalive-permit-without-calls": {
+    kind: "bool",
+    default: "false",
+    help: "Allow keepalive pings without calls",
+  },
+  "grpc-http2-max-pings-without-data": {
+    kind: "int",
+    default: "2",
+    min: 0,
+    help: "Pings allowed without data",
+  },
+  "grpc-use-ssl": { kind: "bool", default: "false", help: "Serve gRPC over TLS" },
+  "grpc-server-cert": { kind: "string", default: "", help: "TLS certificate file" },
+  "grpc-server-key": { kind: "string", default: "", help: "TLS key file" },
+  "grpc-root-cert": { kind: "string", default: "", help: "TLS root certificate (client authentication)" },
+  "grpc-infer-response-compression-level": {
+    kind: "string",
+    default: "none",
+    choices: ["none", "low", "medium", "high"],
+    help: "Compression of gRPC infer responses",
+  },
+  "trace-config": { kind: "list", help: "Trace setting [<mode>,]<key>=<value> (repeatable)" },
+};
+
+/** The help text listing every flag. */
+export function helpText(): string {
+  const lines = [
+    "Usage: dinfer serve [--flag=value ...]",
+    "",
+    "Serves Triton model repositories over the KServe v2 protocol (HTTP, gRPC) with Prometheus metrics.",
+    "",
+  ];
+  for (const [name, spec] of Object.entries(FLAGS)) {
+    const value = spec.kind === "flag"
+      ? ""
+      : spec.kind === "bool"
+      ? "=<bool>"
+      : spec.kind === "int"
+      ? "=<int>"
+      : "=<string>";
+    const def = spec.default !== undefined && spec.default !== "" ? ` (default: ${spec.default})` : "";
+    lines.push(`  --${name}${value}`.padEnd(50) + spec.help + def);
+  }
+  lines.push("  --help".padEnd(50) + "Show this help");
+  return lines.join("\n");
+}
+
+function parseBool(flag: string, v: string): boolean {
+  const s = v.toLowerCase();
+  if (["true", "1", "yes", "on"].includes(s)) return true;
+  if (["false", "0", "no", "off"].includes(s)) return false;
+  throw new CliError(`Bad value '${v}' for --${flag}: expected true or false`);
+}
+
+function parseInt(flag: string, v: string, spec: FlagSpec): number {
+  if (!/^-?[0-9]+$/.test(v.trim())) throw new CliError(`Bad value '${v}' for --${flag}: expected an integer`);
+  const n = Number(v);
+  if (!Number.isSafeInteger(n)) throw new CliError(`Bad value '${v}' for --${flag}: out of range`);
+  if (spec.min !== undefined && n < spec.min) {
+    throw new CliError(`Bad value '${v}' for --${flag}: must be at least ${spec.min}`);
+  }
+  if (spec.max !== undefined && n > spec.max) {
+    throw new CliError(`Bad value '${v}' for --${flag}: must be at most ${spec.max}`);
+  }
+  return n;
+}
+
+/**
+ * Parses the serve command line.
+ * @param args the arguments after `serve`
+ * @returns the options, or "help" when --help was given
+ * @throws CliError naming the bad flag or value
+ */
+export function parseCommandLine(args: readonly string[]): ServerOptions | "help" {
+  const options: Record<string, { type: "string" | "boolean"; multiple?: boolean }> = {
+    help: { type: "boolean" },
+  };
+  for (const [name, spec] of Object.entries(FLAGS)) {
+    options[name] = spec.kind === "flag" ? { type: "boolean" } : { type: "string", multiple: true };
+  }
+  let values: Record<string, unknown>;
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseArgs({ args: [...args], options, strict: true, allowPositionals: true }));
+  } catch (err) {
+    const msg = (err as Error).message;
+    const unknown = /Unknown option '([^']+)'/.exec(msg);
+    if (unknown) throw new CliError(`Unknown flag '${unknown[1]}' (see --help)`);
+    const missing = /Option '([^']+?)(?: <value>)?' argument missing/.exec(msg);
+    if (missing) throw new CliError(`Flag '${missing[1]}' needs a value`);
+    throw new CliError(msg.split("\n")[0]!);
+  }
+  if (values.help) return "help";
+  if (positionals.length > 0) {
+    throw new CliError(`Unexpected argument '${positionals[0]}' (flags are --name=value)`);
+  }
+
+  const one = (name: string): string => {
+    const spec = FLAGS[name]!;
+    const list = values[name] as string[] | undefined;
+    if (list && list.length > 1) throw new CliError(`Flag --${name} is given more than once`);
+    const v = list?.[0] ?? spec.default ?? "";
+    if (spec.choices && !spec.choices.includes(v)) {
+      throw new CliError(`Bad value '${v}' for --${name}: expected one of ${spec.choices.join(", ")}`);
+    }
+    return v;
+  };
+  const int = (name: string) => parseInt(name, one(name), FLAGS[name]!);
+  const bool = (name: string) => parseBool(name, one(name));
+  const list = (name: string) => (values[name] as string[] | undefined) ?? [];
+
+  const repos = [...list("model-repository"), ...list("model-store")];
+  const backendConfig: Record<string, Record<string, string>> = {};
+  for (const entry of list("backend-config")) {
+    const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);
+    if (!m) throw new CliError(`Bad value '${entry}' for --backend-config: expected <backend>,<key>=<value>`);
+    const backend = m[1] ?? "";
+    (backendConfig[backend] ??= {})[m[2]!] = m[3]!;
+  }
+  for (
+    const [flag, re] of [["metrics-config", /^[^=]+=.*$/], [
+      "trace-config",
+      /^(?:[^,=]+,)?[^,=]+=.*$/,
+    ]] as const
+  ) {
+    for (const entry of list(flag)) {
+      if (!re.test(entry)) throw new CliError(`Bad value '${entry}' for --${flag}: expected <key>=<value>`);
+    }
+  }
+  const strictModelConfig = values["strict-model-config"] === undefined ? false : bool("strict-model-config");
+  const mode = one("model-control-mode") as ModelControlMode;
+  const loadModels = list("load-model");
+  if (loadModels.length > 0 && mode !== "explicit") {
+    throw new CliError("Flag --load-model needs --model-control-mode=explicit");
+  }
+  const result: ServerOptions = {
+    modelRepositories: repos,
+    httpPort: int("http-port"),
+    httpAddress: one("http-address"),
+    grpcPort: int("grpc-port"),
+    grpcAddress: one("grpc-address"),
+    metricsPort: int("metrics-port"),
+    metricsAddress: one("metrics-address"),
+    allowHttp: bool("allow-http"),
+    allowGrpc: bool("allow-grpc"),
+    allowMetrics: bool("allow-metrics"),
+    allowGpuMetrics: bool("allow-gpu-metrics"),
+    allowCpuMetrics: bool("allow-cpu-metrics"),
+    modelControlMode: mode,
+    repositoryPollSecs: int("repository-poll-secs"),
+    loadModels,
+    strictReadiness: bool("strict-readiness"),
+    exitOnError: bool("exit-on-error"),
+    exitTimeoutSecs: int("exit-timeout-secs"),
+    logVerbose: int("log-verbose"),
+    logInfo: bool("log-info"),
+    logWarning: bool("log-warning"),
+    logError: bool("log-error"),
+    logFile: one("log-file"),
+    logFormat: one("log-format") as "default" | "ISO8601",
+    httpMaxInputSize: int("http-max-input-size"),
+    autoCompleteConfig: !values["disable-auto-complete-config"] && !strictModelConfig,
+    backendConfig,
+    allowClientShm: bool("allow-client-shm"),
+    id: one("id"),
+    grpcKeepaliveTimeMs: int("grpc-keepalive-time"),
+    grpcKeepaliveTimeoutMs: int("grpc-keepalive-timeout"),
+    grpcKeepalivePermitWithoutCalls: bool("grpc-keepalive-permit-without-calls"),
+    grpcHttp2MaxPingsWithoutData: int("grpc-http2-max-pings-without-data"),
+    grpcUseSsl: bool("grpc-use-ssl"),
+    grpcServerCert: one("grpc-server-cert"),
+    grpcServerKey: one("grpc-server-key"),
+    grpcRootCert: one("grpc-root-cert"),
+    grpcInferResponseCompressionLevel: one("grpc-infer-response-compression-level") as ServerOptions[
+      "grpcInferResponseCompressionLevel"
+    ],
+    metricsIntervalMs: int("metrics-interval-ms"),
+    metricsConfig: list("metrics-config"),
+    traceConfig: list("trace-config"),
+  };
+  if (result.grpcUseSsl && (!result.grpcServerCert || !result.grpcServerKey)) {
+    throw new CliError("Flag --grpc-use-ssl=true needs --grpc-server-cert and --grpc-server-key");
+  }
+  return result;
+}
+
+/**
+ * The default options (as if no flag was given), with the given repositories.
+ * @param repositories model repository paths
+ */
+export function defaultOptions(repositories: string[] = []): ServerOptions {
+  const o = parseCommandLine([]) as ServerOptions;
+  o.modelRepositories = repositories;
+  return o;
+}

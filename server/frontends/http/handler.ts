@@ -1,0 +1,276 @@
+/**
+ * The HTTP/REST frontend (KServe v2 with Triton's extensions) as a pure `(Request) => Promise<Response>`
+ * function; `Deno.serve` appears only at start-up.
+ * @module
+ */
+
+import { elementSize, fromConfigType } from "../../core/dtypes.ts";
+import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
+import type { ModelRegistry } from "../../models/registry.ts";
+import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
+
+/** What the HTTP frontend serves and how. */
+export interface HttpOptions {
+  /** The server name in `GET /v2`. */
+  serverName: string;
+  /** The server version in `GET /v2`. */
+  serverVersion: string;
+  /** The protocol extensions this server implements. */
+  extensions: string[];
+  /** The largest request body accepted, in bytes (`--http-max-input-size`). */
+  maxInputSize: number;
+  /** Whether readiness needs every model ready (`--strict-readiness`). */
+  strictReadiness: boolean;
+  /** Whether the server is shutting down (readiness then answers not ready). */
+  isStopping?: () => boolean;
+}
+
+/** An HTTP request handler. */
+export type Handler = (request: Request) => Promise<Response>;
+
+const JSON_HEADERS = { "content-type": "application/json" };
+
+function json(body: unknown, status = 200): Response {
+  return new Response(JSON.stringify(body), { status, headers: JSON_HEADERS });
+}
+
+function errorResponse(err: unknown): Response {
+  const e = toServerError(err);
+  return json({ error: e.message }, httpStatus(e.code));
+}
+
+async function readBody(request: Request, limit: number): Promise<Uint8Array> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > limit) {
+    throw invalidArg(
+      `Cannot read the request body: ${declared} bytes is more than --http-max-input-size (${limit} bytes)`,
+    );
+  }
+  let body: Uint8Array;
+  if (declared !== null) {
+    body = await request.bytes();
+  } else {
+    const chunks: Uint8Array[] = [];
+    let total = 0;
+    const reader = request.body?.getReader();
+    if (reader) {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        total += value.byteLength;
+        if (total > limit) {
+          await reader.cancel();
+          throw invalidArg(
+            `Cannot read the request body: it is more than --http-max-input-size (${limit} bytes)`,
+          );
+        }
+        chunks.push(value);
+      }
+    }
+    body = concat(chunks, total);
+  }
+  const encoding = request.headers.get("content-encoding")?.trim().toLowerCase();
+  if (encoding && encoding !== "identity") {
+    if (encoding !== "gzip" && encoding !== "deflate") {
+      throw unsupported(`Cannot read the request body: unsupported Content-Encoding '${encoding}'`);
+    }
+    body = await inflate(body, encoding, limit);
+  }
+  return body;
+}
+
+function concat(chunks: Uint8Array[], total: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.byteLength;
+  }
+  return out;
+}
+
+async function inflate(body: Uint8Array, encoding: "gzip" | "deflate", limit: number): Promise<Uint8Array> {
+  const stream = new Blob([body as BlobPart]).stream().pipeThrough(new DecompressionStream(encoding));
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    for await (const chunk of stream) {
+      total += chunk.byteLength;
+      if (total > limit) {
+        throw invalidArg(
+          `Cannot read the request body: it inflates to more than --http-max-input-size (${limit} bytes)`,
+        );
+      }
+      chunks.push(chunk);
+    }
+  } catch (err) {
+    if (err instanceof Error && err.name === "ServerError") throw err;
+    throw invalidArg(
+      `Cannot read the request body: it is not valid ${encoding} data: ${(err as Error).message}`,
+    );
+  }
+  return concat(chunks, total);
+}
+
+function pickEncoding(request: Request): "gzip" | "deflate" | undefined {
+  const accept = request.headers.get("accept-encoding");
+  if (!accept) return undefined;
+  for (const part of accept.split(",")) {
+    const [name, ...params] = part.trim().toLowerCase().split(";");
+    if (params.some((p) => /^\s*q=0(\.0*)?\s*$/.test(p))) continue;
+    if (name === "gzip" || name === "deflate") return name;
+  }
+  return undefined;
+}
+
+async function compressed(body: Uint8Array, encoding: "gzip" | "deflate"): Promise<Uint8Array> {
+  const stream = new Blob([body as BlobPart]).stream().pipeThrough(new CompressionStream(encoding));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+/**
+ * Creates the HTTP handler over a model registry.
+ * @param registry the models
+ * @param options server facts and limits
+ * @returns the handler
+ */
+export function createHttpHandler(registry: ModelRegistry, options: HttpOptions): Handler {
+  const serverReady = () =>
+    !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
+
+  async function infer(request: Request, model: string, version: string): Promise<Response> {
+    const hl = request.headers.get(HEADER_LENGTH);
+    let headerLength: number | undefined;
+    if (hl !== null) {
+      headerLength = Number(hl);
+      if (!/^\s*[0-9]+\s*$/.test(hl)) {
+        throw invalidArg(
+          `Cannot read the inference request for '${model}': Inference-Header-Content-Length '${hl}' is not a number`,
+        );
+      }
+    }
+    const body = await readBody(request, options.maxInputSize);
+    const decoded = decodeInferRequest(body, headerLength, { model, version }, (bytes) => {
+      const mv = registry.resolve(model, version);
+      const inputs = mv.config.input;
+      if (inputs.length !== 1) {
+        throw invalidArg(
+          `Cannot read the inference request for '${model}': the raw binary form needs a model with exactly one input, it has ${inputs.length}`,
+        );
+      }
+      const spec = inputs[0]!;
+      const datatype = fromConfigType(spec.data_type)!;
+      const batch = mv.config.max_batch_size > 0 ? [1] : [];
+      const dims = [...spec.dims];
+      const wild = dims.filter((d) => d === -1).length;
+      if (wild > 0) {
+        const size = datatype === "BYTES"
+          ? 0
+          : (dims.filter((d) => d > 0).reduce((a, b) => a * b, 1) * elementSize(datatype));
+        if (wild > 1 || datatype === "BYTES" || size === 0 || bytes % size !== 0) {
+          throw invalidArg(
+            `Cannot read the inference request for '${model}': the shape of input '${spec.name}' [${
+              dims.join(",")
+            }] cannot be derived from ${bytes} bytes of raw data`,
+          );
+        }
+        dims[dims.indexOf(-1)] = bytes / size;
+      }
+      return { name: spec.name, datatype, shape: [...batch, ...dims] };
+    });
+    const response = await registry.infer(decoded.request);
+    const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput);
+    const headers: Record<string, string> = {};
+    if (encoded.headerLength !== undefined) {
+      headers[HEADER_LENGTH] = String(encoded.headerLength);
+      headers["content-type"] = "application/octet-stream";
+    } else {
+      headers["content-type"] = "application/json";
+    }
+    let out = encoded.body;
+    const encoding = pickEncoding(request);
+    if (encoding) {
+      out = await compressed(out, encoding);
+      headers["content-encoding"] = encoding;
+    }
+    return new Response(out as BodyInit, { status: 200, headers });
+  }
+
+  function modelMetadata(model: string, version: string): Response {
+    const mv = registry.resolve(model, version);
+    const entry = registry.entry(model)!;
+    const versions = [...entry.versions.values()]
+      .filter((v) => v.state === "READY")
+      .map((v) => v.version)
+      .sort((a, b) => a - b)
+      .map(String);
+    const { inputs, outputs } = mv.metadata();
+    return json({
+      name: model,
+      versions,
+      platform: mv.config.platform || mv.config.backend,
+      inputs,
+      outputs,
+    });
+  }
+
+  function modelConfig(model: string, version: string): Response {
+    return json(registry.resolve(model, version).config);
+  }
+
+  async function route(request: Request): Promise<Response> {
+    const url = new URL(request.url);
+    const parts = url.pathname.split("/").filter((p) => p !== "").map(decodeURIComponent);
+    const method = request.method;
+    if (parts[0] !== "v2") throw notFound(`Not found: '${url.pathname}'`);
+    if (parts.length === 1 && method === "GET") {
+      return json({
+        name: options.serverName,
+        version: options.serverVersion,
+        extensions: options.extensions,
+      });
+    }
+    if (parts[1] === "health" && parts.length === 3 && method === "GET") {
+      if (parts[2] === "live") return new Response(null, { status: 200 });
+      if (parts[2] === "ready") return new Response(null, { status: serverReady() ? 200 : 400 });
+    }
+    if (parts[1] === "models" && parts.length >= 3) {
+      const model = parts[2]!;
+      let rest = parts.slice(3);
+      let version = "";
+      if (rest[0] === "versions") {
+        if (rest.length < 2) throw notFound(`Not found: '${url.pathname}'`);
+        version = rest[1]!;
+        rest = rest.slice(2);
+      }
+      const action = rest.join("/");
+      if (action === "" && method === "GET") return modelMetadata(model, version);
+      if (action === "ready" && method === "GET") {
+        return new Response(null, { status: registry.isReady(model, version) ? 200 : 400 });
+      }
+      if (action === "config" && method === "GET") return modelConfig(model, version);
+      if (action === "infer" && method === "POST") return await infer(request, model, version);
+      if (action === "stats" || action === "trace/setting") {
+        throw unsupported(`The '${action}' endpoint is not supported yet`);
+      }
+    }
+    if (parts[1] === "models" && parts[2] === undefined) {
+      throw notFound(`Not found: '${url.pathname}'`);
+    }
+    if (
+      ["repository", "systemsharedmemory", "cudasharedmemory", "logging", "trace"].includes(parts[1] ?? "")
+    ) {
+      throw unsupported(`The '/v2/${parts[1]}' extension is not supported yet`);
+    }
+    throw notFound(`Not found: ${method} '${url.pathname}'`);
+  }
+
+  return async function handle(request: Request): Promise<Response> {
+    try {
+      return await route(request);
+    } catch (err) {
+      return errorResponse(err);
+    }
+  };
+}

@@ -1,0 +1,157 @@
+/**
+ * Server start-up and shutdown: loads the repositories, then serves HTTP and metrics.
+ * @module
+ */
+
+import { fileURLToPath } from "node:url";
+import type { ServerOptions } from "./cli.ts";
+import { createHttpHandler } from "./frontends/http/handler.ts";
+import { Logger } from "./logging.ts";
+import { ModelRegistry } from "./models/registry.ts";
+
+/** The server's version, reported in server metadata. */
+export const VERSION = "0.1.0";
+
+/** The protocol extensions this build implements. */
+export const EXTENSIONS = ["classification", "binary_tensor_data", "parameters"];
+
+/** The bundled example repository, served when no repository is given. */
+export const EXAMPLE_REPOSITORY: string = fileURLToPath(new URL("../examples/models", import.meta.url));
+
+/** A running server. */
+export interface RunningServer {
+  /** The models. */
+  registry: ModelRegistry;
+  /** The HTTP address actually bound (port 0 picks a free one). */
+  httpAddr: Deno.NetAddr | undefined;
+  /** The metrics address actually bound. */
+  metricsAddr: Deno.NetAddr | undefined;
+  /** Models that failed to load at start, with their reasons. */
+  loadFailures: Map<string, string>;
+  /** Stops accepting requests, finishes in-flight ones (up to exit-timeout-secs) and frees everything. */
+  shutdown(): Promise<void>;
+  /** Resolves when the server has shut down. */
+  finished: Promise<void>;
+}
+
+/** Start-up failed (for example a model failed to load with --exit-on-error=true). */
+export class StartupError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "StartupError";
+  }
+}
+
+/**
+ * Starts a server.
+ * @param options the parsed command line
+ * @param logger where to log; one is made from the options when left out
+ * @returns the running server
+ */
+export async function startServer(options: ServerOptions, logger?: Logger): Promise<RunningServer> {
+  const log = logger ?? new Logger({
+    info: options.logInfo,
+    warning: options.logWarning,
+    error: options.logError,
+    verbose: options.logVerbose,
+    format: options.logFormat,
+    file: options.logFile,
+  });
+  const repositories = options.modelRepositories.length > 0
+    ? options.modelRepositories
+    : [EXAMPLE_REPOSITORY];
+  const registry = new ModelRegistry({
+    repositories,
+    autoComplete: options.autoCompleteConfig,
+    backendConfig: options.backendConfig,
+  });
+  let toLoad: string[] | undefined;
+  if (options.modelControlMode === "explicit") {
+    toLoad = options.loadModels.includes("*") ? undefined : options.loadModels;
+  }
+  const failures = toLoad?.length === 0 ? new Map<string, string>() : await registry.loadModels(toLoad);
+  for (const row of registry.index()) {
+    log.info(
+      `Model '${row.name}' version ${row.version || "-"}: ${row.state}${
+        row.reason ? ` (${row.reason})` : ""
+      }`,
+    );
+  }
+  if (failures.size > 0 && options.exitOnError) {
+    await registry.close();
+    const reasons = [...failures.entries()].map(([n, r]) => `'${n}': ${r}`).join("; ");
+    throw new StartupError(`Cannot start: failed to load all models (${reasons})`);
+  }
+  if (options.modelControlMode === "poll") {
+    log.warning(
+      "Repository polling (--model-control-mode=poll) is not supported yet: models were loaded once at start",
+    );
+  }
+
+  let stopping = false;
+  const abort = new AbortController();
+  let httpServer: Deno.HttpServer<Deno.NetAddr> | undefined;
+  let metricsServer: Deno.HttpServer<Deno.NetAddr> | undefined;
+  let httpAddr: Deno.NetAddr | undefined;
+  let metricsAddr: Deno.NetAddr | undefined;
+
+  if (options.allowHttp) {
+    const handler = createHttpHandler(registry, {
+      serverName: options.id,
+      serverVersion: VERSION,
+      extensions: EXTENSIONS,
+      maxInputSize: options.httpMaxInputSize,
+      strictReadiness: options.strictReadiness,
+      isStopping: () => stopping,
+    });
+    httpServer = Deno.serve({
+      port: options.httpPort,
+      hostname: options.httpAddress,
+      signal: abort.signal,
+      onListen: () => {},
+    }, handler);
+    httpAddr = httpServer.addr;
+    log.info(`Started HTTPService at ${httpAddr.hostname}:${httpAddr.port}`);
+  }
+  if (options.allowGrpc) {
+    log.warning("The gRPC endpoint is not supported yet: nothing listens on --grpc-port");
+  }
+  if (options.allowMetrics) {
+    metricsServer = Deno.serve({
+      port: options.metricsPort,
+      hostname: options.metricsAddress,
+      signal: abort.signal,
+      onListen: () => {},
+    }, (req) => {
+      const url = new URL(req.url);
+      if (url.pathname !== "/metrics") return new Response("Not Found\n", { status: 404 });
+      return new Response("", { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+    });
+    metricsAddr = metricsServer.addr;
+    log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
+  }
+
+  let resolveFinished: () => void = () => {};
+  const finished = new Promise<void>((r) => (resolveFinished = r));
+  let shuttingDown: Promise<void> | undefined;
+  const shutdown = (): Promise<void> => {
+    shuttingDown ??= (async () => {
+      stopping = true;
+      log.info("Shutting down: finishing in-flight requests");
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
+      const drain = Promise.allSettled([httpServer?.shutdown(), metricsServer?.shutdown()]).then(() =>
+        registry.close()
+      );
+      await Promise.race([drain, timeout]);
+      clearTimeout(timer);
+      abort.abort();
+      await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
+      log.info("Stopped");
+      if (!logger) log.close();
+      resolveFinished();
+    })();
+    return shuttingDown;
+  };
+  return { registry, httpAddr, metricsAddr, loadFailures: failures, shutdown, finished };
+}
