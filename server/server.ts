@@ -143,9 +143,13 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       const drain = Promise.allSettled([httpServer?.shutdown(), metricsServer?.shutdown()]).then(() =>
         registry.close()
       );
-      await Promise.race([drain, timeout]);
+      const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
       clearTimeout(timer);
-      abort.abort();
+      if (!drained) {
+        log.warning(`In-flight requests did not finish within --exit-timeout-secs=${options.exitTimeoutSecs}`);
+        abort.abort();
+        await registry.close();
+      }
       await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
       log.info("Stopped");
       if (!logger) log.close();

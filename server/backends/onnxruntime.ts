@@ -185,6 +185,11 @@ class OrtInstance implements BackendInstance {
   async execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
     const feeds: Record<string, ort.Tensor> = {};
     for (const [name, t] of inputs) {
+      if (!this.#session.inputNames.includes(name)) {
+        throw unsupported(
+          `Cannot run '${this.#config.name}': input '${name}' is an initializer of the ONNX model, which onnxruntime-node cannot override; leave it out to use the model's value`,
+        );
+      }
       const type = TO_ORT[t.datatype];
       if (!type) {
         throw unsupported(

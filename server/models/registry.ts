@@ -113,7 +113,7 @@ export class ModelRegistry {
     try {
       const raw = await readConfigFile(location.dir, name);
       if (raw.name === undefined || raw.name === "") raw.name = name;
-      const config = toModelConfig(raw, name);
+      let config = toModelConfig(raw, name);
       const available = await listVersions(location.dir);
       const files = await versionFileNames(location.dir, available);
       const { backend: backendName } = resolveBackend(config, files);
@@ -127,6 +127,7 @@ export class ModelRegistry {
       if (this.#options.autoComplete) {
         const v = versions[versions.length - 1]!;
         await backend.autoComplete(config, this.#context(entry, config, backend, v));
+        config = toModelConfig(config, name);
       }
       await validateConfig(config, name, location.dir);
       entry.config = config;

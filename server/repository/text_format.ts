@@ -252,6 +252,7 @@ class Lexer {
   constructor(src: string, filename: string) {
     this.#src = src;
     this.#filename = filename;
+    if (src.charCodeAt(0) === 0xfeff) this.#pos = this.#lineStart = 1; // a byte order mark
   }
 
   fail(at: { line: number; column: number }, reason: string): never {

@@ -1,0 +1,92 @@
+/**
+ * Test helpers: a real server on free ports, fixture paths, and the Python interpreter of the
+ * compatibility tests.
+ * @module
+ */
+
+import { fileURLToPath } from "node:url";
+import { parseCommandLine, type ServerOptions } from "../server/cli.ts";
+import { Logger } from "../server/logging.ts";
+import { type RunningServer, startServer } from "../server/server.ts";
+
+/** The repository root. */
+export const ROOT: string = fileURLToPath(new URL("../", import.meta.url));
+/** The bundled example repository. */
+export const EXAMPLES: string = fileURLToPath(new URL("../examples/models", import.meta.url));
+/** The test fixture repository. */
+export const FIXTURES: string = fileURLToPath(new URL("./fixtures/models", import.meta.url));
+
+/** A server started for a test. */
+export interface TestServer {
+  /** The running server. */
+  server: RunningServer;
+  /** The HTTP base URL, e.g. `http://127.0.0.1:41234`. */
+  url: string;
+  /** `host:port` of the HTTP endpoint, as tritonclient takes it. */
+  httpHost: string;
+  /** Shuts the server down. */
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/**
+ * Starts a real server on free loopback ports (HTTP and metrics; gRPC off unless flags turn it on).
+ * @param flags extra command-line flags, e.g. `["--model-repository=...", "--strict-readiness=false"]`
+ */
+export async function startTestServer(flags: string[] = []): Promise<TestServer> {
+  const base = [
+    "--http-port=0",
+    "--metrics-port=0",
+    "--grpc-port=0",
+    "--http-address=127.0.0.1",
+    "--metrics-address=127.0.0.1",
+    "--grpc-address=127.0.0.1",
+    "--allow-grpc=false",
+    "--exit-on-error=false",
+    "--log-info=false",
+    "--log-warning=false",
+  ];
+  const options = parseCommandLine([...base, ...flags]) as ServerOptions;
+  const logger = new Logger({
+    info: false,
+    warning: false,
+    error: false,
+    verbose: 0,
+    format: "default",
+    file: "",
+  });
+  const server = await startServer(options, logger);
+  const port = server.httpAddr?.port ?? 0;
+  const close = () => server.shutdown();
+  return {
+    server,
+    url: `http://127.0.0.1:${port}`,
+    httpHost: `127.0.0.1:${port}`,
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}
+
+/** The Python interpreter with tritonclient and numpy (`DINFER_PYTHON`, else `.venv/bin/python`). */
+export function pythonPath(): string {
+  return Deno.env.get("DINFER_PYTHON") ?? `${ROOT}.venv/bin/python`;
+}
+
+/**
+ * Runs a Python script of the compatibility tests and returns its exit code and output.
+ * @param script path relative to the repository root
+ * @param args arguments
+ */
+export async function runPython(
+  script: string,
+  args: string[] = [],
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const out = await new Deno.Command(pythonPath(), {
+    args: [`${ROOT}${script}`, ...args],
+    stdout: "piped",
+    stderr: "piped",
+    cwd: ROOT,
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
