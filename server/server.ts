@@ -5,6 +5,7 @@
 
 import { fileURLToPath } from "node:url";
 import type { ServerOptions } from "./cli.ts";
+import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpHandler } from "./frontends/http/handler.ts";
 import { Logger } from "./logging.ts";
 import { ModelRegistry } from "./models/registry.ts";
@@ -24,6 +25,8 @@ export interface RunningServer {
   registry: ModelRegistry;
   /** The HTTP address actually bound (port 0 picks a free one). */
   httpAddr: Deno.NetAddr | undefined;
+  /** The gRPC port actually bound, when gRPC is on. */
+  grpcPort: number | undefined;
   /** The metrics address actually bound. */
   metricsAddr: Deno.NetAddr | undefined;
   /** Models that failed to load at start, with their reasons. */
@@ -94,6 +97,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   let metricsServer: Deno.HttpServer<Deno.NetAddr> | undefined;
   let httpAddr: Deno.NetAddr | undefined;
   let metricsAddr: Deno.NetAddr | undefined;
+  let grpcServer: GrpcServer | undefined;
+  let grpcPort: number | undefined;
 
   if (options.allowHttp) {
     const handler = createHttpHandler(registry, {
@@ -114,7 +119,36 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     log.info(`Started HTTPService at ${httpAddr.hostname}:${httpAddr.port}`);
   }
   if (options.allowGrpc) {
-    log.warning("The gRPC endpoint is not supported yet: nothing listens on --grpc-port");
+    try {
+      grpcServer = await startGrpcServer(registry, {
+        address: options.grpcAddress,
+        port: options.grpcPort,
+        serverName: options.id,
+        serverVersion: VERSION,
+        extensions: EXTENSIONS,
+        strictReadiness: options.strictReadiness,
+        isStopping: () => stopping,
+        keepaliveTimeMs: options.grpcKeepaliveTimeMs,
+        keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
+        keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,
+        http2MaxPingsWithoutData: options.grpcHttp2MaxPingsWithoutData,
+        compressionLevel: options.grpcInferResponseCompressionLevel,
+        useSsl: options.grpcUseSsl,
+        serverCert: options.grpcServerCert,
+        serverKey: options.grpcServerKey,
+        rootCert: options.grpcRootCert,
+      });
+    } catch (err) {
+      abort.abort();
+      await registry.close();
+      throw new StartupError(
+        `Cannot start the gRPC service on ${options.grpcAddress}:${options.grpcPort}: ${
+          (err as Error).message
+        }`,
+      );
+    }
+    grpcPort = grpcServer.port;
+    log.info(`Started GRPCInferenceService at ${options.grpcAddress}:${grpcPort}`);
   }
   if (options.allowMetrics) {
     metricsServer = Deno.serve({
@@ -146,8 +180,11 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
       clearTimeout(timer);
       if (!drained) {
-        log.warning(`In-flight requests did not finish within --exit-timeout-secs=${options.exitTimeoutSecs}`);
+        log.warning(
+          `In-flight requests did not finish within --exit-timeout-secs=${options.exitTimeoutSecs}`,
+        );
         abort.abort();
+        grpcServer?.forceShutdown();
         await registry.close();
       }
       await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
@@ -157,5 +194,5 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     })();
     return shuttingDown;
   };
-  return { registry, httpAddr, metricsAddr, loadFailures: failures, shutdown, finished };
+  return { registry, httpAddr, metricsAddr, grpcPort, loadFailures: failures, shutdown, finished };
 }

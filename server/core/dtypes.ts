@@ -129,7 +129,8 @@ const TYPED_CTOR = {
 export function typedView(dt: Exclude<Datatype, "BYTES">, bytes: Uint8Array): Typed {
   const ctor = TYPED_CTOR[dt];
   const size = ctor.BYTES_PER_ELEMENT;
-  if (bytes.byteOffset % size !== 0) bytes = bytes.slice();
+  // Uint8Array.prototype.slice copies even for node Buffers, whose own slice() is a view.
+  if (bytes.byteOffset % size !== 0) bytes = Uint8Array.prototype.slice.call(bytes);
   return new ctor(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength / size);
 }
 

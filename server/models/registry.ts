@@ -22,7 +22,16 @@ import {
   selectVersions,
   versionFileNames,
 } from "../repository/repository.ts";
-import { ModelVersion, type VersionState } from "./model_version.ts";
+import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
+
+/** Model metadata as the protocol reports it. */
+export interface ModelMetadata {
+  name: string;
+  versions: string[];
+  platform: string;
+  inputs: TensorMetadata[];
+  outputs: TensorMetadata[];
+}
 
 /** How the registry finds and loads models. */
 export interface RegistryOptions {
@@ -218,6 +227,21 @@ export class ModelRegistry {
       if (err instanceof ServerError) return false;
       throw err;
     }
+  }
+
+  /**
+   * The model metadata of the KServe v2 protocol: name, ready versions, platform, inputs and outputs.
+   * @param name the model name
+   * @param version the version string ("" for the policy's choice)
+   */
+  metadata(name: string, version: string): ModelMetadata {
+    const mv = this.resolve(name, version);
+    const versions = [...this.#models.get(name)!.versions.values()]
+      .filter((v) => v.state === "READY")
+      .map((v) => v.version)
+      .sort((a, b) => a - b)
+      .map(String);
+    return { name, versions, platform: mv.config.platform || mv.config.backend, ...mv.metadata() };
   }
 
   /** Whether every model that is known has all its selected versions READY (for strict readiness). */

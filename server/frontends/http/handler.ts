@@ -198,21 +198,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
   }
 
   function modelMetadata(model: string, version: string): Response {
-    const mv = registry.resolve(model, version);
-    const entry = registry.entry(model)!;
-    const versions = [...entry.versions.values()]
-      .filter((v) => v.state === "READY")
-      .map((v) => v.version)
-      .sort((a, b) => a - b)
-      .map(String);
-    const { inputs, outputs } = mv.metadata();
-    return json({
-      name: model,
-      versions,
-      platform: mv.config.platform || mv.config.backend,
-      inputs,
-      outputs,
-    });
+    return json(registry.metadata(model, version));
   }
 
   function modelConfig(model: string, version: string): Response {

@@ -1,0 +1,257 @@
+/**
+ * The gRPC wire format of inference: `ModelInferRequest` (typed `InferTensorContents` or
+ * `raw_input_contents`) to the core request, and the core response to `ModelInferResponse`
+ * (`raw_output_contents`, as Triton answers).
+ * @module
+ */
+
+import {
+  bytesOf,
+  type Datatype,
+  deserializeBytes,
+  elementCount,
+  elementSize,
+  fromJsonValues,
+  isDatatype,
+  serializeBytes,
+} from "../../core/dtypes.ts";
+import { invalidArg } from "../../core/errors.ts";
+import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
+import { shapeText } from "../../core/validate.ts";
+
+/** An int64/uint64 as protobufjs decodes it: a number, or a Long. */
+type LongLike = number | { toString(): string; toNumber?(): number; unsigned?: boolean };
+
+/** A decoded `InferParameter`. */
+export interface InferParameterMessage {
+  bool_param?: boolean;
+  int64_param?: LongLike;
+  string_param?: string;
+  double_param?: number;
+  uint64_param?: LongLike;
+  parameter_choice?: string;
+}
+
+interface ContentsMessage {
+  bool_contents?: boolean[];
+  int_contents?: number[];
+  int64_contents?: LongLike[];
+  uint_contents?: number[];
+  uint64_contents?: LongLike[];
+  fp32_contents?: number[];
+  fp64_contents?: number[];
+  bytes_contents?: Uint8Array[];
+}
+
+interface InputMessage {
+  name: string;
+  datatype: string;
+  shape: LongLike[];
+  parameters?: Record<string, InferParameterMessage>;
+  contents?: ContentsMessage | null;
+}
+
+/** A decoded `ModelInferRequest`. */
+export interface ModelInferRequestMessage {
+  model_name: string;
+  model_version: string;
+  id: string;
+  parameters?: Record<string, InferParameterMessage>;
+  inputs: InputMessage[];
+  outputs: { name: string; parameters?: Record<string, InferParameterMessage> }[];
+  raw_input_contents: Uint8Array[];
+}
+
+/** Converts a protobufjs 64-bit value to a number (exact up to 2^53). */
+export function longToNumber(v: LongLike): number {
+  if (typeof v === "number") return v;
+  return v.toNumber ? v.toNumber() : Number(v.toString());
+}
+
+function longToBigInt(v: LongLike): bigint {
+  return typeof v === "number" ? BigInt(v) : BigInt(v.toString());
+}
+
+/**
+ * Converts a gRPC parameter map to core parameters (int64 and uint64 as numbers when exact, else bigint).
+ * @param params the decoded map
+ */
+export function fromInferParameters(
+  params: Record<string, InferParameterMessage> | undefined,
+): Record<string, ParamValue> {
+  const out: Record<string, ParamValue> = {};
+  if (!params) return out;
+  for (const [k, p] of Object.entries(params)) {
+    const choice = p.parameter_choice;
+    if (choice === "bool_param") out[k] = p.bool_param!;
+    else if (choice === "string_param") out[k] = p.string_param!;
+    else if (choice === "double_param") out[k] = p.double_param!;
+    else if (choice === "int64_param" || choice === "uint64_param") {
+      const b = longToBigInt(p[choice]!);
+      out[k] = b >= BigInt(Number.MIN_SAFE_INTEGER) && b <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(b) : b;
+    }
+  }
+  return out;
+}
+
+/**
+ * Converts core parameters to a gRPC parameter map: booleans, strings, integers as int64 (uint64 beyond
+ * int64's range), other numbers as double.
+ * @param params core parameters
+ */
+export function toInferParameters(
+  params: Record<string, ParamValue>,
+): Record<string, Record<string, unknown>> {
+  const out: Record<string, Record<string, unknown>> = {};
+  for (const [k, v] of Object.entries(params)) {
+    if (typeof v === "boolean") out[k] = { bool_param: v };
+    else if (typeof v === "string") out[k] = { string_param: v };
+    else if (typeof v === "bigint") {
+      out[k] = v > 2n ** 63n - 1n ? { uint64_param: v.toString() } : { int64_param: v.toString() };
+    } else if (Number.isInteger(v)) out[k] = { int64_param: v };
+    else out[k] = { double_param: v };
+  }
+  return out;
+}
+
+const TYPED_FIELD: Record<Datatype, keyof ContentsMessage | undefined> = {
+  BOOL: "bool_contents",
+  UINT8: "uint_contents",
+  UINT16: "uint_contents",
+  UINT32: "uint_contents",
+  UINT64: "uint64_contents",
+  INT8: "int_contents",
+  INT16: "int_contents",
+  INT32: "int_contents",
+  INT64: "int64_contents",
+  FP16: undefined,
+  BF16: undefined,
+  FP32: "fp32_contents",
+  FP64: "fp64_contents",
+  BYTES: "bytes_contents",
+};
+
+function fromContents(dt: Datatype, contents: ContentsMessage, count: number, what: string): Tensor["data"] {
+  const field = TYPED_FIELD[dt];
+  if (!field) {
+    throw invalidArg(
+      `Cannot read ${what}: datatype ${dt} has no typed contents field, send it in raw_input_contents`,
+    );
+  }
+  for (const [k, v] of Object.entries(contents)) {
+    if (k !== field && Array.isArray(v) && v.length > 0) {
+      throw invalidArg(`Cannot read ${what}: datatype ${dt} takes '${field}', but '${k}' is set`);
+    }
+  }
+  const values = (contents[field] ?? []) as unknown[];
+  if (values.length !== count) {
+    throw invalidArg(`Cannot read ${what}: '${field}' has ${values.length} elements, expected ${count}`);
+  }
+  if (dt === "BYTES") return values as Uint8Array[];
+  if (dt === "INT64" || dt === "UINT64") {
+    const out = dt === "INT64" ? new BigInt64Array(count) : new BigUint64Array(count);
+    for (let i = 0; i < count; i++) out[i] = longToBigInt(values[i] as LongLike);
+    return bytesOf(out);
+  }
+  return fromJsonValues(dt, values, what);
+}
+
+/**
+ * Decodes a `ModelInferRequest` into the core request.
+ * @param msg the decoded message
+ */
+export function decodeModelInferRequest(msg: ModelInferRequestMessage): InferRequest {
+  const where = `the inference request for '${msg.model_name}'`;
+  const raw = msg.raw_input_contents ?? [];
+  if (raw.length > 0 && raw.length !== msg.inputs.length) {
+    throw invalidArg(
+      `Cannot read ${where}: raw_input_contents has ${raw.length} entries for ${msg.inputs.length} inputs; when raw contents are used every input must have one`,
+    );
+  }
+  const inputs: Tensor[] = msg.inputs.map((t, i) => {
+    const what = `input '${t.name}'`;
+    if (!isDatatype(t.datatype)) {
+      throw invalidArg(`Cannot read ${where}: ${what} has unknown datatype '${t.datatype}'`);
+    }
+    const shape = t.shape.map(longToNumber);
+    if (!shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+      throw invalidArg(
+        `Cannot read ${where}: ${what} has shape ${shapeText(shape)}, dims must be non-negative`,
+      );
+    }
+    const count = elementCount(shape);
+    const hasTyped = t.contents !== undefined && t.contents !== null &&
+      Object.values(t.contents).some((v) => Array.isArray(v) && v.length > 0);
+    if (raw.length > 0) {
+      if (hasTyped) {
+        throw invalidArg(`Cannot read ${where}: ${what} has both typed contents and raw_input_contents`);
+      }
+      const bytes = raw[i]!;
+      if (t.datatype === "BYTES") {
+        return { name: t.name, datatype: t.datatype, shape, data: deserializeBytes(bytes, count, what) };
+      }
+      const want = count * elementSize(t.datatype);
+      if (bytes.byteLength !== want) {
+        throw invalidArg(
+          `Cannot read ${where}: ${what} has ${bytes.byteLength} bytes of raw contents, expected ${want} for shape ${
+            shapeText(shape)
+          } of ${t.datatype}`,
+        );
+      }
+      return { name: t.name, datatype: t.datatype, shape, data: bytes };
+    }
+    if (!t.contents) {
+      if (count === 0) {
+        return {
+          name: t.name,
+          datatype: t.datatype,
+          shape,
+          data: t.datatype === "BYTES" ? [] : new Uint8Array(0),
+        };
+      }
+      throw invalidArg(`Cannot read ${where}: ${what} has no contents and there are no raw_input_contents`);
+    }
+    return {
+      name: t.name,
+      datatype: t.datatype,
+      shape,
+      data: fromContents(t.datatype, t.contents, count, `${where}, ${what}`),
+    };
+  });
+  const outputs: RequestedOutput[] = (msg.outputs ?? []).map((o) => {
+    const parameters = fromInferParameters(o.parameters);
+    const c = parameters.classification ?? 0;
+    if (typeof c !== "number" || !Number.isInteger(c) || c < 0) {
+      throw invalidArg(
+        `Cannot read ${where}: output '${o.name}' 'classification' must be a non-negative integer`,
+      );
+    }
+    return { name: o.name, classification: c, parameters };
+  });
+  return {
+    model: msg.model_name,
+    version: msg.model_version ?? "",
+    id: msg.id ?? "",
+    inputs,
+    outputs,
+    parameters: fromInferParameters(msg.parameters),
+  };
+}
+
+/**
+ * Encodes a core response as a `ModelInferResponse` object (for `Type.encode`), outputs in
+ * `raw_output_contents`.
+ * @param response the core response
+ */
+export function encodeModelInferResponse(response: InferResponse): Record<string, unknown> {
+  return {
+    model_name: response.model,
+    model_version: response.version,
+    id: response.id,
+    parameters: toInferParameters(response.parameters),
+    outputs: response.outputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape })),
+    raw_output_contents: response.outputs.map((t) =>
+      t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array)
+    ),
+  };
+}

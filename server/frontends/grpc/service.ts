@@ -1,0 +1,278 @@
+/**
+ * The gRPC frontend: `inference.GRPCInferenceService` and `grpc.health.v1.Health` on `@grpc/grpc-js`,
+ * with protobufjs doing the (de)serialization, over the same registry as HTTP.
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import * as grpc from "@grpc/grpc-js";
+import type * as protobuf from "protobufjs";
+import { grpcStatus, toServerError, unsupported } from "../../core/errors.ts";
+import { lookupType } from "../../core/protos.ts";
+import type { ModelRegistry } from "../../models/registry.ts";
+import {
+  decodeModelInferRequest,
+  encodeModelInferResponse,
+  type ModelInferRequestMessage,
+} from "./infer_codec.ts";
+
+/** What the gRPC frontend serves and how. */
+export interface GrpcOptions {
+  /** Listen address. */
+  address: string;
+  /** Listen port; 0 picks a free one. */
+  port: number;
+  /** The server name and version of ServerMetadata. */
+  serverName: string;
+  serverVersion: string;
+  /** The protocol extensions this server implements. */
+  extensions: string[];
+  /** Whether readiness needs every model ready. */
+  strictReadiness: boolean;
+  /** Whether the server is shutting down. */
+  isStopping?: () => boolean;
+  /** Keepalive and message settings. */
+  keepaliveTimeMs: number;
+  keepaliveTimeoutMs: number;
+  keepalivePermitWithoutCalls: boolean;
+  http2MaxPingsWithoutData: number;
+  /** Response compression for infer responses. */
+  compressionLevel: "none" | "low" | "medium" | "high";
+  /** TLS: PEM file paths; no TLS when `useSsl` is false. */
+  useSsl: boolean;
+  serverCert: string;
+  serverKey: string;
+  rootCert: string;
+}
+
+/** A running gRPC server. */
+export interface GrpcServer {
+  /** The bound port. */
+  port: number;
+  /** Stops accepting calls and waits for the running ones. */
+  shutdown(): Promise<void>;
+  /** Cancels every call and stops at once. */
+  forceShutdown(): void;
+}
+
+/** The largest message accepted or sent: 2 GiB - 1, so that 2 GB tensors fit. */
+const MAX_MESSAGE = 2 ** 31 - 1;
+
+const SERVICE = "inference.GRPCInferenceService";
+
+type Unary = (request: Record<string, unknown>) => Record<string, unknown> | Promise<Record<string, unknown>>;
+
+function codec(type: protobuf.Type, plainEncode: boolean) {
+  return {
+    serialize: (value: Record<string, unknown>): Buffer => {
+      const bytes = type.encode(plainEncode ? value : type.fromObject(value)).finish();
+      return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    },
+    deserialize: (buf: Buffer): Record<string, unknown> =>
+      type.decode(buf) as unknown as Record<string, unknown>,
+  };
+}
+
+function grpcError(err: unknown): Partial<grpc.StatusObject> {
+  const e = toServerError(err);
+  return { code: grpcStatus(e.code), details: e.message };
+}
+
+/**
+ * Starts the gRPC server.
+ * @param registry the models
+ * @param options address, limits, TLS
+ */
+export async function startGrpcServer(registry: ModelRegistry, options: GrpcOptions): Promise<GrpcServer> {
+  const ready = () => !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
+  const service: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  const handlers: grpc.UntypedServiceImplementation = {};
+
+  const unary = (name: string, impl: Unary, plainResponse = false) => {
+    const req = codec(lookupType(`${name}Request`), false);
+    const res = codec(lookupType(`${name}Response`), plainResponse);
+    service[name] = {
+      path: `/${SERVICE}/${name}`,
+      requestStream: false,
+      responseStream: false,
+      requestSerialize: req.serialize,
+      requestDeserialize: req.deserialize,
+      responseSerialize: res.serialize,
+      responseDeserialize: res.deserialize,
+      originalName: name,
+    } as grpc.MethodDefinition<unknown, unknown>;
+    handlers[name] = (
+      call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
+      callback: grpc.sendUnaryData<Record<string, unknown>>,
+    ) => {
+      let result;
+      try {
+        result = impl(call.request);
+      } catch (err) {
+        callback(grpcError(err));
+        return;
+      }
+      Promise.resolve(result).then((r) => callback(null, r), (err) => callback(grpcError(err)));
+    };
+  };
+
+  unary("ServerLive", () => ({ live: true }));
+  unary("ServerReady", () => ({ ready: ready() }));
+  unary("ModelReady", (r) => ({ ready: registry.isReady(String(r.name), String(r.version ?? "")) }));
+  unary("ServerMetadata", () => ({
+    name: options.serverName,
+    version: options.serverVersion,
+    extensions: options.extensions,
+  }));
+  unary("ModelMetadata", (r) => ({ ...registry.metadata(String(r.name), String(r.version ?? "")) }));
+  unary("ModelConfig", (r) => ({ config: registry.resolve(String(r.name), String(r.version ?? "")).config }));
+
+  const inferReq = lookupType("ModelInferRequest");
+  const inferRes = lookupType("ModelInferResponse");
+  const inferReqCodec = codec(inferReq, false);
+  const inferResCodec = codec(inferRes, true);
+  const infer = async (msg: Record<string, unknown>) => {
+    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage);
+    return encodeModelInferResponse(await registry.infer(request));
+  };
+  service.ModelInfer = {
+    path: `/${SERVICE}/ModelInfer`,
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: inferReqCodec.serialize,
+    requestDeserialize: inferReqCodec.deserialize,
+    responseSerialize: inferResCodec.serialize,
+    responseDeserialize: inferResCodec.deserialize,
+    originalName: "ModelInfer",
+  } as grpc.MethodDefinition<unknown, unknown>;
+  handlers.ModelInfer = (
+    call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
+    callback: grpc.sendUnaryData<Record<string, unknown>>,
+  ) => {
+    infer(call.request).then((r) => callback(null, r), (err) => callback(grpcError(err)));
+  };
+
+  const streamRes = codec(lookupType("ModelStreamInferResponse"), true);
+  service.ModelStreamInfer = {
+    path: `/${SERVICE}/ModelStreamInfer`,
+    requestStream: true,
+    responseStream: true,
+    requestSerialize: inferReqCodec.serialize,
+    requestDeserialize: inferReqCodec.deserialize,
+    responseSerialize: streamRes.serialize,
+    responseDeserialize: streamRes.deserialize,
+    originalName: "ModelStreamInfer",
+  } as grpc.MethodDefinition<unknown, unknown>;
+  handlers.ModelStreamInfer = (
+    call: grpc.ServerDuplexStream<Record<string, unknown>, Record<string, unknown>>,
+  ) => {
+    // Requests of one stream run concurrently; responses are written in request order.
+    let last: Promise<void> = Promise.resolve();
+    let ended = false;
+    call.on("data", (msg: Record<string, unknown>) => {
+      const answer = infer(msg).then(
+        (infer_response) => ({ error_message: "", infer_response }),
+        (err) => {
+          const e = toServerError(err);
+          const id = typeof msg.id === "string" ? msg.id : "";
+          return {
+            error_message: e.message,
+            infer_response: {
+              model_name: msg.model_name ?? "",
+              model_version: msg.model_version ?? "",
+              id,
+            },
+          };
+        },
+      );
+      last = last.then(async () => {
+        const out = await answer;
+        if (!call.cancelled) call.write(out);
+      });
+    });
+    call.on("end", () => {
+      ended = true;
+      last.then(() => call.end());
+    });
+    call.on("error", () => {
+      if (!ended) ended = true;
+    });
+  };
+
+  const notBuilt = (name: string, feature: string) =>
+    unary(name, () => {
+      throw unsupported(`${feature} is not supported yet`);
+    });
+  notBuilt("ModelStatistics", "The statistics extension");
+  notBuilt("RepositoryIndex", "The model repository extension");
+  notBuilt("RepositoryModelLoad", "The model repository extension");
+  notBuilt("RepositoryModelUnload", "The model repository extension");
+  notBuilt("SystemSharedMemoryStatus", "The system shared-memory extension");
+  notBuilt("SystemSharedMemoryRegister", "The system shared-memory extension");
+  notBuilt("SystemSharedMemoryUnregister", "The system shared-memory extension");
+  notBuilt("CudaSharedMemoryStatus", "The CUDA shared-memory extension");
+  notBuilt("CudaSharedMemoryRegister", "The CUDA shared-memory extension");
+  notBuilt("CudaSharedMemoryUnregister", "The CUDA shared-memory extension");
+  notBuilt("TraceSetting", "The trace extension");
+  notBuilt("LogSettings", "The logging extension");
+
+  const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
+  const server = new grpc.Server({
+    "grpc.max_receive_message_length": MAX_MESSAGE,
+    "grpc.max_send_message_length": MAX_MESSAGE,
+    "grpc.keepalive_time_ms": options.keepaliveTimeMs,
+    "grpc.keepalive_timeout_ms": options.keepaliveTimeoutMs,
+    "grpc.keepalive_permit_without_calls": options.keepalivePermitWithoutCalls ? 1 : 0,
+    "grpc.http2.max_pings_without_data": options.http2MaxPingsWithoutData,
+    ...(level > 0
+      ? { "grpc.default_compression_algorithm": 2, "grpc.default_compression_level": level }
+      : {}),
+  });
+  server.addService(service, handlers);
+
+  // grpc.health.v1.Health/Check: SERVING when the server is ready (service "" or a model name).
+  const healthReq = codec(lookupType(".grpc.health.v1.HealthCheckRequest"), false);
+  const healthRes = codec(lookupType(".grpc.health.v1.HealthCheckResponse"), false);
+  server.addService({
+    Check: {
+      path: "/grpc.health.v1.Health/Check",
+      requestStream: false,
+      responseStream: false,
+      requestSerialize: healthReq.serialize,
+      requestDeserialize: healthReq.deserialize,
+      responseSerialize: healthRes.serialize,
+      responseDeserialize: healthRes.deserialize,
+      originalName: "Check",
+    } as grpc.MethodDefinition<unknown, unknown>,
+  }, {
+    Check: (
+      call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
+      callback: grpc.sendUnaryData<Record<string, unknown>>,
+    ) => {
+      const svc = String(call.request.service ?? "");
+      const ok = svc === "" ? ready() : registry.isReady(svc, "");
+      callback(null, { status: ok ? "SERVING" : "NOT_SERVING" });
+    },
+  });
+
+  let credentials: grpc.ServerCredentials;
+  if (options.useSsl) {
+    const read = (p: string) => Buffer.from(Deno.readFileSync(p));
+    credentials = grpc.ServerCredentials.createSsl(
+      options.rootCert ? read(options.rootCert) : null,
+      [{ private_key: read(options.serverKey), cert_chain: read(options.serverCert) }],
+      options.rootCert !== "",
+    );
+  } else {
+    credentials = grpc.ServerCredentials.createInsecure();
+  }
+  const host = options.address.includes(":") ? `[${options.address}]` : options.address;
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(`${host}:${options.port}`, credentials, (err, p) => (err ? reject(err) : resolve(p)));
+  });
+  return {
+    port,
+    shutdown: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
+    forceShutdown: () => server.forceShutdown(),
+  };
+}
