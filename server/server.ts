@@ -8,13 +8,14 @@ import type { ServerOptions } from "./cli.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpHandler } from "./frontends/http/handler.ts";
 import { Logger } from "./logging.ts";
+import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { ModelRegistry } from "./models/registry.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
 
 /** The protocol extensions this build implements. */
-export const EXTENSIONS = ["classification", "binary_tensor_data", "parameters"];
+export const EXTENSIONS = ["classification", "binary_tensor_data", "parameters", "statistics"];
 
 /** The bundled example repository, served when no repository is given. */
 export const EXAMPLE_REPOSITORY: string = fileURLToPath(new URL("../examples/models", import.meta.url));
@@ -156,11 +157,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       hostname: options.metricsAddress,
       signal: abort.signal,
       onListen: () => {},
-    }, (req) => {
-      const url = new URL(req.url);
-      if (url.pathname !== "/metrics") return new Response("Not Found\n", { status: 404 });
-      return new Response("", { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
-    });
+    }, createMetricsHandler(createMetrics(registry, { cpu: options.allowCpuMetrics })));
     metricsAddr = metricsServer.addr;
     log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
   }

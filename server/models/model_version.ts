@@ -11,6 +11,7 @@ import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
 import { type ModelSignature, validateRequest } from "../core/validate.ts";
 import type { Backend, BackendInstance } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
+import { nowNs, VersionStats } from "../metrics/stats.ts";
 import { PoolScheduler, type Scheduler } from "../scheduler/scheduler.ts";
 
 /** Triton's model version states. */
@@ -38,6 +39,8 @@ export class ModelVersion {
   #signature: ModelSignature | undefined;
   #scheduler: Scheduler | undefined;
   #instances: BackendInstance[] = [];
+  /** Inference statistics. */
+  readonly stats: VersionStats = new VersionStats();
 
   /**
    * Creates a version in state LOADING; `load` makes it READY or UNAVAILABLE.
@@ -64,6 +67,7 @@ export class ModelVersion {
    * @param backendConfig server-wide settings for the backend
    */
   async load(backend: Backend, modelDir: string, backendConfig: Record<string, string>): Promise<void> {
+    const started = performance.now();
     try {
       this.#signature = await buildSignature(this.config, modelDir);
       const versionDir = join(modelDir, String(this.version));
@@ -115,7 +119,9 @@ export class ModelVersion {
             maxQueueSize: db.default_queue_policy?.max_queue_size ?? 0,
           }
           : undefined,
+        this.stats,
       );
+      this.stats.loadSeconds = (performance.now() - started) / 1000;
       this.state = "READY";
       this.reason = "";
     } catch (err) {
@@ -135,11 +141,18 @@ export class ModelVersion {
         unavailable(`Cannot infer '${this.name}': version ${this.version} is ${this.state}`),
       );
     }
+    const received = nowNs();
     try {
-      return this.#scheduler.enqueue(validateRequest(request, this.signature));
+      return this.#scheduler.enqueue(validateRequest(request, this.signature), received);
     } catch (err) {
+      this.stats.recordFailure(received, "OTHER");
       return Promise.reject(err);
     }
+  }
+
+  /** Requests waiting in the queue. */
+  pendingCount(): number {
+    return this.#scheduler?.queuedCount() ?? 0;
   }
 
   /** Requests queued or executing. */

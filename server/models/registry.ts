@@ -22,6 +22,7 @@ import {
   selectVersions,
   versionFileNames,
 } from "../repository/repository.ts";
+import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
 import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
 
 /** Model metadata as the protocol reports it. */
@@ -242,6 +243,37 @@ export class ModelRegistry {
       .sort((a, b) => a - b)
       .map(String);
     return { name, versions, platform: mv.config.platform || mv.config.backend, ...mv.metadata() };
+  }
+
+  /**
+   * The statistics extension: every READY version of one model, or of every model when `name` is "".
+   * @param name the model name, "" for all
+   * @param version the version, "" for every READY version
+   * @throws ServerError NOT_FOUND for unknown models and versions
+   */
+  statistics(name: string, version: string): ModelStatistics[] {
+    if (name !== "") {
+      const entry = this.#models.get(name);
+      if (!entry) throw notFound(`Request for unknown model: '${name}' is not found`);
+      if (version !== "") {
+        const mv = this.resolve(name, version);
+        return [modelStatistics(name, String(mv.version), mv.stats)];
+      }
+    }
+    const entries = name === "" ? this.names().map((n) => this.#models.get(n)!) : [this.#models.get(name)!];
+    return entries.flatMap((e) =>
+      [...e.versions.values()]
+        .filter((v) => v.state === "READY")
+        .sort((a, b) => a.version - b.version)
+        .map((v) => modelStatistics(e.name, String(v.version), v.stats))
+    );
+  }
+
+  /** Every version that is READY, for metrics. */
+  readyVersions(): ModelVersion[] {
+    return [...this.#models.values()].flatMap((e) => [...e.versions.values()]).filter((v) =>
+      v.state === "READY"
+    );
   }
 
   /** Whether every model that is known has all its selected versions READY (for strict readiness). */

@@ -9,6 +9,7 @@ import { internal } from "../core/errors.ts";
 import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
+import { type ExecutionTimes, nowNs } from "../metrics/stats.ts";
 
 /** What a batch needs to know of its model. */
 export interface BatchModel {
@@ -73,13 +74,15 @@ export function batchCompatible(a: ValidatedRequest, b: ValidatedRequest): boole
  * @param model the model's batch facts
  * @param instance the instance to run on
  * @param requests the requests of the batch
- * @returns one response per request, in order; rejects for the whole batch when execution fails
+ * @returns one response per request, in order, and the execution's timestamps; rejects for the whole batch
+ *   when execution fails
  */
 export async function executeBatch(
   model: BatchModel,
   instance: BackendInstance,
   requests: readonly ValidatedRequest[],
-): Promise<InferResponse[]> {
+): Promise<{ responses: InferResponse[]; times: ExecutionTimes }> {
+  const start = nowNs();
   const first = requests[0]!;
   const inputs = new Map<string, Tensor>();
   for (const name of first.inputs.keys()) {
@@ -88,10 +91,12 @@ export async function executeBatch(
   const wanted = new Set<string>();
   for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
   const names = [...wanted];
+  const inputEnd = nowNs();
   const produced = await instance.execute(inputs, names);
+  const inferEnd = nowNs();
   const total = requests.reduce((n, r) => n + r.batchSize, 0);
   const responses: InferResponse[] = [];
-  let start = 0;
+  let offset = 0;
   for (const r of requests) {
     const outputs: Tensor[] = [];
     for (const o of r.outputs) {
@@ -102,7 +107,7 @@ export async function executeBatch(
           `Cannot run '${model.name}': output '${o.name}' has batch dim ${full.shape[0]}, expected ${total}`,
         );
       }
-      let t = model.batched ? sliceOutput(full, start, r.batchSize, total) : full;
+      let t = model.batched ? sliceOutput(full, offset, r.batchSize, total) : full;
       if (o.classification > 0) {
         t = classify(t, o.classification, model.batched, model.outputs.get(o.name)?.labels);
       }
@@ -115,7 +120,7 @@ export async function executeBatch(
       outputs,
       parameters: {},
     });
-    start += r.batchSize;
+    offset += r.batchSize;
   }
-  return responses;
+  return { responses, times: { batchSize: total, start, inputEnd, inferEnd, outputEnd: nowNs() } };
 }

@@ -8,17 +8,22 @@ import { toServerError, unavailable } from "../core/errors.ts";
 import type { InferResponse } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
+import { nowNs, type VersionStats } from "../metrics/stats.ts";
 import { batchCompatible, type BatchModel, executeBatch } from "./batch.ts";
 
 /** Queues requests of one model version and runs them on its instances. */
 export interface Scheduler {
   /**
    * Queues a validated request.
+   * @param request the validated request
+   * @param received when it arrived (nowNs), for statistics
    * @returns its response, or rejects with a ServerError
    */
-  enqueue(request: ValidatedRequest): Promise<InferResponse>;
+  enqueue(request: ValidatedRequest, received?: number): Promise<InferResponse>;
   /** Requests queued or executing. */
   inflightCount(): number;
+  /** Requests queued, not yet executing. */
+  queuedCount(): number;
   /** Refuses new requests and resolves when every queued and executing one has finished. */
   stop(): Promise<void>;
 }
@@ -40,6 +45,7 @@ interface Pending {
   resolve: (r: InferResponse) => void;
   reject: (e: unknown) => void;
   enqueuedAt: number;
+  received: number;
 }
 
 /**
@@ -55,15 +61,23 @@ export class PoolScheduler implements Scheduler {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #stopping = false;
   #drained: (() => void) | undefined;
+  #stats: VersionStats | undefined;
 
   /**
    * Creates a scheduler.
    * @param model the model's batch facts
    * @param instances the instances to run on
    * @param options how to batch; defaults run one request at a time
+   * @param stats where to record statistics
    */
-  constructor(model: BatchModel, instances: BackendInstance[], options?: Partial<BatchingOptions>) {
+  constructor(
+    model: BatchModel,
+    instances: BackendInstance[],
+    options?: Partial<BatchingOptions>,
+    stats?: VersionStats,
+  ) {
     this.#model = model;
+    this.#stats = stats;
     this.#free = [...instances];
     this.#options = {
       maxBatchSize: options?.maxBatchSize ?? 0,
@@ -73,14 +87,16 @@ export class PoolScheduler implements Scheduler {
     };
   }
 
-  enqueue(request: ValidatedRequest): Promise<InferResponse> {
+  enqueue(request: ValidatedRequest, received: number = nowNs()): Promise<InferResponse> {
     if (this.#stopping) {
+      this.#stats?.recordFailure(received, "REJECTED");
       return Promise.reject(
         unavailable(`Cannot infer '${this.#model.name}': the model version is unloading`),
       );
     }
     const queued = this.#queue.length - this.#head;
     if (this.#options.maxQueueSize > 0 && queued >= this.#options.maxQueueSize) {
+      this.#stats?.recordFailure(received, "REJECTED");
       return Promise.reject(
         unavailable(
           `Cannot infer '${this.#model.name}': exceeds maximum queue size ${this.#options.maxQueueSize}`,
@@ -88,13 +104,17 @@ export class PoolScheduler implements Scheduler {
       );
     }
     return new Promise((resolve, reject) => {
-      this.#queue.push({ request, resolve, reject, enqueuedAt: performance.now() });
+      this.#queue.push({ request, resolve, reject, enqueuedAt: performance.now(), received });
       this.#pump();
     });
   }
 
   inflightCount(): number {
     return this.#queue.length - this.#head + this.#executing;
+  }
+
+  queuedCount(): number {
+    return this.#queue.length - this.#head;
   }
 
   stop(): Promise<void> {
@@ -175,11 +195,18 @@ export class PoolScheduler implements Scheduler {
   async #run(instance: BackendInstance, batch: Pending[]): Promise<void> {
     this.#executing += batch.length;
     try {
-      const responses = await executeBatch(this.#model, instance, batch.map((p) => p.request));
-      batch.forEach((p, i) => p.resolve(responses[i]!));
+      const { responses, times } = await executeBatch(this.#model, instance, batch.map((p) => p.request));
+      this.#stats?.recordExecution(times);
+      batch.forEach((p, i) => {
+        this.#stats?.recordSuccess(p.request.batchSize, p.received, times);
+        p.resolve(responses[i]!);
+      });
     } catch (err) {
       const e = toServerError(err);
-      for (const p of batch) p.reject(e);
+      for (const p of batch) {
+        this.#stats?.recordFailure(p.received, "BACKEND");
+        p.reject(e);
+      }
     } finally {
       this.#executing -= batch.length;
       this.#free.push(instance);

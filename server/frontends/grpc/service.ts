@@ -125,6 +125,9 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     extensions: options.extensions,
   }));
   unary("ModelMetadata", (r) => ({ ...registry.metadata(String(r.name), String(r.version ?? "")) }));
+  unary("ModelStatistics", (r) => ({
+    model_stats: registry.statistics(String(r.name ?? ""), String(r.version ?? "")),
+  }));
   unary("ModelConfig", (r) => ({ config: registry.resolve(String(r.name), String(r.version ?? "")).config }));
 
   const inferReq = lookupType("ModelInferRequest");
@@ -203,7 +206,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     unary(name, () => {
       throw unsupported(`${feature} is not supported yet`);
     });
-  notBuilt("ModelStatistics", "The statistics extension");
   notBuilt("RepositoryIndex", "The model repository extension");
   notBuilt("RepositoryModelLoad", "The model repository extension");
   notBuilt("RepositoryModelUnload", "The model repository extension");

@@ -221,6 +221,9 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       if (parts[2] === "live") return new Response(null, { status: 200 });
       if (parts[2] === "ready") return new Response(null, { status: serverReady() ? 200 : 400 });
     }
+    if (parts[1] === "models" && parts[2] === "stats" && parts.length === 3 && method === "GET") {
+      return json({ model_stats: registry.statistics("", "") });
+    }
     if (parts[1] === "models" && parts.length >= 3) {
       const model = parts[2]!;
       let rest = parts.slice(3);
@@ -237,9 +240,10 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       }
       if (action === "config" && method === "GET") return modelConfig(model, version);
       if (action === "infer" && method === "POST") return await infer(request, model, version);
-      if (action === "stats" || action === "trace/setting") {
-        throw unsupported(`The '${action}' endpoint is not supported yet`);
+      if (action === "stats" && method === "GET") {
+        return json({ model_stats: registry.statistics(model, version) });
       }
+      if (action === "trace/setting") throw unsupported("The trace extension is not supported yet");
     }
     if (parts[1] === "models" && parts[2] === undefined) {
       throw notFound(`Not found: '${url.pathname}'`);

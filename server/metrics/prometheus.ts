@@ -1,0 +1,183 @@
+/**
+ * Prometheus metrics with Triton's names and labels, served on `--metrics-port` at `/metrics`. Inference
+ * metrics are read from each model version's statistics at scrape time, so the hot path only updates plain
+ * numbers.
+ * @module
+ */
+
+import client from "prom-client";
+import type { ModelRegistry } from "../models/registry.ts";
+import type { FailureReason, VersionStats } from "./stats.ts";
+
+/** What the metrics endpoint reports. */
+export interface MetricsOptions {
+  /** Report CPU utilization and memory. */
+  cpu: boolean;
+}
+
+type Labels = { model: string; version: string };
+
+/** CPU utilization from /proc/stat, as the busy share of all CPU time between two readings. */
+class CpuSampler {
+  #last: { busy: number; total: number } | undefined = this.#read();
+
+  #read(): { busy: number; total: number } | undefined {
+    try {
+      const line = Deno.readTextFileSync("/proc/stat").split("\n")[0] ?? "";
+      const v = line.trim().split(/\s+/).slice(1).map(Number);
+      const idle = (v[3] ?? 0) + (v[4] ?? 0);
+      const total = v.reduce((a, b) => a + b, 0);
+      return { busy: total - idle, total };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The utilization (0..1) since the previous call. */
+  sample(): number {
+    const now = this.#read();
+    const last = this.#last;
+    this.#last = now;
+    if (!now || !last || now.total === last.total) return 0;
+    return (now.busy - last.busy) / (now.total - last.total);
+  }
+}
+
+/**
+ * Creates the metrics registry over the model registry.
+ * @param models the model registry
+ * @param options what to report
+ * @returns the prom-client registry
+ */
+export function createMetrics(models: ModelRegistry, options: MetricsOptions): client.Registry {
+  const registry = new client.Registry();
+  const labelNames = ["model", "version"] as const;
+  const perVersion = (each: (stats: VersionStats) => number) =>
+    function (this: client.Counter<"model" | "version"> | client.Gauge<"model" | "version">) {
+      this.reset();
+      for (const v of models.readyVersions()) {
+        const labels: Labels = { model: v.name, version: String(v.version) };
+        const value = each(v.stats);
+        if (this instanceof client.Counter) this.inc(labels, value);
+        else this.set(labels, value);
+      }
+    };
+  const counter = (name: string, help: string, each: (s: VersionStats) => number) =>
+    new client.Counter({ name, help, labelNames, registers: [registry], collect: perVersion(each) });
+  const usToNs = 1000;
+
+  counter(
+    "nv_inference_request_success",
+    "Number of successful inference requests, all batch sizes",
+    (s) => s.success.count,
+  );
+  new client.Counter({
+    name: "nv_inference_request_failure",
+    help: "Number of failed inference requests, all batch sizes",
+    labelNames: ["model", "version", "reason"] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const v of models.readyVersions()) {
+        for (const reason of Object.keys(v.stats.failures) as FailureReason[]) {
+          this.inc({ model: v.name, version: String(v.version), reason }, v.stats.failures[reason]);
+        }
+      }
+    },
+  });
+  counter(
+    "nv_inference_count",
+    "Number of inferences performed (does not include cached requests)",
+    (s) => s.inferenceCount,
+  );
+  counter(
+    "nv_inference_exec_count",
+    "Number of model executions performed (does not include cached requests)",
+    (s) => s.executionCount,
+  );
+  counter(
+    "nv_inference_request_duration_us",
+    "Cumulative inference request duration in microseconds (includes cached requests)",
+    (s) => Math.round(s.success.ns / usToNs),
+  );
+  counter(
+    "nv_inference_queue_duration_us",
+    "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    (s) => Math.round(s.queue.ns / usToNs),
+  );
+  counter(
+    "nv_inference_compute_input_duration_us",
+    "Cumulative compute input duration in microseconds (does not include cached requests)",
+    (s) => Math.round(s.computeInput.ns / usToNs),
+  );
+  counter(
+    "nv_inference_compute_infer_duration_us",
+    "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    (s) => Math.round(s.computeInfer.ns / usToNs),
+  );
+  counter(
+    "nv_inference_compute_output_duration_us",
+    "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+    (s) => Math.round(s.computeOutput.ns / usToNs),
+  );
+  new client.Gauge({
+    name: "nv_inference_pending_request_count",
+    help: "Instantaneous number of pending requests awaiting execution per-model.",
+    labelNames,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const v of models.readyVersions()) {
+        this.set({ model: v.name, version: String(v.version) }, v.pendingCount());
+      }
+    },
+  });
+  new client.Gauge({
+    name: "nv_model_load_duration_secs",
+    help: "Model load time in seconds",
+    labelNames,
+    registers: [registry],
+    collect: perVersion((s) => s.loadSeconds),
+  });
+  if (options.cpu) {
+    const cpu = new CpuSampler();
+    new client.Gauge({
+      name: "nv_cpu_utilization",
+      help: "CPU utilization rate [0.0 - 1.0]",
+      registers: [registry],
+      collect() {
+        this.set(cpu.sample());
+      },
+    });
+    new client.Gauge({
+      name: "nv_cpu_memory_total_bytes",
+      help: "CPU total memory (RAM), in bytes",
+      registers: [registry],
+      collect() {
+        this.set(Deno.systemMemoryInfo().total);
+      },
+    });
+    new client.Gauge({
+      name: "nv_cpu_memory_used_bytes",
+      help: "CPU used memory (RAM), in bytes",
+      registers: [registry],
+      collect() {
+        const m = Deno.systemMemoryInfo();
+        this.set(m.total - m.available);
+      },
+    });
+  }
+  return registry;
+}
+
+/**
+ * The handler of the metrics port: `GET /metrics` in Prometheus text format.
+ * @param registry the metrics registry
+ */
+export function createMetricsHandler(registry: client.Registry): (request: Request) => Promise<Response> {
+  return async (request: Request) => {
+    const url = new URL(request.url);
+    if (url.pathname !== "/metrics") return new Response("Not Found\n", { status: 404 });
+    return new Response(await registry.metrics(), { headers: { "content-type": registry.contentType } });
+  };
+}

@@ -1,0 +1,172 @@
+/**
+ * Per model-version inference statistics, in the shape of the statistics extension: counts and cumulative
+ * nanoseconds recorded at the points Triton defines (queue, compute input, compute infer, compute output,
+ * request), plus per-batch-size execution statistics. Prometheus metrics are read from the same numbers.
+ * @module
+ */
+
+/** A count and a cumulative duration. */
+export interface Duration {
+  count: number;
+  ns: number;
+}
+
+/** Why a request failed, as the `reason` label of nv_inference_request_failure. */
+export type FailureReason = "REJECTED" | "CANCELED" | "BACKEND" | "OTHER";
+
+/** Per-batch-size execution statistics. */
+export interface BatchStats {
+  batch_size: number;
+  compute_input: Duration;
+  compute_infer: Duration;
+  compute_output: Duration;
+}
+
+/** The timestamps of one batch execution, in nanoseconds of one monotonic clock. */
+export interface ExecutionTimes {
+  /** The total batch size executed. */
+  batchSize: number;
+  /** When the batch was taken from the queue. */
+  start: number;
+  /** When the inputs were ready. */
+  inputEnd: number;
+  /** When the backend returned. */
+  inferEnd: number;
+  /** When the responses were built. */
+  outputEnd: number;
+}
+
+/** Nanoseconds since an arbitrary origin (monotonic). */
+export function nowNs(): number {
+  return Math.round(performance.now() * 1e6);
+}
+
+function zero(): Duration {
+  return { count: 0, ns: 0 };
+}
+
+/** Statistics of one model version. */
+export class VersionStats {
+  /** Milliseconds since the epoch of the last completed inference; 0 before any. */
+  lastInference = 0;
+  /** Inferences (batch items) that succeeded. */
+  inferenceCount = 0;
+  /** Batch executions. */
+  executionCount = 0;
+  /** Request outcomes and phases. */
+  readonly success: Duration = zero();
+  readonly fail: Duration = zero();
+  readonly queue: Duration = zero();
+  readonly computeInput: Duration = zero();
+  readonly computeInfer: Duration = zero();
+  readonly computeOutput: Duration = zero();
+  /** Failures by reason. */
+  readonly failures: Record<FailureReason, number> = { REJECTED: 0, CANCELED: 0, BACKEND: 0, OTHER: 0 };
+  /** Execution statistics by batch size. */
+  readonly batches = new Map<number, BatchStats>();
+  /** Seconds the version took to load. */
+  loadSeconds = 0;
+
+  /**
+   * Records one batch execution (once per batch, not per request).
+   * @param t the execution's timestamps
+   */
+  recordExecution(t: ExecutionTimes): void {
+    this.executionCount++;
+    let b = this.batches.get(t.batchSize);
+    if (!b) {
+      b = { batch_size: t.batchSize, compute_input: zero(), compute_infer: zero(), compute_output: zero() };
+      this.batches.set(t.batchSize, b);
+    }
+    add(b.compute_input, t.inputEnd - t.start);
+    add(b.compute_infer, t.inferEnd - t.inputEnd);
+    add(b.compute_output, t.outputEnd - t.inferEnd);
+  }
+
+  /**
+   * Records a request that succeeded.
+   * @param batchSize its batch size
+   * @param received when it arrived
+   * @param t the timestamps of the execution it was part of
+   */
+  recordSuccess(batchSize: number, received: number, t: ExecutionTimes): void {
+    const end = nowNs();
+    this.inferenceCount += batchSize;
+    this.lastInference = Date.now();
+    add(this.success, end - received);
+    add(this.queue, t.start - received);
+    add(this.computeInput, t.inputEnd - t.start);
+    add(this.computeInfer, t.inferEnd - t.inputEnd);
+    add(this.computeOutput, t.outputEnd - t.inferEnd);
+  }
+
+  /**
+   * Records a request that failed.
+   * @param received when it arrived
+   * @param reason why it failed
+   */
+  recordFailure(received: number, reason: FailureReason): void {
+    add(this.fail, nowNs() - received);
+    this.failures[reason]++;
+    this.lastInference = Date.now();
+  }
+}
+
+function add(d: Duration, ns: number): void {
+  d.count++;
+  d.ns += Math.max(0, ns);
+}
+
+/** One entry of the statistics extension's `model_stats`. */
+export interface ModelStatistics {
+  name: string;
+  version: string;
+  last_inference: number;
+  inference_count: number;
+  execution_count: number;
+  inference_stats: Record<
+    | "success"
+    | "fail"
+    | "queue"
+    | "compute_input"
+    | "compute_infer"
+    | "compute_output"
+    | "cache_hit"
+    | "cache_miss",
+    Duration
+  >;
+  batch_stats: BatchStats[];
+}
+
+/**
+ * The statistics extension's entry for one model version.
+ * @param name the model name
+ * @param version the version
+ * @param s its statistics
+ */
+export function modelStatistics(name: string, version: string, s: VersionStats): ModelStatistics {
+  const copy = (d: Duration): Duration => ({ count: d.count, ns: d.ns });
+  return {
+    name,
+    version,
+    last_inference: s.lastInference,
+    inference_count: s.inferenceCount,
+    execution_count: s.executionCount,
+    inference_stats: {
+      success: copy(s.success),
+      fail: copy(s.fail),
+      queue: copy(s.queue),
+      compute_input: copy(s.computeInput),
+      compute_infer: copy(s.computeInfer),
+      compute_output: copy(s.computeOutput),
+      cache_hit: zero(),
+      cache_miss: zero(),
+    },
+    batch_stats: [...s.batches.values()].sort((a, b) => a.batch_size - b.batch_size).map((b) => ({
+      batch_size: b.batch_size,
+      compute_input: copy(b.compute_input),
+      compute_infer: copy(b.compute_infer),
+      compute_output: copy(b.compute_output),
+    })),
+  };
+}
