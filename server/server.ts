@@ -15,7 +15,13 @@ import { ModelRegistry } from "./models/registry.ts";
 export const VERSION = "0.1.0";
 
 /** The protocol extensions this build implements. */
-export const EXTENSIONS = ["classification", "binary_tensor_data", "parameters", "statistics"];
+export const EXTENSIONS = [
+  "classification",
+  "binary_tensor_data",
+  "parameters",
+  "statistics",
+  "model_repository",
+];
 
 /** The bundled example repository, served when no repository is given. */
 export const EXAMPLE_REPOSITORY: string = fileURLToPath(new URL("../examples/models", import.meta.url));
@@ -68,13 +74,14 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     repositories,
     autoComplete: options.autoCompleteConfig,
     backendConfig: options.backendConfig,
+    controlMode: options.modelControlMode,
   });
   let toLoad: string[] | undefined;
   if (options.modelControlMode === "explicit") {
     toLoad = options.loadModels.includes("*") ? undefined : options.loadModels;
   }
   const failures = toLoad?.length === 0 ? new Map<string, string>() : await registry.loadModels(toLoad);
-  for (const row of registry.index()) {
+  for (const row of await registry.index()) {
     log.info(
       `Model '${row.name}' version ${row.version || "-"}: ${row.state}${
         row.reason ? ` (${row.reason})` : ""

@@ -36,6 +36,8 @@ export class ModelVersion {
   state: VersionState = "LOADING";
   /** Why the version is not READY ("" when it is). */
   reason = "";
+  /** Whether the version was unloaded on purpose (it then does not count against readiness). */
+  unloaded = false;
   #signature: ModelSignature | undefined;
   #scheduler: Scheduler | undefined;
   #instances: BackendInstance[] = [];
@@ -174,6 +176,7 @@ export class ModelVersion {
 
   /** Stops accepting requests, waits for queued and executing ones, then frees the instances. */
   async unload(): Promise<void> {
+    this.unloaded = true;
     this.state = "UNLOADING";
     await this.#scheduler?.stop();
     await this.#closeInstances();

@@ -3,7 +3,8 @@
  * @module
  */
 
-import { notFound, ServerError, unavailable, unsupported } from "../core/errors.ts";
+import { join } from "node:path";
+import { invalidArg, notFound, ServerError, unavailable, unsupported } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse } from "../core/types.ts";
 import type { Backend, InstanceContext } from "../backends/backend.ts";
@@ -44,6 +45,8 @@ export interface RegistryOptions {
   backendConfig: Record<string, Record<string, string>>;
   /** Backends by name; defaults to the built-in ones. */
   backends?: Map<string, Backend>;
+  /** The model control mode; the repository extension's load and unload need `explicit`. */
+  controlMode?: "none" | "poll" | "explicit";
 }
 
 /** A model known to the registry. */
@@ -60,11 +63,38 @@ export interface ModelEntry {
   reason: string;
 }
 
+/** Options of a repository-extension load. */
+export interface LoadOptions {
+  /** A JSON ModelConfig that replaces the model's config.pbtxt. */
+  config?: string;
+  /** Model files by path inside the model folder (`<version>/<file>`). */
+  files?: Map<string, Uint8Array>;
+}
+
+/**
+ * Writes uploaded model files into a fresh folder `<tmp>/<name>/` and returns its location.
+ * @param name the model name
+ * @param files contents by relative path
+ */
+async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Promise<ModelLocation> {
+  const repository = await Deno.makeTempDir({ prefix: "dinfer-upload-" });
+  const dir = join(repository, name);
+  for (const [path, bytes] of files) {
+    const parts = path.split("/");
+    if (path.startsWith("/") || parts.some((p) => p === ".." || p === "" || p === ".")) {
+      throw invalidArg(`Cannot load '${name}': file path '${path}' must be relative, without '..'`);
+    }
+    await Deno.mkdir(join(dir, ...parts.slice(0, -1)), { recursive: true });
+    await Deno.writeFile(join(dir, ...parts), bytes);
+  }
+  return { name, repository, dir };
+}
+
 /** A row of the repository index. */
 export interface IndexEntry {
   name: string;
   version: string;
-  state: VersionState;
+  state: VersionState | "";
   reason: string;
 }
 
@@ -78,6 +108,7 @@ export class ModelRegistry {
   #options: RegistryOptions;
   #backends: Map<string, Backend>;
   #models = new Map<string, ModelEntry>();
+  #locks = new Map<string, Promise<void>>();
 
   /**
    * Creates an empty registry.
@@ -104,24 +135,144 @@ export class ModelRegistry {
         failures.set(name, `Cannot load '${name}': no model folder of that name in the model repositories`);
         return;
       }
-      const dup = duplicates.get(name);
-      const entry: ModelEntry = { name, location, config: undefined, versions: new Map(), reason: "" };
-      this.#models.set(name, entry);
-      if (dup) {
-        entry.reason = `Cannot load '${name}': the model is in more than one repository (${dup.join(", ")})`;
-      } else {
-        await this.#load(entry);
-      }
+      const entry = await this.#serialized(
+        name,
+        () => this.#build(name, location, duplicates.get(name), undefined),
+      );
       const reasons = [entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r);
       if (reasons.length > 0) failures.set(name, reasons.join("; "));
     }));
     return failures;
   }
 
-  async #load(entry: ModelEntry): Promise<void> {
+  /**
+   * Loads or reloads one model (the repository extension's load). A reload loads the new versions beside the
+   * old ones and switches at once; requests already queued on the old ones finish there. A failed reload
+   * keeps the old versions serving.
+   * @param name the model name
+   * @param options a JSON config override and files (`<version>/<file>` -> contents) to load from instead of
+   *   the repository
+   * @throws ServerError when the model cannot be found or no version loads
+   */
+  loadModel(name: string, options: LoadOptions = {}): Promise<void> {
+    return this.#serialized(name, async () => {
+      this.#assertExplicit("load", name);
+      let location: ModelLocation | undefined;
+      let duplicate: string[] | undefined;
+      if (options.files && options.files.size > 0) {
+        if (options.config === undefined) {
+          throw invalidArg(`Cannot load '${name}': loading from files needs the 'config' parameter too`);
+        }
+        location = await writeModelFiles(name, options.files);
+      } else {
+        const { models, duplicates } = await scanRepositories(this.#options.repositories);
+        location = models.get(name);
+        duplicate = duplicates.get(name);
+      }
+      if (!location) {
+        throw invalidArg(`Cannot load '${name}': no model folder of that name in the model repositories`);
+      }
+      let override: Record<string, unknown> | undefined;
+      if (options.config !== undefined) {
+        try {
+          override = JSON.parse(options.config);
+        } catch (err) {
+          throw invalidArg(
+            `Cannot load '${name}': the 'config' parameter is not valid JSON: ${(err as Error).message}`,
+          );
+        }
+        if (!override || typeof override !== "object" || Array.isArray(override)) {
+          throw invalidArg(`Cannot load '${name}': the 'config' parameter must be a JSON object`);
+        }
+      }
+      const entry = await this.#build(name, location, duplicate, override);
+      if (!this.#models.get(name) || entry === this.#models.get(name)) {
+        const reason = [entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r);
+        if (![...entry.versions.values()].some((v) => v.state === "READY")) {
+          throw invalidArg(`Failed to load '${name}': ${reason.join("; ")}`);
+        }
+        return;
+      }
+      const reason = [entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r);
+      throw invalidArg(`Failed to load '${name}', the previous versions keep serving: ${reason.join("; ")}`);
+    });
+  }
+
+  /**
+   * Unloads a model: its versions stop taking requests, finish the queued and executing ones, and free their
+   * runtime resources. The model stays in the index as UNAVAILABLE.
+   * @param name the model name
+   * @throws ServerError NOT_FOUND when no model of that name is known or in the repositories
+   */
+  unloadModel(name: string): Promise<void> {
+    return this.#serialized(name, async () => {
+      this.#assertExplicit("unload", name);
+      const entry = this.#models.get(name);
+      if (!entry) {
+        const { models } = await scanRepositories(this.#options.repositories);
+        if (models.has(name)) return;
+        throw notFound(`Cannot unload '${name}': no model of that name`);
+      }
+      await Promise.all(
+        [...entry.versions.values()].filter((v) => v.state === "READY").map((v) => v.unload()),
+      );
+    });
+  }
+
+  #assertExplicit(action: string, name: string): void {
+    const mode = this.#options.controlMode ?? "none";
+    if (mode !== "explicit") {
+      throw invalidArg(
+        `Cannot ${action} '${name}': explicit model load / unload is not allowed in model control mode '${mode}'`,
+      );
+    }
+  }
+
+  /** Runs model operations one at a time per model. */
+  #serialized<T>(name: string, op: () => Promise<T>): Promise<T> {
+    const prior = this.#locks.get(name) ?? Promise.resolve();
+    const next = prior.then(op, op);
+    const settled = next.then(() => {}, () => {});
+    this.#locks.set(name, settled);
+    settled.then(() => {
+      if (this.#locks.get(name) === settled) this.#locks.delete(name);
+    });
+    return next;
+  }
+
+  /**
+   * Builds a model entry and makes it current when it has a READY version or no older entry serves;
+   * otherwise the older entry stays. Older versions are unloaded after the switch.
+   */
+  async #build(
+    name: string,
+    location: ModelLocation,
+    duplicate: string[] | undefined,
+    override: Record<string, unknown> | undefined,
+  ): Promise<ModelEntry> {
+    const entry: ModelEntry = { name, location, config: undefined, versions: new Map(), reason: "" };
+    if (duplicate) {
+      entry.reason = `Cannot load '${name}': the model is in more than one repository (${
+        duplicate.join(", ")
+      })`;
+    } else {
+      await this.#load(entry, override);
+    }
+    const old = this.#models.get(name);
+    const oldReady = old ? [...old.versions.values()].filter((v) => v.state === "READY") : [];
+    const newReady = [...entry.versions.values()].some((v) => v.state === "READY");
+    if (newReady || oldReady.length === 0) {
+      this.#models.set(name, entry);
+      await Promise.all(oldReady.map((v) => v.unload()));
+      return entry;
+    }
+    return entry;
+  }
+
+  async #load(entry: ModelEntry, override?: Record<string, unknown>): Promise<void> {
     const { name, location } = entry;
     try {
-      const raw = await readConfigFile(location.dir, name);
+      const raw = override ? { ...override } : await readConfigFile(location.dir, name);
       if (raw.name === undefined || raw.name === "") raw.name = name;
       let config = toModelConfig(raw, name);
       const available = await listVersions(location.dir);
@@ -280,7 +431,7 @@ export class ModelRegistry {
   allReady(): boolean {
     for (const entry of this.#models.values()) {
       if (entry.reason) return false;
-      for (const v of entry.versions.values()) if (v.state !== "READY") return false;
+      for (const v of entry.versions.values()) if (v.state !== "READY" && !v.unloaded) return false;
     }
     return true;
   }
@@ -299,15 +450,28 @@ export class ModelRegistry {
     return mv.infer(request);
   }
 
-  /** The repository index: one row per model version (or per model that failed before its versions). */
-  index(): IndexEntry[] {
+  /**
+   * The repository index: one row per model version, one row with only a name for models in the repositories
+   * that were never loaded, and one per model that failed before its versions.
+   * @param readyOnly list only READY versions
+   */
+  async index(readyOnly = false): Promise<IndexEntry[]> {
+    const { models } = await scanRepositories(this.#options.repositories).catch(() => ({
+      models: new Map(),
+    }));
+    const names = [...new Set([...models.keys(), ...this.#models.keys()])].sort();
     const rows: IndexEntry[] = [];
-    for (const name of this.names()) {
-      const entry = this.#models.get(name)!;
-      if (entry.versions.size === 0) {
+    for (const name of names) {
+      const entry = this.#models.get(name);
+      if (!entry) {
+        if (!readyOnly) rows.push({ name, version: "", state: "", reason: "" });
+        continue;
+      }
+      if (entry.versions.size === 0 && !readyOnly) {
         rows.push({ name, version: "", state: "UNAVAILABLE", reason: entry.reason });
       }
       for (const v of [...entry.versions.values()].sort((a, b) => a.version - b.version)) {
+        if (readyOnly && v.state !== "READY") continue;
         rows.push({ name, version: String(v.version), state: v.state, reason: v.reason });
       }
     }

@@ -7,7 +7,7 @@
 import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import type * as protobuf from "protobufjs";
-import { grpcStatus, toServerError, unsupported } from "../../core/errors.ts";
+import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
 import { lookupType } from "../../core/protos.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import {
@@ -125,6 +125,32 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     extensions: options.extensions,
   }));
   unary("ModelMetadata", (r) => ({ ...registry.metadata(String(r.name), String(r.version ?? "")) }));
+  unary("RepositoryIndex", async (r) => ({ models: await registry.index(r.ready === true) }));
+  unary("RepositoryModelLoad", async (r) => {
+    const name = String(r.model_name ?? "");
+    const params = (r.parameters ?? {}) as Record<string, Record<string, unknown>>;
+    const files = new Map<string, Uint8Array>();
+    let config: string | undefined;
+    for (const [k, p] of Object.entries(params)) {
+      if (k === "config") {
+        if (typeof p.string_param !== "string" || p.parameter_choice !== "string_param") {
+          throw invalidArg(`Cannot load '${name}': parameter 'config' must be a string_param holding JSON`);
+        }
+        config = p.string_param;
+      } else if (k.startsWith("file:")) {
+        if (p.parameter_choice !== "bytes_param") {
+          throw invalidArg(`Cannot load '${name}': parameter '${k}' must be a bytes_param`);
+        }
+        files.set(k.slice(5), p.bytes_param as Uint8Array);
+      }
+    }
+    await registry.loadModel(name, { config, files });
+    return {};
+  });
+  unary("RepositoryModelUnload", async (r) => {
+    await registry.unloadModel(String(r.model_name ?? ""));
+    return {};
+  });
   unary("ModelStatistics", (r) => ({
     model_stats: registry.statistics(String(r.name ?? ""), String(r.version ?? "")),
   }));
@@ -206,9 +232,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     unary(name, () => {
       throw unsupported(`${feature} is not supported yet`);
     });
-  notBuilt("RepositoryIndex", "The model repository extension");
-  notBuilt("RepositoryModelLoad", "The model repository extension");
-  notBuilt("RepositoryModelUnload", "The model repository extension");
   notBuilt("SystemSharedMemoryStatus", "The system shared-memory extension");
   notBuilt("SystemSharedMemoryRegister", "The system shared-memory extension");
   notBuilt("SystemSharedMemoryUnregister", "The system shared-memory extension");

@@ -79,6 +79,32 @@ async function readBody(request: Request, limit: number): Promise<Uint8Array> {
   return body;
 }
 
+async function readJsonBody(request: Request, limit: number, what: string): Promise<Record<string, unknown>> {
+  const body = await readBody(request, limit);
+  if (body.byteLength === 0) return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(new TextDecoder().decode(body));
+  } catch (err) {
+    throw invalidArg(`Cannot read ${what}: malformed JSON: ${(err as Error).message}`);
+  }
+  if (!v || typeof v !== "object" || Array.isArray(v)) {
+    throw invalidArg(`Cannot read ${what}: the body must be a JSON object`);
+  }
+  return v as Record<string, unknown>;
+}
+
+function decodeBase64(text: string, model: string, key: string): Uint8Array {
+  try {
+    const bin = atob(text);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  } catch {
+    throw invalidArg(`Cannot load '${model}': parameter '${key}' is not valid base64`);
+  }
+}
+
 function concat(chunks: Uint8Array[], total: number): Uint8Array {
   if (chunks.length === 1) return chunks[0]!;
   const out = new Uint8Array(total);
@@ -248,9 +274,53 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     if (parts[1] === "models" && parts[2] === undefined) {
       throw notFound(`Not found: '${url.pathname}'`);
     }
-    if (
-      ["repository", "systemsharedmemory", "cudasharedmemory", "logging", "trace"].includes(parts[1] ?? "")
-    ) {
+    if (parts[1] === "repository" && method === "POST") {
+      if (parts.length === 3 && parts[2] === "index") {
+        const body = await readJsonBody(request, options.maxInputSize, "the repository index request");
+        const ready = body.ready ?? false;
+        if (typeof ready !== "boolean") {
+          throw invalidArg("Cannot read the repository index request: 'ready' must be a boolean");
+        }
+        const rows = await registry.index(ready);
+        return json(rows.map((r) => (r.state === "" ? { name: r.name } : r)));
+      }
+      if (parts.length === 5 && parts[2] === "models" && (parts[4] === "load" || parts[4] === "unload")) {
+        const model = parts[3]!;
+        const body = await readJsonBody(
+          request,
+          options.maxInputSize,
+          `the ${parts[4]} request for '${model}'`,
+        );
+        const params = body.parameters ?? {};
+        if (typeof params !== "object" || Array.isArray(params) || params === null) {
+          throw invalidArg(
+            `Cannot read the ${parts[4]} request for '${model}': 'parameters' must be an object`,
+          );
+        }
+        if (parts[4] === "unload") {
+          await registry.unloadModel(model);
+          return new Response(null, { status: 200 });
+        }
+        const files = new Map<string, Uint8Array>();
+        let config: string | undefined;
+        for (const [k, v] of Object.entries(params as Record<string, unknown>)) {
+          if (k === "config") {
+            if (typeof v !== "string") {
+              throw invalidArg(`Cannot load '${model}': parameter 'config' must be a JSON string`);
+            }
+            config = v;
+          } else if (k.startsWith("file:")) {
+            if (typeof v !== "string") {
+              throw invalidArg(`Cannot load '${model}': parameter '${k}' must be base64 text`);
+            }
+            files.set(k.slice(5), decodeBase64(v, model, k));
+          }
+        }
+        await registry.loadModel(model, { config, files });
+        return new Response(null, { status: 200 });
+      }
+    }
+    if (["systemsharedmemory", "cudasharedmemory", "logging", "trace"].includes(parts[1] ?? "")) {
       throw unsupported(`The '/v2/${parts[1]}' extension is not supported yet`);
     }
     throw notFound(`Not found: ${method} '${url.pathname}'`);
