@@ -10,6 +10,7 @@ import { createHttpHandler } from "./frontends/http/handler.ts";
 import { Logger } from "./logging.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { ModelRegistry } from "./models/registry.ts";
+import { type Poller, startPoller } from "./repository/poller.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
@@ -36,6 +37,8 @@ export interface RunningServer {
   grpcPort: number | undefined;
   /** The metrics address actually bound. */
   metricsAddr: Deno.NetAddr | undefined;
+  /** The repository poller in poll mode. */
+  poller: Poller | undefined;
   /** Models that failed to load at start, with their reasons. */
   loadFailures: Map<string, string>;
   /** Stops accepting requests, finishes in-flight ones (up to exit-timeout-secs) and frees everything. */
@@ -93,12 +96,9 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     const reasons = [...failures.entries()].map(([n, r]) => `'${n}': ${r}`).join("; ");
     throw new StartupError(`Cannot start: failed to load all models (${reasons})`);
   }
-  if (options.modelControlMode === "poll") {
-    log.warning(
-      "Repository polling (--model-control-mode=poll) is not supported yet: models were loaded once at start",
-    );
-  }
-
+  const poller = options.modelControlMode === "poll"
+    ? await startPoller(registry, repositories, options.repositoryPollSecs, (m) => log.info(m))
+    : undefined;
   let stopping = false;
   const abort = new AbortController();
   let httpServer: Deno.HttpServer<Deno.NetAddr> | undefined;
@@ -176,6 +176,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     shuttingDown ??= (async () => {
       stopping = true;
       log.info("Shutting down: finishing in-flight requests");
+      await poller?.stop();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
       const drain = Promise.allSettled([httpServer?.shutdown(), metricsServer?.shutdown()]).then(() =>
@@ -198,5 +199,5 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     })();
     return shuttingDown;
   };
-  return { registry, httpAddr, metricsAddr, grpcPort, loadFailures: failures, shutdown, finished };
+  return { registry, httpAddr, metricsAddr, grpcPort, poller, loadFailures: failures, shutdown, finished };
 }

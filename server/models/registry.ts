@@ -155,8 +155,17 @@ export class ModelRegistry {
    * @throws ServerError when the model cannot be found or no version loads
    */
   loadModel(name: string, options: LoadOptions = {}): Promise<void> {
+    this.#assertExplicit("load", name);
+    return this.reloadModel(name, options);
+  }
+
+  /**
+   * Loads or reloads a model whatever the control mode (the repository poller's entry point); see loadModel.
+   * @param name the model name
+   * @param options a config override and uploaded files
+   */
+  reloadModel(name: string, options: LoadOptions = {}): Promise<void> {
     return this.#serialized(name, async () => {
-      this.#assertExplicit("load", name);
       let location: ModelLocation | undefined;
       let duplicate: string[] | undefined;
       if (options.files && options.files.size > 0) {
@@ -205,8 +214,16 @@ export class ModelRegistry {
    * @throws ServerError NOT_FOUND when no model of that name is known or in the repositories
    */
   unloadModel(name: string): Promise<void> {
+    this.#assertExplicit("unload", name);
+    return this.retireModel(name);
+  }
+
+  /**
+   * Unloads a model whatever the control mode (the repository poller's entry point); see unloadModel.
+   * @param name the model name
+   */
+  retireModel(name: string): Promise<void> {
     return this.#serialized(name, async () => {
-      this.#assertExplicit("unload", name);
       const entry = this.#models.get(name);
       if (!entry) {
         const { models } = await scanRepositories(this.#options.repositories);
