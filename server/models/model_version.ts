@@ -11,6 +11,7 @@ import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
 import { type ModelSignature, validateRequest } from "../core/validate.ts";
 import type { Backend, BackendInstance } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
+import { warmup } from "./warmup.ts";
 import { nowNs, VersionStats } from "../metrics/stats.ts";
 import { PoolScheduler, type Scheduler } from "../scheduler/scheduler.ts";
 
@@ -97,6 +98,7 @@ export class ModelVersion {
           );
         }
       }
+      await warmup(this.config, modelDir, this.#instances);
       const db = this.config.dynamic_batching as
         | {
           preferred_batch_size?: number[];
