@@ -3,6 +3,8 @@
  * @module
  */
 
+import { invalidArg } from "./core/errors.ts";
+
 /** Where and what to log. */
 export interface LogSettings {
   /** Log info messages. */
@@ -17,6 +19,16 @@ export interface LogSettings {
   format: "default" | "ISO8601";
   /** A file to append to; "" for standard error. */
   file: string;
+}
+
+/** The logging extension's settings, as `GET /v2/logging` shows them. */
+export interface LogSettingsJson {
+  log_file: string;
+  log_info: boolean;
+  log_warning: boolean;
+  log_error: boolean;
+  log_verbose_level: number;
+  log_format: string;
 }
 
 /** A logger. */
@@ -37,6 +49,67 @@ export class Logger {
   /** The current settings. */
   get settings(): LogSettings {
     return { ...this.#settings };
+  }
+
+  /** The verbose level (cheap to read on every request). */
+  get verboseLevel(): number {
+    return this.#settings.verbose;
+  }
+
+  /** The settings in the logging extension's shape. */
+  toJson(): LogSettingsJson {
+    const s = this.#settings;
+    return {
+      log_file: s.file,
+      log_info: s.info,
+      log_warning: s.warning,
+      log_error: s.error,
+      log_verbose_level: s.verbose,
+      log_format: s.format,
+    };
+  }
+
+  /**
+   * Changes settings (the logging extension's update); every value is checked before any takes effect.
+   * @param update settings by the extension's names
+   * @returns the settings after the change
+   * @throws ServerError INVALID_ARG naming the bad setting
+   */
+  update(update: Record<string, unknown>): LogSettingsJson {
+    const next = { ...this.#settings };
+    for (const [k, v] of Object.entries(update)) {
+      const bad = (expected: string) =>
+        invalidArg(`Cannot update the log settings: '${k}' is ${JSON.stringify(v)}, expected ${expected}`);
+      switch (k) {
+        case "log_info":
+        case "log_warning":
+        case "log_error":
+          if (typeof v !== "boolean") throw bad("a boolean");
+          next[k.slice(4) as "info" | "warning" | "error"] = v;
+          break;
+        case "log_verbose_level":
+          if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw bad("a non-negative integer");
+          next.verbose = v;
+          break;
+        case "log_format":
+          if (v !== "default" && v !== "ISO8601") throw bad("'default' or 'ISO8601'");
+          next.format = v;
+          break;
+        case "log_file":
+          if (typeof v !== "string") throw bad("a file path");
+          next.file = v;
+          break;
+        default:
+          throw invalidArg(`Cannot update the log settings: unknown setting '${k}'`);
+      }
+    }
+    if (next.file !== this.#settings.file) {
+      const file = next.file ? Deno.openSync(next.file, { append: true, create: true }) : undefined;
+      this.#file?.close();
+      this.#file = file;
+    }
+    this.#settings = next;
+    return this.toJson();
   }
 
   #write(level: "I" | "W" | "E" | "V", message: string): void {

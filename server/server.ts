@@ -116,6 +116,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       maxInputSize: options.httpMaxInputSize,
       strictReadiness: options.strictReadiness,
       isStopping: () => stopping,
+      logger: log,
     });
     httpServer = Deno.serve({
       port: options.httpPort,
@@ -136,6 +137,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         extensions: EXTENSIONS,
         strictReadiness: options.strictReadiness,
         isStopping: () => stopping,
+        logger: log,
         keepaliveTimeMs: options.grpcKeepaliveTimeMs,
         keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
         keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,

@@ -201,7 +201,11 @@ class OrtInstance implements BackendInstance {
       const data = t.datatype === "BYTES"
         ? (t.data as Uint8Array[]).map(utf8Decode)
         : typedView(t.datatype, t.data as Uint8Array);
-      feeds[name] = new ort.Tensor(type, data as ort.Tensor.DataType, shape);
+      const tensor = new ort.Tensor(type, data as ort.Tensor.DataType, shape);
+      // onnxruntime-common turns a Uint16Array into a Float16Array where the runtime has one (Deno does), and
+      // the native binding then reads no bytes; handing it back the bit patterns keeps FP16 working.
+      if (type === "float16") (tensor as unknown as { cpuData: unknown }).cpuData = data;
+      feeds[name] = tensor;
     }
     let results: ort.InferenceSession.OnnxValueMapType;
     try {

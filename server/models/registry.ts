@@ -354,7 +354,8 @@ export class ModelRegistry {
    * means the highest READY one.
    * @param name the model name
    * @param version the version string ("" for the policy's choice)
-   * @throws ServerError NOT_FOUND for unknown models and versions, UNAVAILABLE when none is ready
+   * @throws ServerError NOT_FOUND for unknown models and versions and for models with no READY version,
+   *   UNAVAILABLE for an explicit version that is not READY
    */
   resolve(name: string, version: string): ModelVersion {
     const entry = this.#models.get(name);
@@ -378,7 +379,7 @@ export class ModelRegistry {
     if (ready[0]) return ready[0];
     const reason = entry.reason ||
       [...entry.versions.values()].map((v) => v.reason).filter((r) => r).join("; ");
-    throw unavailable(
+    throw notFound(
       `Request for unknown model: '${name}' has no available versions${reason ? `: ${reason}` : ""}`,
     );
   }

@@ -188,7 +188,12 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage): InferReq
       }
       const bytes = raw[i]!;
       if (t.datatype === "BYTES") {
-        return { name: t.name, datatype: t.datatype, shape, data: deserializeBytes(bytes, count, what) };
+        return {
+          name: t.name,
+          datatype: t.datatype,
+          shape,
+          data: deserializeBytes(bytes, count, `${where}, ${what}`),
+        };
       }
       const want = count * elementSize(t.datatype);
       if (bytes.byteLength !== want) {

@@ -9,6 +9,7 @@ import * as grpc from "@grpc/grpc-js";
 import type * as protobuf from "protobufjs";
 import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
 import { lookupType } from "../../core/protos.ts";
+import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import {
   decodeModelInferRequest,
@@ -31,6 +32,8 @@ export interface GrpcOptions {
   strictReadiness: boolean;
   /** Whether the server is shutting down. */
   isStopping?: () => boolean;
+  /** The server's logger (LogSettings). */
+  logger?: Logger;
   /** Keepalive and message settings. */
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
@@ -151,6 +154,24 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     await registry.unloadModel(String(r.model_name ?? ""));
     return {};
   });
+  unary("LogSettings", (r) => {
+    if (!options.logger) throw unsupported("The logging extension is not available");
+    const update: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries((r.settings ?? {}) as Record<string, Record<string, unknown>>)) {
+      const choice = v.parameter_choice as string | undefined;
+      if (choice) update[k] = v[choice];
+    }
+    const json = options.logger.update(update);
+    const settings: Record<string, Record<string, unknown>> = {};
+    for (const [k, v] of Object.entries(json)) {
+      settings[k] = typeof v === "boolean"
+        ? { bool_param: v }
+        : typeof v === "number"
+        ? { uint32_param: v }
+        : { string_param: v };
+    }
+    return { settings };
+  });
   unary("ModelStatistics", (r) => ({
     model_stats: registry.statistics(String(r.name ?? ""), String(r.version ?? "")),
   }));
@@ -239,7 +260,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   notBuilt("CudaSharedMemoryRegister", "The CUDA shared-memory extension");
   notBuilt("CudaSharedMemoryUnregister", "The CUDA shared-memory extension");
   notBuilt("TraceSetting", "The trace extension");
-  notBuilt("LogSettings", "The logging extension");
 
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
   const server = new grpc.Server({

@@ -6,6 +6,7 @@
 
 import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
+import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
 
@@ -23,6 +24,8 @@ export interface HttpOptions {
   strictReadiness: boolean;
   /** Whether the server is shutting down (readiness then answers not ready). */
   isStopping?: () => boolean;
+  /** The server's logger (the logging extension; verbose level 1 logs every request). */
+  logger?: Logger;
 }
 
 /** An HTTP request handler. */
@@ -166,6 +169,8 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
 
   async function infer(request: Request, model: string, version: string): Promise<Response> {
+    // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
+    registry.resolve(model, version);
     const hl = request.headers.get(HEADER_LENGTH);
     let headerLength: number | undefined;
     if (hl !== null) {
@@ -320,6 +325,14 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
         return new Response(null, { status: 200 });
       }
     }
+    if (parts[1] === "logging" && parts.length === 2 && options.logger) {
+      if (method === "GET") return json(options.logger.toJson());
+      if (method === "POST") {
+        return json(
+          options.logger.update(await readJsonBody(request, options.maxInputSize, "the log settings")),
+        );
+      }
+    }
     if (["systemsharedmemory", "cudasharedmemory", "logging", "trace"].includes(parts[1] ?? "")) {
       throw unsupported(`The '/v2/${parts[1]}' extension is not supported yet`);
     }
@@ -327,6 +340,9 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
   }
 
   return async function handle(request: Request): Promise<Response> {
+    if (options.logger && options.logger.verboseLevel >= 1) {
+      options.logger.verbose(1, `HTTP request: ${request.method} ${new URL(request.url).pathname}`);
+    }
     try {
       return await route(request);
     } catch (err) {

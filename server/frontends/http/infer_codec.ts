@@ -12,6 +12,7 @@ import {
   elementSize,
   fromJsonValues,
   isDatatype,
+  parseJsonExact,
   serializeBytes,
   toJsonValues,
   utf8Decode,
@@ -34,7 +35,9 @@ function parameters(v: unknown, where: string): Record<string, ParamValue> {
   if (v === undefined || v === null) return {};
   if (!isObject(v)) throw invalidArg(`Cannot read ${where}: 'parameters' must be an object`);
   for (const [k, x] of Object.entries(v)) {
-    if (typeof x !== "boolean" && typeof x !== "number" && typeof x !== "string") {
+    // parseJsonExact gives bigint for integers beyond 2^53; parameters keep numbers.
+    if (typeof x === "bigint") (v as Json)[k] = Number(x);
+    else if (typeof x !== "boolean" && typeof x !== "number" && typeof x !== "string") {
       throw invalidArg(`Cannot read ${where}: parameter '${k}' must be a boolean, number or string`);
     }
   }
@@ -111,7 +114,7 @@ export function decodeInferRequest(
   }
   let json: unknown;
   try {
-    json = JSON.parse(utf8Decode(jsonBytes));
+    json = parseJsonExact(utf8Decode(jsonBytes));
   } catch (err) {
     throw invalidArg(`Cannot read ${where}: malformed JSON: ${(err as Error).message}`);
   }
