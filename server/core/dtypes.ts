@@ -145,6 +145,20 @@ export function bytesOf(a: ArrayBufferView): Uint8Array {
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 
+/**
+ * The float32 bits of a number rounded to odd (an inexact result keeps its truncation with the lowest bit
+ * set), so that rounding those bits once more to FP16 or BF16 gives the correctly rounded result.
+ */
+function f32BitsRoundedToOdd(v: number): number {
+  f32[0] = v;
+  let x = u32[0]!;
+  if (v === v && f32[0] !== v) {
+    if (Math.abs(f32[0]!) > Math.abs(v)) x--;
+    x |= 1;
+  }
+  return x >>> 0;
+}
+
 /** IEEE half-precision bits to a number. */
 export function halfToNumber(h: number): number {
   const s = h & 0x8000 ? -1 : 1;
@@ -157,8 +171,7 @@ export function halfToNumber(h: number): number {
 
 /** A number to IEEE half-precision bits, rounding to nearest even. */
 export function numberToHalf(v: number): number {
-  f32[0] = v;
-  const x = u32[0]!;
+  const x = f32BitsRoundedToOdd(v);
   const sign = (x >>> 16) & 0x8000;
   const exp = (x >>> 23) & 0xff;
   let mant = x & 0x7fffff;
@@ -193,11 +206,30 @@ export function bf16ToNumber(h: number): number {
 
 /** A number to bfloat16 bits, rounding to nearest even. */
 export function numberToBf16(v: number): number {
-  f32[0] = v;
-  const x = u32[0]!;
+  const x = f32BitsRoundedToOdd(v);
   if ((x & 0x7f800000) === 0x7f800000 && (x & 0x7fffff)) return (x >>> 16) | 0x40;
   return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
 }
+
+/**
+ * Parses JSON text; integer literals beyond 2^53 become bigint, so that INT64 and UINT64 values keep every
+ * digit (JSON.parse alone rounds them to the nearest double).
+ * @param text the JSON text
+ */
+export function parseJsonExact(text: string): unknown {
+  // Most bodies hold no 16-digit run: parse them without a reviver (faster).
+  if (!/[0-9]{16}/.test(text)) return JSON.parse(text);
+  return JSON.parse(text, (_key, value, context?: { source?: string }) => {
+    if (typeof value === "number" && !Number.isSafeInteger(value)) {
+      const source = context?.source;
+      if (source !== undefined && /^-?[0-9]+$/.test(source)) return BigInt(source);
+    }
+    return value;
+  });
+}
+
+/** `JSON.rawJSON` (V8 has it; TypeScript's lib does not declare it yet). */
+const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -231,8 +263,11 @@ const INT_RANGE: Partial<Record<Datatype, [number, number]>> = {
 export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: string): TensorData {
   const n = values.length;
   const bad = (i: number, expected: string): never => {
+    const v = values[i];
     throw invalidArg(
-      `Cannot read ${what}: element ${i} is ${JSON.stringify(values[i])}, expected ${expected} for ${dt}`,
+      `Cannot read ${what}: element ${i} is ${
+        typeof v === "bigint" ? String(v) : JSON.stringify(v)
+      }, expected ${expected} for ${dt}`,
     );
   };
   if (dt === "BYTES") {
@@ -258,8 +293,8 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     const [lo, hi] = dt === "INT64" ? [-(2n ** 63n), 2n ** 63n - 1n] : [0n, 2n ** 64n - 1n];
     for (let i = 0; i < n; i++) {
       const v = values[i];
-      if (typeof v !== "number" || !Number.isInteger(v)) bad(i, "an integer");
-      const b = BigInt(v as number);
+      if (typeof v !== "bigint" && (typeof v !== "number" || !Number.isInteger(v))) bad(i, "an integer");
+      const b = BigInt(v as number | bigint);
       if (b < lo || b > hi) bad(i, "an integer in range");
       out[i] = b;
     }
@@ -271,7 +306,10 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     const [lo, hi] = range;
     for (let i = 0; i < n; i++) {
       const v = values[i];
-      if (typeof v !== "number" || !Number.isInteger(v)) bad(i, "an integer");
+      if (typeof v !== "number" || !Number.isInteger(v)) {
+        if (typeof v === "bigint") bad(i, `an integer in [${lo}, ${hi}]`);
+        bad(i, "an integer");
+      }
       if ((v as number) < lo || (v as number) > hi) bad(i, `an integer in [${lo}, ${hi}]`);
       out[i] = v as number;
     }
@@ -280,7 +318,8 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
   // Floating point types.
   const out = dt === "FP64" ? new Float64Array(n) : dt === "FP32" ? new Float32Array(n) : new Uint16Array(n);
   for (let i = 0; i < n; i++) {
-    const v = values[i];
+    // Integer literals beyond 2^53 arrive as bigint (see parseJsonExact); as floats they are plain numbers.
+    const v = typeof values[i] === "bigint" ? Number(values[i]) : values[i];
     if (typeof v !== "number") bad(i, "a number");
     out[i] = dt === "FP16"
       ? numberToHalf(v as number)
@@ -293,7 +332,8 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
 
 /**
  * Converts tensor contents to flat JSON values: numbers, booleans, or strings for BYTES.
- * INT64 and UINT64 values beyond 2^53 lose precision, as JSON numbers do.
+ * INT64 and UINT64 values beyond 2^53 become raw JSON numbers (`JSON.rawJSON`), so that `JSON.stringify`
+ * writes them exactly, as Triton does.
  * @param dt the datatype
  * @param data the tensor contents
  */
@@ -302,9 +342,17 @@ export function toJsonValues(dt: Datatype, data: TensorData): unknown[] {
   const bytes = data as Uint8Array;
   if (dt === "BOOL") return Array.from(bytes, (b) => b !== 0);
   const view = typedView(dt, bytes);
-  if (dt === "FP16") return Array.from(view as Uint16Array, halfToNumber);
-  if (dt === "BF16") return Array.from(view as Uint16Array, bf16ToNumber);
-  if (dt === "INT64" || dt === "UINT64") return Array.from(view as BigInt64Array, Number);
+  // JSON.stringify writes -0 as 0; Triton writes -0.0.
+  const signed = (x: number): unknown => (x === 0 && 1 / x < 0 ? rawJSON("-0.0") : x);
+  if (dt === "FP16") return Array.from(view as Uint16Array, (h) => signed(halfToNumber(h)));
+  if (dt === "BF16") return Array.from(view as Uint16Array, (h) => signed(bf16ToNumber(h)));
+  if (dt === "FP32" || dt === "FP64") return Array.from(view as Float32Array, signed);
+  if (dt === "INT64" || dt === "UINT64") {
+    return Array.from(view as BigInt64Array, (b) => {
+      const n = Number(b);
+      return Number.isSafeInteger(n) ? n : rawJSON(String(b));
+    });
+  }
   return Array.from(view as Int32Array);
 }
 
