@@ -14,6 +14,7 @@ import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
 import { nowNs, VersionStats } from "../metrics/stats.ts";
 import { PoolScheduler, type Scheduler } from "../scheduler/scheduler.ts";
+import { checkEnsemble, EnsembleScheduler, type InferFn, type StepModel } from "../scheduler/ensemble.ts";
 
 /** Triton's model version states. */
 export type VersionState = "LOADING" | "READY" | "UNLOADING" | "UNAVAILABLE";
@@ -130,6 +131,39 @@ export class ModelVersion {
       this.reason = "";
     } catch (err) {
       await this.#closeInstances();
+      this.state = "UNAVAILABLE";
+      this.reason = err instanceof Error ? err.message : String(err);
+    }
+  }
+
+  /**
+   * Loads an ensemble version: checks the step graph against the loaded composing models and creates the
+   * ensemble scheduler. Failures leave it UNAVAILABLE with the reason.
+   * @param modelDir the model folder
+   * @param lookup the signature of a composing model, if loaded
+   * @param infer runs a request on a composing model
+   */
+  async loadEnsemble(
+    modelDir: string,
+    lookup: (name: string, version: number) => StepModel | undefined,
+    infer: InferFn,
+  ): Promise<void> {
+    const started = performance.now();
+    try {
+      this.#signature = await buildSignature(this.config, modelDir);
+      const steps = checkEnsemble(this.config, lookup);
+      this.#scheduler = new EnsembleScheduler(
+        this.config,
+        String(this.version),
+        steps,
+        infer,
+        this.#signature.outputs,
+        this.stats,
+      );
+      this.stats.loadSeconds = (performance.now() - started) / 1000;
+      this.state = "READY";
+      this.reason = "";
+    } catch (err) {
       this.state = "UNAVAILABLE";
       this.reason = err instanceof Error ? err.message : String(err);
     }

@@ -24,6 +24,7 @@ import {
   versionFileNames,
 } from "../repository/repository.ts";
 import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
+import type { StepModel } from "../scheduler/ensemble.ts";
 import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
 
 /** Model metadata as the protocol reports it. */
@@ -90,6 +91,12 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
   return { name, repository, dir };
 }
 
+/** Whether a model folder's config says `platform: "ensemble"` (a cheap look before loading). */
+async function isEnsemble(dir: string): Promise<boolean> {
+  const text = await Deno.readTextFile(join(dir, "config.pbtxt")).catch(() => "");
+  return /^\s*platform\s*:\s*["']ensemble["']/m.test(text);
+}
+
 /** A row of the repository index. */
 export interface IndexEntry {
   name: string;
@@ -129,7 +136,13 @@ export class ModelRegistry {
     const { models, duplicates } = await scanRepositories(this.#options.repositories);
     const failures = new Map<string, string>();
     const wanted = names ?? [...models.keys()];
-    await Promise.all(wanted.map(async (name) => {
+    // Ensembles load after the models they compose (in passes, for ensembles of ensembles).
+    const ensembles = new Set<string>();
+    for (const name of wanted) {
+      const loc = models.get(name);
+      if (loc && await isEnsemble(loc.dir)) ensembles.add(name);
+    }
+    const loadOne = async (name: string) => {
       const location = models.get(name);
       if (!location) {
         failures.set(name, `Cannot load '${name}': no model folder of that name in the model repositories`);
@@ -141,7 +154,14 @@ export class ModelRegistry {
       );
       const reasons = [entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r);
       if (reasons.length > 0) failures.set(name, reasons.join("; "));
-    }));
+      else failures.delete(name);
+    };
+    await Promise.all(wanted.filter((n) => !ensembles.has(n)).map(loadOne));
+    let left = wanted.filter((n) => ensembles.has(n));
+    for (let pass = 0; pass <= left.length && left.length > 0; pass++) {
+      for (const name of left) await loadOne(name);
+      left = left.filter((n) => failures.has(n));
+    }
     return failures;
   }
 
@@ -295,6 +315,10 @@ export class ModelRegistry {
       const available = await listVersions(location.dir);
       const files = await versionFileNames(location.dir, available);
       const { backend: backendName } = resolveBackend(config, files);
+      if (backendName === "ensemble") {
+        await this.#loadEnsemble(entry, config, available);
+        return;
+      }
       const backend = this.#backends.get(backendName);
       if (!backend) {
         throw unsupported(`Cannot load '${name}': the '${backendName}' backend is not supported yet`);
@@ -303,7 +327,9 @@ export class ModelRegistry {
       const versions = selectVersions(config.version_policy, available);
       if (versions.length === 0) throw unavailable(`Cannot load '${name}': no version folders found`);
       if (this.#options.autoComplete) {
-        const v = versions[versions.length - 1]!;
+        // Complete from the newest selected version that has a folder (`specific` may list one without).
+        const present = versions.filter((v) => available.includes(v));
+        const v = present[present.length - 1] ?? versions[versions.length - 1]!;
         await backend.autoComplete(config, this.#context(entry, config, backend, v));
         config = toModelConfig(config, name);
       }
@@ -322,6 +348,27 @@ export class ModelRegistry {
       }));
     } catch (err) {
       entry.reason = err instanceof Error ? err.message : String(err);
+    }
+  }
+
+  async #loadEnsemble(entry: ModelEntry, config: ModelConfig, available: number[]): Promise<void> {
+    const { name, location } = entry;
+    applyDefaults(config, "");
+    await validateConfig(config, name, location.dir);
+    entry.config = config;
+    const versions = selectVersions(config.version_policy, available);
+    if (versions.length === 0) throw unavailable(`Cannot load '${name}': no version folders found`);
+    const lookup = (model: string, version: number): StepModel | undefined => {
+      try {
+        return this.resolve(model, version > 0 ? String(version) : "").signature;
+      } catch {
+        return undefined;
+      }
+    };
+    for (const v of versions) {
+      const mv = new ModelVersion(config, v);
+      entry.versions.set(v, mv);
+      await mv.loadEnsemble(location.dir, lookup, (request) => this.infer(request));
     }
   }
 
