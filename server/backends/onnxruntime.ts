@@ -42,10 +42,11 @@ const FROM_ORT: Record<string, Datatype> = Object.fromEntries(
 /** Triton's default max_batch_size for auto-completed models whose first dimension is dynamic. */
 export const DEFAULT_MAX_BATCH_SIZE = 4;
 
+/** Triton's `optimization { graph { level } }` for ONNX Runtime; any other level enables all optimizations. */
 const GRAPH_LEVELS: Record<number, "disabled" | "basic" | "extended" | "all"> = {
   [-1]: "basic",
-  0: "disabled",
   1: "extended",
+  2: "disabled",
 };
 
 function dimsOf(shape: ReadonlyArray<number | string>): number[] {
@@ -83,7 +84,7 @@ function intParameter(config: ModelConfig, key: string): number | undefined {
 /**
  * The ONNX Runtime session options a config asks for: parameters `intra_op_thread_count`,
  * `inter_op_thread_count`, `execution_mode` (0 sequential, 1 parallel), `enable_mem_arena`, and
- * `optimization { graph { level } }` (-1 basic, 0 disabled, 1 extended, otherwise all).
+ * `optimization { graph { level } }` (as Triton: -1 basic, 1 extended, 2 disabled, otherwise all).
  * @param config the model config
  */
 export function sessionOptions(config: ModelConfig): ort.InferenceSession.SessionOptions {
@@ -97,7 +98,7 @@ export function sessionOptions(config: ModelConfig): ort.InferenceSession.Sessio
   const arena = intParameter(config, "enable_mem_arena");
   if (arena !== undefined) opts.enableCpuMemArena = arena !== 0;
   const optimization = config.optimization as { graph?: { level?: number } } | undefined;
-  const level = optimization?.graph?.level ?? 2;
+  const level = optimization?.graph?.level ?? 0;
   opts.graphOptimizationLevel = GRAPH_LEVELS[level] ?? "all";
   return opts;
 }

@@ -126,7 +126,9 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
         );
       }
       if (!Number.isInteger(o.classification) || o.classification < 0) {
-        fail(`output '${o.name}' asks for classification ${o.classification}, expected a positive integer`);
+        fail(
+          `output '${o.name}' asks for classification ${o.classification}, expected a non-negative integer`,
+        );
       }
     }
     outputs = request.outputs;

@@ -13,7 +13,13 @@ import type { Backend, BackendInstance } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
 import { nowNs, VersionStats } from "../metrics/stats.ts";
-import { PoolScheduler, type Scheduler } from "../scheduler/scheduler.ts";
+import {
+  type BatchingOptions,
+  OPEN_POLICY,
+  PoolScheduler,
+  type QueuePolicy,
+  type Scheduler,
+} from "../scheduler/scheduler.ts";
 import { checkEnsemble, EnsembleScheduler, type InferFn, type StepModel } from "../scheduler/ensemble.ts";
 
 /** Triton's model version states. */
@@ -100,13 +106,6 @@ export class ModelVersion {
         }
       }
       await warmup(this.config, modelDir, this.#instances);
-      const db = this.config.dynamic_batching as
-        | {
-          preferred_batch_size?: number[];
-          max_queue_delay_microseconds?: number;
-          default_queue_policy?: { max_queue_size?: number };
-        }
-        | undefined;
       const batched = this.config.max_batch_size > 0;
       this.#scheduler = new PoolScheduler(
         {
@@ -116,14 +115,7 @@ export class ModelVersion {
           outputs: new Map(this.#signature.outputs.map((o) => [o.name, o])),
         },
         this.#instances,
-        db && batched
-          ? {
-            maxBatchSize: this.config.max_batch_size,
-            preferredBatchSizes: db.preferred_batch_size ?? [],
-            maxQueueDelayMicroseconds: db.max_queue_delay_microseconds ?? 0,
-            maxQueueSize: db.default_queue_policy?.max_queue_size ?? 0,
-          }
-          : undefined,
+        batchingOptions(this.config),
         this.stats,
       );
       this.stats.loadSeconds = (performance.now() - started) / 1000;
@@ -250,5 +242,54 @@ async function buildSignature(config: ModelConfig, modelDir: string): Promise<Mo
     maxBatchSize: config.max_batch_size,
     inputs: await Promise.all(config.input.map(spec)),
     outputs: await Promise.all(config.output.map(spec)),
+  };
+}
+
+interface QueuePolicyConfig {
+  timeout_action?: string;
+  default_timeout_microseconds?: number;
+  allow_timeout_override?: boolean;
+  max_queue_size?: number;
+}
+
+function queuePolicy(p: QueuePolicyConfig | undefined): QueuePolicy {
+  if (!p) return OPEN_POLICY;
+  return {
+    timeoutAction: p.timeout_action === "DELAY" ? "DELAY" : "REJECT",
+    defaultTimeoutMicroseconds: p.default_timeout_microseconds ?? 0,
+    allowTimeoutOverride: p.allow_timeout_override ?? false,
+    maxQueueSize: p.max_queue_size ?? 0,
+  };
+}
+
+/**
+ * The scheduler options of a config: the dynamic batcher's settings where `dynamic_batching` is set and the
+ * model batches; one request per execution otherwise (queue policy and ordering still apply).
+ * @param config the model config
+ */
+export function batchingOptions(config: ModelConfig): Partial<BatchingOptions> {
+  const db = config.dynamic_batching as
+    | {
+      preferred_batch_size?: number[];
+      max_queue_delay_microseconds?: number;
+      preserve_ordering?: boolean;
+      priority_levels?: number;
+      default_priority_level?: number;
+      default_queue_policy?: QueuePolicyConfig;
+      priority_queue_policy?: Record<string, QueuePolicyConfig>;
+    }
+    | undefined;
+  if (!db) return {};
+  return {
+    maxBatchSize: config.max_batch_size > 0 ? config.max_batch_size : 0,
+    preferredBatchSizes: db.preferred_batch_size ?? [],
+    maxQueueDelayMicroseconds: db.max_queue_delay_microseconds ?? 0,
+    preserveOrdering: db.preserve_ordering ?? false,
+    priorityLevels: db.priority_levels ?? 0,
+    defaultPriorityLevel: db.default_priority_level ?? 0,
+    defaultQueuePolicy: queuePolicy(db.default_queue_policy),
+    priorityQueuePolicy: new Map(
+      Object.entries(db.priority_queue_policy ?? {}).map(([k, v]) => [Number(k), queuePolicy(v)]),
+    ),
   };
 }

@@ -46,10 +46,14 @@ const FOREIGN = new Set([
   "tensorrtllm",
 ]);
 
+/** Default model file names and their backends, in the order they are looked for (those dinfer runs first). */
 const MODEL_FILE_EXTENSIONS: Record<string, string> = {
   "model.onnx": "onnxruntime",
   "model.plan": "tensorrt",
   "model.py": "python",
+  "model.pt": "pytorch",
+  "model.savedmodel": "tensorflow",
+  "model.graphdef": "tensorflow",
 };
 
 /**
@@ -131,7 +135,7 @@ export function resolveBackend(config: ModelConfig, files: readonly string[]): B
   const name = config.name;
   let { platform, backend } = config;
   if (!platform && !backend) {
-    const found = files.map((f) => MODEL_FILE_EXTENSIONS[f]).find((b) => b !== undefined);
+    const found = Object.entries(MODEL_FILE_EXTENSIONS).find(([f]) => files.includes(f))?.[1];
     if (!found) {
       throw invalidArg(
         `Cannot load '${name}': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py)`,
@@ -260,6 +264,14 @@ export async function validateConfig(
         `dynamic_batching preferred_batch_size ${p} must be between 1 and max_batch_size ${config.max_batch_size}`,
       );
     }
+  }
+  const levels = (config.dynamic_batching as { priority_levels?: number } | undefined)?.priority_levels ?? 0;
+  const defaultLevel = (config.dynamic_batching as { default_priority_level?: number } | undefined)
+    ?.default_priority_level ?? 0;
+  if (levels > 0 && (defaultLevel < 1 || defaultLevel > levels)) {
+    fail(
+      `dynamic_batching default_priority_level ${defaultLevel} must be between 1 and priority_levels ${levels}`,
+    );
   }
   const vp = config.version_policy;
   if (vp?.latest && vp.latest.num_versions < 1) fail("version_policy latest num_versions must be at least 1");

@@ -56,16 +56,18 @@ export async function scanRepositories(
 
 /**
  * The numeric version folders of a model, ascending. Other entries are ignored, as are numbers with a sign,
- * leading zeros or beyond 2^53.
+ * names starting with "0" (as Triton ignores them, "0" included) and numbers beyond 2^53.
  * @param modelDir the model folder
  */
 export async function listVersions(modelDir: string): Promise<number[]> {
   const versions: number[] = [];
   for await (const e of Deno.readDir(modelDir)) {
-    if (!/^[0-9]+$/.test(e.name) || (e.name.length > 1 && e.name.startsWith("0"))) continue;
+    if (!/^[1-9][0-9]*$/.test(e.name)) continue;
     const n = Number(e.name);
     if (!Number.isSafeInteger(n)) continue;
-    const isDir = e.isDirectory || (e.isSymlink && (await Deno.stat(join(modelDir, e.name))).isDirectory);
+    const isDir = e.isDirectory ||
+      (e.isSymlink &&
+        ((await Deno.stat(join(modelDir, e.name)).catch(() => undefined))?.isDirectory ?? false));
     if (isDir) versions.push(n);
   }
   return versions.sort((a, b) => a - b);

@@ -1,11 +1,12 @@
 /**
  * Schedulers: the default one (one request per execution) and the dynamic batcher, both over a pool of
- * model instances that execute concurrently; a request waits for a free instance.
+ * model instances that execute concurrently; a request waits for a free instance. The dynamic batcher has
+ * Triton's priority levels, queue policies (timeouts with REJECT or DELAY, queue sizes) and ordering.
  * @module
  */
 
-import { toServerError, unavailable } from "../core/errors.ts";
-import type { InferResponse } from "../core/types.ts";
+import { invalidArg, toServerError, unavailable } from "../core/errors.ts";
+import type { InferResponse, ParamValue } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs, type VersionStats } from "../metrics/stats.ts";
@@ -28,6 +29,18 @@ export interface Scheduler {
   stop(): Promise<void>;
 }
 
+/** A queue policy (`ModelQueuePolicy`). */
+export interface QueuePolicy {
+  /** REJECT answers an expired request with an error; DELAY moves it behind the requests without timeout. */
+  timeoutAction: "REJECT" | "DELAY";
+  /** The default timeout in microseconds; 0 for none. */
+  defaultTimeoutMicroseconds: number;
+  /** Whether a request's `timeout` parameter replaces the default. */
+  allowTimeoutOverride: boolean;
+  /** The most requests queued at this level; 0 for no limit. */
+  maxQueueSize: number;
+}
+
 /** How requests are combined. */
 export interface BatchingOptions {
   /** The largest batch to form; 0 or 1 runs one request per execution. */
@@ -36,16 +49,47 @@ export interface BatchingOptions {
   preferredBatchSizes: number[];
   /** How long the oldest request may wait for a batch to fill (`max_queue_delay_microseconds`). */
   maxQueueDelayMicroseconds: number;
-  /** The most requests queued at once; 0 for no limit (`default_queue_policy.max_queue_size`). */
-  maxQueueSize: number;
+  /** Whether responses leave in the order the requests came (`preserve_ordering`). */
+  preserveOrdering: boolean;
+  /** The number of priority levels; 0 for one level (`priority_levels`). */
+  priorityLevels: number;
+  /** The level of requests without a priority (`default_priority_level`). */
+  defaultPriorityLevel: number;
+  /** The policy of levels without their own (`default_queue_policy`). */
+  defaultQueuePolicy: QueuePolicy;
+  /** Policies by level (`priority_queue_policy`). */
+  priorityQueuePolicy: Map<number, QueuePolicy>;
 }
+
+/** A policy that never times out and never fills up. */
+export const OPEN_POLICY: QueuePolicy = {
+  timeoutAction: "REJECT",
+  defaultTimeoutMicroseconds: 0,
+  allowTimeoutOverride: false,
+  maxQueueSize: 0,
+};
 
 interface Pending {
   request: ValidatedRequest;
   resolve: (r: InferResponse) => void;
   reject: (e: unknown) => void;
+  /** performance.now() at enqueue, for the queue delay. */
   enqueuedAt: number;
+  /** nowNs() at arrival, for statistics. */
   received: number;
+  /** performance.now() deadline; Infinity for none. */
+  deadline: number;
+  /** The arrival order, for preserve_ordering. */
+  seq: number;
+}
+
+function intParam(v: ParamValue | undefined, name: string, model: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = typeof v === "bigint" ? Number(v) : v;
+  if (typeof n !== "number" || !Number.isInteger(n) || n < 0) {
+    throw invalidArg(`Cannot infer '${model}': parameter '${name}' must be a non-negative integer`);
+  }
+  return n;
 }
 
 /**
@@ -54,14 +98,20 @@ interface Pending {
 export class PoolScheduler implements Scheduler {
   #model: BatchModel;
   #free: BackendInstance[];
-  #queue: Pending[] = [];
-  #head = 0;
+  /** One FIFO per priority level, highest priority (level 1) first; the last one holds delayed requests. */
+  #levels: Pending[][];
+  #queued = 0;
   #executing = 0;
   #options: BatchingOptions;
   #timer: ReturnType<typeof setTimeout> | undefined;
+  #timerAt = Infinity;
   #stopping = false;
   #drained: (() => void) | undefined;
   #stats: VersionStats | undefined;
+  #seq = 0;
+  /** preserve_ordering: the next sequence number to deliver and the finished ones waiting for it. */
+  #nextOut = 0;
+  #finished = new Map<number, () => void>();
 
   /**
    * Creates a scheduler.
@@ -79,42 +129,77 @@ export class PoolScheduler implements Scheduler {
     this.#model = model;
     this.#stats = stats;
     this.#free = [...instances];
+    const levels = Math.max(1, options?.priorityLevels ?? 0);
     this.#options = {
       maxBatchSize: options?.maxBatchSize ?? 0,
       preferredBatchSizes: [...(options?.preferredBatchSizes ?? [])].sort((a, b) => a - b),
       maxQueueDelayMicroseconds: options?.maxQueueDelayMicroseconds ?? 0,
-      maxQueueSize: options?.maxQueueSize ?? 0,
+      preserveOrdering: options?.preserveOrdering ?? false,
+      priorityLevels: options?.priorityLevels ?? 0,
+      defaultPriorityLevel: options?.defaultPriorityLevel || Math.ceil(levels / 2) || 1,
+      defaultQueuePolicy: options?.defaultQueuePolicy ?? OPEN_POLICY,
+      priorityQueuePolicy: options?.priorityQueuePolicy ?? new Map(),
     };
+    this.#levels = Array.from({ length: levels + 1 }, () => []);
+  }
+
+  #policy(level: number): QueuePolicy {
+    return this.#options.priorityQueuePolicy.get(level) ?? this.#options.defaultQueuePolicy;
   }
 
   enqueue(request: ValidatedRequest, received: number = nowNs()): Promise<InferResponse> {
-    if (this.#stopping) {
+    const name = this.#model.name;
+    let level: number;
+    let deadline = Infinity;
+    try {
+      if (this.#stopping) throw unavailable(`Cannot infer '${name}': the model version is unloading`);
+      const params = request.request.parameters;
+      const levels = Math.max(1, this.#options.priorityLevels);
+      // Priorities only mean something where the config has priority levels; elsewhere they are ignored.
+      const priority = this.#options.priorityLevels > 0
+        ? intParam(params.priority, "priority", name) ?? 0
+        : 0;
+      level = priority === 0 ? this.#options.defaultPriorityLevel : priority;
+      if (level > levels) {
+        throw invalidArg(
+          `Cannot infer '${name}': priority ${priority} is out of range, the model has ${levels} priority levels`,
+        );
+      }
+      const policy = this.#policy(level);
+      const timeout = intParam(params.timeout, "timeout", name);
+      const us = timeout !== undefined && policy.allowTimeoutOverride
+        ? timeout
+        : policy.defaultTimeoutMicroseconds;
+      if (us > 0) deadline = performance.now() + us / 1000;
+      if (policy.maxQueueSize > 0 && this.#levels[level - 1]!.length >= policy.maxQueueSize) {
+        throw unavailable(`Cannot infer '${name}': exceeds maximum queue size ${policy.maxQueueSize}`);
+      }
+    } catch (err) {
       this.#stats?.recordFailure(received, "REJECTED");
-      return Promise.reject(
-        unavailable(`Cannot infer '${this.#model.name}': the model version is unloading`),
-      );
-    }
-    const queued = this.#queue.length - this.#head;
-    if (this.#options.maxQueueSize > 0 && queued >= this.#options.maxQueueSize) {
-      this.#stats?.recordFailure(received, "REJECTED");
-      return Promise.reject(
-        unavailable(
-          `Cannot infer '${this.#model.name}': exceeds maximum queue size ${this.#options.maxQueueSize}`,
-        ),
-      );
+      return Promise.reject(err);
     }
     return new Promise((resolve, reject) => {
-      this.#queue.push({ request, resolve, reject, enqueuedAt: performance.now(), received });
+      this.#levels[level - 1]!.push({
+        request,
+        resolve,
+        reject,
+        enqueuedAt: performance.now(),
+        received,
+        deadline,
+        seq: this.#seq++,
+      });
+      this.#queued++;
+      if (deadline !== Infinity) this.#arm(deadline - performance.now());
       this.#pump();
     });
   }
 
   inflightCount(): number {
-    return this.#queue.length - this.#head + this.#executing;
+    return this.#queued + this.#executing;
   }
 
   queuedCount(): number {
-    return this.#queue.length - this.#head;
+    return this.#queued;
   }
 
   stop(): Promise<void> {
@@ -123,73 +208,136 @@ export class PoolScheduler implements Scheduler {
     return new Promise((resolve) => (this.#drained = resolve));
   }
 
-  #pump(): void {
-    while (this.#free.length > 0 && this.#head < this.#queue.length) {
-      const batch = this.#take();
-      if (!batch) return;
-      this.#run(this.#free.pop()!, batch);
-    }
-    if (this.#head > 1024 && this.#head * 2 > this.#queue.length) {
-      this.#queue = this.#queue.slice(this.#head);
-      this.#head = 0;
+  /** Handles expired requests: REJECT answers them, DELAY moves them to the delayed queue. */
+  #expire(now: number): void {
+    const delayed = this.#levels[this.#levels.length - 1]!;
+    for (let l = 0; l < this.#levels.length - 1; l++) {
+      const q = this.#levels[l]!;
+      if (!q.some((p) => p.deadline <= now)) continue;
+      const keep: Pending[] = [];
+      for (const p of q) {
+        if (p.deadline > now) {
+          keep.push(p);
+          continue;
+        }
+        const policy = this.#policy(l + 1);
+        if (policy.timeoutAction === "DELAY") {
+          p.deadline = Infinity;
+          delayed.push(p);
+        } else {
+          this.#queued--;
+          this.#stats?.recordFailure(p.received, "REJECTED");
+          this.#deliver(
+            p.seq,
+            () => p.reject(unavailable(`Cannot infer '${this.#model.name}': request timeout expired`)),
+          );
+        }
+      }
+      this.#levels[l] = keep;
     }
   }
 
-  /** Forms the next batch, or schedules a later try and returns undefined while it should wait. */
-  #take(): Pending[] | undefined {
-    const q = this.#queue;
-    const first = q[this.#head]!;
-    const max = this.#options.maxBatchSize;
-    if (max <= 1) {
-      q[this.#head++] = undefined as unknown as Pending;
-      return [first];
+  /** The queued requests in scheduling order (priority, then arrival), lazily. */
+  *#order(): Generator<Pending> {
+    for (const q of this.#levels) yield* q;
+  }
+
+  #remove(batch: Pending[]): void {
+    const taken = new Set(batch);
+    for (let l = 0; l < this.#levels.length; l++) {
+      const q = this.#levels[l]!;
+      if (q.length > 0 && taken.has(q[0]!)) {
+        let k = 0;
+        while (k < q.length && taken.has(q[k]!)) k++;
+        this.#levels[l] = k === q.length ? [] : q.slice(k);
+      }
     }
-    // Contiguous compatible requests from the front, up to max_batch_size.
-    let end = this.#head;
-    let size = 0;
-    const sizes: number[] = [];
-    while (end < q.length) {
-      const p = q[end]!;
-      if (
-        size + p.request.batchSize > max || (end > this.#head && !batchCompatible(first.request, p.request))
-      ) {
+    this.#queued -= batch.length;
+  }
+
+  #pump(): void {
+    const now = performance.now();
+    this.#expire(now);
+    while (this.#free.length > 0 && this.#queued > 0) {
+      const batch = this.#take(now);
+      if (!batch) break;
+      this.#remove(batch);
+      this.#run(this.#free.pop()!, batch);
+    }
+    this.#maybeDrained();
+  }
+
+  /** Forms the next batch, or schedules a later try and returns undefined while it should wait. */
+  #take(now: number): Pending[] | undefined {
+    const max = this.#options.maxBatchSize;
+    const order = this.#order();
+    const first = order.next().value as Pending;
+    if (max <= 1) return [first];
+    // Consecutive compatible requests in scheduling order, up to max_batch_size.
+    const batch: Pending[] = [first];
+    let size = first.request.batchSize;
+    const sizes = [size];
+    let full = size >= max;
+    for (const p of order) {
+      if (full) break;
+      if (size + p.request.batchSize > max || !batchCompatible(first.request, p.request)) {
+        full = true; // nothing later may jump ahead of this request
         break;
       }
+      batch.push(p);
       size += p.request.batchSize;
       sizes.push(size);
-      end++;
+      if (size >= max) full = true;
     }
     const preferred = this.#options.preferredBatchSizes;
-    const full = size >= max || end < q.length; // nothing more can join this batch
     const delayMs = this.#options.maxQueueDelayMicroseconds / 1000;
-    const waited = performance.now() - first.enqueuedAt;
+    const waited = now - first.enqueuedAt;
     const reachedPreferred = preferred.some((p) => sizes.includes(p));
     if (!full && !reachedPreferred && delayMs > 0 && waited < delayMs) {
       this.#arm(delayMs - waited);
       return undefined;
     }
     if (preferred.length > 0 && !full) {
-      // Cut at the largest preferred size reached, if any.
       for (let i = preferred.length - 1; i >= 0; i--) {
         const k = sizes.indexOf(preferred[i]!);
-        if (k >= 0) {
-          end = this.#head + k + 1;
-          break;
-        }
+        if (k >= 0) return batch.slice(0, k + 1);
       }
     }
-    const batch = q.slice(this.#head, end);
-    for (let i = this.#head; i < end; i++) q[i] = undefined as unknown as Pending;
-    this.#head = end;
     return batch;
   }
 
   #arm(ms: number): void {
-    if (this.#timer !== undefined) return;
+    const at = performance.now() + Math.max(0, ms);
+    if (this.#timer !== undefined && this.#timerAt <= at) return;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timerAt = at;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
+      this.#timerAt = Infinity;
       this.#pump();
+      this.#rearmDeadlines();
     }, Math.max(0, ms));
+  }
+
+  /** Keeps a timer for the earliest queued deadline, so expired requests are answered without new traffic. */
+  #rearmDeadlines(): void {
+    let next = Infinity;
+    for (const p of this.#order()) if (p.deadline < next) next = p.deadline;
+    if (next !== Infinity) this.#arm(next - performance.now());
+  }
+
+  /** Calls `fn` now, or (with preserve_ordering) once every earlier request has been answered. */
+  #deliver(seq: number, fn: () => void): void {
+    if (!this.#options.preserveOrdering) {
+      fn();
+      return;
+    }
+    this.#finished.set(seq, fn);
+    while (this.#finished.has(this.#nextOut)) {
+      const f = this.#finished.get(this.#nextOut)!;
+      this.#finished.delete(this.#nextOut++);
+      f();
+    }
   }
 
   async #run(instance: BackendInstance, batch: Pending[]): Promise<void> {
@@ -199,23 +347,27 @@ export class PoolScheduler implements Scheduler {
       this.#stats?.recordExecution(times);
       batch.forEach((p, i) => {
         this.#stats?.recordSuccess(p.request.batchSize, p.received, times);
-        p.resolve(responses[i]!);
+        this.#deliver(p.seq, () => p.resolve(responses[i]!));
       });
     } catch (err) {
       const e = toServerError(err);
       for (const p of batch) {
         this.#stats?.recordFailure(p.received, "BACKEND");
-        p.reject(e);
+        this.#deliver(p.seq, () => p.reject(e));
       }
     } finally {
       this.#executing -= batch.length;
       this.#free.push(instance);
-      if (this.#timer !== undefined && this.#head >= this.#queue.length) {
+      if (this.#timer !== undefined && this.#queued === 0) {
         clearTimeout(this.#timer);
         this.#timer = undefined;
+        this.#timerAt = Infinity;
       }
       this.#pump();
-      if (this.#stopping && this.inflightCount() === 0) this.#drained?.();
     }
+  }
+
+  #maybeDrained(): void {
+    if (this.#stopping && this.inflightCount() === 0) this.#drained?.();
   }
 }

@@ -308,6 +308,10 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       [{ private_key: read(options.serverKey), cert_chain: read(options.serverCert) }],
       options.rootCert !== "",
     );
+    // Without a root certificate grpc-js falls back to the CA bundle of GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; Deno's
+    // TLS then sends a CertificateRequest naming every CA, which clients refuse ("excessive message size").
+    // Client certificates are not checked here, so no CA list is needed.
+    if (!options.rootCert) delete credentials._getSecureContextOptions()?.ca;
   } else {
     credentials = grpc.ServerCredentials.createInsecure();
   }
