@@ -1,0 +1,137 @@
+/**
+ * The command line as a real process: bad flags, --help, start-up failures and a clean SIGTERM shutdown.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { EXAMPLES, FIXTURES, ROOT } from "../helpers.ts";
+
+const decoder = new TextDecoder();
+
+function dinfer(args: string[], options: { stdout?: "piped" | "null"; stderr?: "piped" | "null" } = {}) {
+  return new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "main.ts", ...args],
+    cwd: ROOT,
+    stdin: "null",
+    stdout: options.stdout ?? "piped",
+    stderr: options.stderr ?? "piped",
+  });
+}
+
+/**
+ * Runs dinfer to completion. A run stopped by a signal from outside (other test suites on this machine stop
+ * stray servers) is retried: these short runs never signal themselves.
+ */
+async function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  for (let attempt = 1;; attempt++) {
+    const out = await dinfer(args).output();
+    if (out.signal !== null && attempt < 3) continue;
+    return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
+  }
+}
+
+/** Ports that were free a moment ago (bound to port 0, then closed). */
+function freePorts(n: number): number[] {
+  const listeners = Array.from({ length: n }, () => Deno.listen({ hostname: "127.0.0.1", port: 0 }));
+  const ports = listeners.map((l) => (l.addr as Deno.NetAddr).port);
+  for (const l of listeners) l.close();
+  return ports;
+}
+
+function lines(text: string): string[] {
+  return text.split("\n").filter((l) => l.trim() !== "");
+}
+
+Deno.test("an unknown flag exits 2 with one line naming it", async () => {
+  const r = await run(["--no-such-flag=1"]);
+  assert.equal(r.code, 2);
+  assert.deepEqual(lines(r.stderr), ["dinfer: Unknown flag '--no-such-flag' (see --help)"]);
+  assert.equal(r.stdout, "");
+});
+
+Deno.test("a bad flag value exits 2 with one line naming the flag and the value", async () => {
+  const r = await run(["--http-port=eighty"]);
+  assert.equal(r.code, 2);
+  assert.deepEqual(lines(r.stderr), ["dinfer: Bad value 'eighty' for --http-port: expected an integer"]);
+  const range = await run(["serve", "--http-port=70000"]);
+  assert.equal(range.code, 2);
+  assert.deepEqual(lines(range.stderr), ["dinfer: Bad value '70000' for --http-port: must be at most 65535"]);
+});
+
+Deno.test("--help exits 0 and lists the flags", async () => {
+  const r = await run(["--help"]);
+  assert.equal(r.code, 0);
+  assert.equal(r.stderr, "");
+  assert.match(r.stdout, /^Usage: dinfer serve/);
+  assert.match(r.stdout, /^\s+--model-repository=<string>\s+Path to a model repository/m);
+  assert.match(r.stdout, /^\s+--http-port=<int>\s+HTTP port \(default: 8000\)$/m);
+});
+
+Deno.test("a model that fails to load exits 1 naming it (--exit-on-error defaults to true)", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer_cli_" });
+  try {
+    for (const name of ["bad_model", "identity_fp32"]) {
+      await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
+      await Deno.copyFile(`${FIXTURES}/${name}/config.pbtxt`, `${repo}/${name}/config.pbtxt`);
+      await Deno.copyFile(`${FIXTURES}/${name}/1/model.onnx`, `${repo}/${name}/1/model.onnx`);
+    }
+    const [http, grpc, metrics] = freePorts(3);
+    const r = await run([
+      `--model-repository=${repo}`,
+      `--http-port=${http}`,
+      `--grpc-port=${grpc}`,
+      `--metrics-port=${metrics}`,
+      "--http-address=127.0.0.1",
+      "--grpc-address=127.0.0.1",
+      "--metrics-address=127.0.0.1",
+      "--log-info=false",
+    ]);
+    assert.equal(r.code, 1);
+    const errors = lines(r.stderr).filter((l) => l.startsWith("dinfer: "));
+    assert.equal(errors.length, 1, r.stderr);
+    assert.match(errors[0]!, /^dinfer: Cannot start: failed to load all models \('bad_model': .+\)$/);
+    assert.doesNotMatch(errors[0]!, /identity_fp32/);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
+
+Deno.test("a normal start serves, is ready, and exits 0 on SIGTERM", async () => {
+  const [http, grpc, metrics] = freePorts(3);
+  const child = dinfer([
+    "serve",
+    `--model-repository=${EXAMPLES}`,
+    `--http-port=${http}`,
+    `--grpc-port=${grpc}`,
+    `--metrics-port=${metrics}`,
+    "--http-address=127.0.0.1",
+    "--grpc-address=127.0.0.1",
+    "--metrics-address=127.0.0.1",
+  ], { stdout: "piped", stderr: "piped" }).spawn();
+  const output = child.output();
+  try {
+    let status = 0;
+    const deadline = Date.now() + 20_000;
+    while (Date.now() < deadline) {
+      try {
+        const r = await fetch(`http://127.0.0.1:${http}/v2/health/ready`);
+        await r.body?.cancel();
+        status = r.status;
+        if (status === 200) break;
+      } catch {
+        // Not listening yet.
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(status, 200);
+    const meta = await fetch(`http://127.0.0.1:${http}/v2`);
+    assert.equal((await meta.json()).name, "dinfer");
+  } finally {
+    child.kill("SIGTERM");
+  }
+  const out = await output;
+  assert.equal(out.code, 0, decoder.decode(out.stderr));
+  assert.equal(out.signal, null);
+  const log = decoder.decode(out.stdout) + decoder.decode(out.stderr);
+  assert.match(log, new RegExp(`Started HTTPService at 127\\.0\\.0\\.1:${http}`));
+});
