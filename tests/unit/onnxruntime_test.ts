@@ -1,0 +1,346 @@
+import { join } from "node:path";
+import { assert, assertEquals, assertRejects, assertThrows } from "../assert.ts";
+import { FIXTURES } from "../helpers.ts";
+import {
+  DEFAULT_MAX_BATCH_SIZE,
+  onnxRuntimeBackend,
+  sessionOptions,
+} from "../../server/backends/onnxruntime.ts";
+import type { InstanceContext } from "../../server/backends/backend.ts";
+import { bytesOf } from "../../server/core/dtypes.ts";
+import { ServerError } from "../../server/core/errors.ts";
+import type { ModelConfig } from "../../server/core/model_config.ts";
+import type { Tensor } from "../../server/core/types.ts";
+import {
+  applyDefaults,
+  resolveBackend,
+  toModelConfig,
+  validateConfig,
+} from "../../server/repository/config.ts";
+
+function context(model: string, kind = "KIND_CPU"): InstanceContext {
+  const modelDir = join(FIXTURES, model);
+  const versionDir = join(modelDir, "1");
+  return {
+    modelDir,
+    versionDir,
+    version: 1,
+    modelPath: join(versionDir, "model.onnx"),
+    instanceName: `${model}_0`,
+    kind,
+    deviceId: 0,
+    backendConfig: {},
+  };
+}
+
+/** A config as the registry prepares it before auto-complete: normalized, backend resolved, defaults applied. */
+function prepared(obj: Record<string, unknown>): ModelConfig {
+  const name = obj.name as string;
+  const c = toModelConfig(obj, name);
+  resolveBackend(c, ["model.onnx"]);
+  applyDefaults(c, onnxRuntimeBackend.defaultModelFilename);
+  return c;
+}
+
+function io(c: ModelConfig): unknown {
+  const pick = ({ name, data_type, dims }: { name: string; data_type: string; dims: number[] }) => ({
+    name,
+    data_type,
+    dims,
+  });
+  return { input: c.input.map(pick), output: c.output.map(pick) };
+}
+
+const f32 = (...v: number[]) => bytesOf(new Float32Array(v));
+
+Deno.test("the ONNX Runtime backend is named onnxruntime and reads model.onnx", () => {
+  assertEquals(onnxRuntimeBackend.name, "onnxruntime");
+  assertEquals(onnxRuntimeBackend.defaultModelFilename, "model.onnx");
+  assertEquals(DEFAULT_MAX_BATCH_SIZE, 4);
+});
+
+Deno.test("auto-complete of a model with a dynamic first dim sets max_batch_size 4 and dynamic batching", async () => {
+  const c = prepared({ name: "no_config_dynamic" });
+  await onnxRuntimeBackend.autoComplete(c, context("no_config_dynamic"));
+  assertEquals(c.max_batch_size, 4);
+  assertEquals(c.dynamic_batching, {});
+  assertEquals(io(c), {
+    input: [{ name: "x", data_type: "TYPE_FP32", dims: [3] }],
+    output: [{ name: "y", data_type: "TYPE_FP32", dims: [3] }],
+  });
+  const normalized = toModelConfig(c, "no_config_dynamic");
+  await validateConfig(normalized, "no_config_dynamic", context("no_config_dynamic").modelDir);
+  assertEquals(normalized.dynamic_batching?.max_queue_delay_microseconds, 0);
+});
+
+Deno.test("auto-complete of a model with static dims keeps max_batch_size 0 and the full dims", async () => {
+  const c = prepared({ name: "no_config_static" });
+  await onnxRuntimeBackend.autoComplete(c, context("no_config_static"));
+  assertEquals(c.max_batch_size, 0);
+  assertEquals(c.dynamic_batching, undefined);
+  assertEquals(io(c), {
+    input: [{ name: "a", data_type: "TYPE_INT64", dims: [2, 2] }],
+    output: [{ name: "b", data_type: "TYPE_INT64", dims: [2, 2] }],
+  });
+  await validateConfig(
+    toModelConfig(c, "no_config_static"),
+    "no_config_static",
+    context("no_config_static").modelDir,
+  );
+});
+
+Deno.test("auto-complete keeps a max_batch_size the config gives and strips the batch dim", async () => {
+  const c = prepared({ name: "no_config_dynamic", max_batch_size: 16 });
+  await onnxRuntimeBackend.autoComplete(c, context("no_config_dynamic"));
+  assertEquals(c.max_batch_size, 16);
+  assertEquals(c.dynamic_batching, undefined);
+  assertEquals(io(c), {
+    input: [{ name: "x", data_type: "TYPE_FP32", dims: [3] }],
+    output: [{ name: "y", data_type: "TYPE_FP32", dims: [3] }],
+  });
+});
+
+Deno.test("auto-complete keeps a scheduler the config gives", async () => {
+  const c = prepared({ name: "no_config_dynamic", sequence_batching: {} });
+  await onnxRuntimeBackend.autoComplete(c, context("no_config_dynamic"));
+  assertEquals(c.max_batch_size, 4);
+  assertEquals(c.dynamic_batching, undefined);
+});
+
+Deno.test("auto-complete fills what a partial config leaves out and keeps what it says", async () => {
+  const c = prepared({
+    name: "no_config_dynamic",
+    max_batch_size: 2,
+    input: [{ name: "x", dims: [3] }],
+    output: [{ name: "y", data_type: "TYPE_FP32", dims: [-1] }],
+  });
+  await onnxRuntimeBackend.autoComplete(c, context("no_config_dynamic"));
+  assertEquals(c.max_batch_size, 2);
+  assertEquals(io(c), {
+    input: [{ name: "x", data_type: "TYPE_FP32", dims: [3] }],
+    output: [{ name: "y", data_type: "TYPE_FP32", dims: [-1] }],
+  });
+});
+
+Deno.test("auto-complete of a file that is not an ONNX model is refused", async () => {
+  const ctx = context("bad_model");
+  await assertRejects(
+    () => onnxRuntimeBackend.autoComplete(prepared({ name: "bad_model" }), ctx),
+    ServerError,
+    {
+      code: "INVALID_ARG",
+      message:
+        `Cannot load ONNX model '${ctx.modelPath}': Load model from ${ctx.modelPath} failed:Protobuf parsing failed.`,
+    },
+  );
+});
+
+Deno.test("createInstance of a file that is not an ONNX model is refused", async () => {
+  const ctx = context("bad_model");
+  await assertRejects(
+    () => onnxRuntimeBackend.createInstance(prepared({ name: "bad_model" }), ctx),
+    ServerError,
+    {
+      code: "INVALID_ARG",
+      message:
+        `Cannot load ONNX model '${ctx.modelPath}': Load model from ${ctx.modelPath} failed:Protobuf parsing failed.`,
+    },
+  );
+});
+
+function addSubConfig(): ModelConfig {
+  return prepared({
+    name: "add_sub_fp32_nobatch",
+    platform: "onnxruntime_onnx",
+    input: [
+      { name: "INPUT0", data_type: "TYPE_FP32", dims: [4] },
+      { name: "INPUT1", data_type: "TYPE_FP32", dims: [4] },
+    ],
+    output: [
+      { name: "OUTPUT0", data_type: "TYPE_FP32", dims: [4] },
+      { name: "OUTPUT1", data_type: "TYPE_FP32", dims: [4] },
+    ],
+  });
+}
+
+function inputs(a: Uint8Array, b: Uint8Array): Map<string, Tensor> {
+  return new Map([
+    ["INPUT0", { name: "INPUT0", datatype: "FP32", shape: [4], data: a }],
+    ["INPUT1", { name: "INPUT1", datatype: "FP32", shape: [4], data: b }],
+  ]);
+}
+
+Deno.test("an instance of add_sub_fp32_nobatch computes the sum and the difference", async () => {
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), context("add_sub_fp32_nobatch"));
+  try {
+    const out = await instance.execute(inputs(f32(1, 2, 3, 4), f32(0.5, -1, 10, 4)), ["OUTPUT0", "OUTPUT1"]);
+    assertEquals([...out.keys()], ["OUTPUT0", "OUTPUT1"]);
+    assertEquals(out.get("OUTPUT0"), {
+      name: "OUTPUT0",
+      datatype: "FP32",
+      shape: [4],
+      data: f32(1.5, 1, 13, 8),
+    });
+    assertEquals(out.get("OUTPUT1"), {
+      name: "OUTPUT1",
+      datatype: "FP32",
+      shape: [4],
+      data: f32(0.5, 3, -7, 0),
+    });
+
+    const only = await instance.execute(inputs(f32(1, 1, 1, 1), f32(1, 2, 3, 4)), ["OUTPUT1"]);
+    assertEquals([...only.keys()], ["OUTPUT1"]);
+    assertEquals(only.get("OUTPUT1")!.data, f32(0, -1, -2, -3));
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("an instance reads input bytes that are not aligned for FP32", async () => {
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), context("add_sub_fp32_nobatch"));
+  try {
+    const backing = new Uint8Array(33);
+    backing.set(f32(1, 2, 3, 4), 1);
+    backing.set(f32(4, 3, 2, 1), 17);
+    const out = await instance.execute(inputs(backing.subarray(1, 17), backing.subarray(17)), ["OUTPUT0"]);
+    assertEquals(out.get("OUTPUT0")!.data, f32(5, 5, 5, 5));
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("an instance refuses an input the model does not take, and reports a failed run as INTERNAL", async () => {
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), context("add_sub_fp32_nobatch"));
+  try {
+    const extra = inputs(f32(1, 2, 3, 4), f32(1, 2, 3, 4));
+    extra.set("W", { name: "W", datatype: "FP32", shape: [1], data: f32(1) });
+    await assertRejects(() => instance.execute(extra, ["OUTPUT0"]), ServerError, {
+      code: "UNSUPPORTED",
+      message:
+        "Cannot run 'add_sub_fp32_nobatch': input 'W' is an initializer of the ONNX model, which onnxruntime-node cannot override; leave it out to use the model's value",
+    });
+    const short = new Map([["INPUT0", {
+      name: "INPUT0",
+      datatype: "FP32" as const,
+      shape: [4],
+      data: f32(1, 2, 3, 4),
+    }]]);
+    const err = await instance.execute(short, ["OUTPUT0"]).then(() => undefined, (e: unknown) => e);
+    assert(err instanceof ServerError, "a ServerError");
+    assertEquals(err.code, "INTERNAL");
+    assert(err.message.startsWith("Cannot run 'add_sub_fp32_nobatch' in ONNX Runtime: "), err.message);
+    // The instance stays usable after a failed run.
+    const out = await instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT1"]);
+    assertEquals(out.get("OUTPUT1")!.data, f32(0, 1, 2, 3));
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("createInstance refuses KIND_GPU on the CPU build", async () => {
+  await assertRejects(
+    () => onnxRuntimeBackend.createInstance(addSubConfig(), context("add_sub_fp32_nobatch", "KIND_GPU")),
+    ServerError,
+    {
+      code: "UNSUPPORTED",
+      message:
+        "Cannot load 'add_sub_fp32_nobatch': instance group kind KIND_GPU is not supported by the CPU build of ONNX Runtime, use KIND_CPU",
+    },
+  );
+});
+
+Deno.test("createInstance honours the session options of the config", async () => {
+  const c = addSubConfig();
+  c.parameters = {
+    intra_op_thread_count: { string_value: "1" },
+    execution_mode: { string_value: "1" },
+    enable_mem_arena: { string_value: "0" },
+  };
+  c.optimization = { graph: { level: 2 } };
+  const instance = await onnxRuntimeBackend.createInstance(c, context("add_sub_fp32_nobatch"));
+  try {
+    const out = await instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 2, 3, 4)), ["OUTPUT0"]);
+    assertEquals(out.get("OUTPUT0")!.data, f32(2, 4, 6, 8));
+  } finally {
+    await instance.close();
+  }
+});
+
+function withParameters(params: Record<string, string>, extra: Record<string, unknown> = {}): ModelConfig {
+  return toModelConfig({
+    name: "m",
+    parameters: Object.fromEntries(Object.entries(params).map(([k, v]) => [k, { string_value: v }])),
+    ...extra,
+  }, "m");
+}
+
+Deno.test("sessionOptions without parameters enables every graph optimization", () => {
+  assertEquals(sessionOptions(withParameters({})), { logSeverityLevel: 3, graphOptimizationLevel: "all" });
+});
+
+Deno.test("sessionOptions maps Triton's ONNX Runtime parameters", () => {
+  assertEquals(
+    sessionOptions(withParameters({
+      intra_op_thread_count: "4",
+      inter_op_thread_count: "2",
+      execution_mode: "1",
+      enable_mem_arena: "0",
+    })),
+    {
+      logSeverityLevel: 3,
+      intraOpNumThreads: 4,
+      interOpNumThreads: 2,
+      executionMode: "parallel",
+      enableCpuMemArena: false,
+      graphOptimizationLevel: "all",
+    },
+  );
+  assertEquals(
+    sessionOptions(withParameters({
+      intra_op_thread_count: "0",
+      inter_op_thread_count: "0",
+      execution_mode: "0",
+      enable_mem_arena: "1",
+    })),
+    {
+      logSeverityLevel: 3,
+      executionMode: "sequential",
+      enableCpuMemArena: true,
+      graphOptimizationLevel: "all",
+    },
+  );
+  assertEquals(
+    sessionOptions(withParameters({ intra_op_thread_count: "" })),
+    { logSeverityLevel: 3, graphOptimizationLevel: "all" },
+  );
+});
+
+Deno.test("sessionOptions maps the graph level as Triton does: -1 basic, 1 extended, 2 disabled, else all", () => {
+  const level = (l: number) =>
+    sessionOptions(withParameters({}, { optimization: { graph: { level: l } } })).graphOptimizationLevel;
+  assertEquals(level(-1), "basic");
+  assertEquals(level(0), "all");
+  assertEquals(level(1), "extended");
+  assertEquals(level(2), "disabled");
+  assertEquals(level(3), "all");
+  assertEquals(
+    sessionOptions(withParameters({}, { optimization: { priority: "PRIORITY_MAX" } })).graphOptimizationLevel,
+    "all",
+  );
+});
+
+Deno.test("sessionOptions refuses a parameter that is not a non-negative integer", () => {
+  for (
+    const [key, value] of [
+      ["intra_op_thread_count", "x"],
+      ["inter_op_thread_count", "-1"],
+      ["execution_mode", "1.5"],
+      ["enable_mem_arena", "true"],
+    ]
+  ) {
+    assertThrows(() => sessionOptions(withParameters({ [key!]: value! })), ServerError, {
+      code: "INVALID_ARG",
+      message: `Cannot load 'm': parameter '${key}' is '${value}', expected a non-negative integer`,
+    });
+  }
+});
