@@ -13,6 +13,8 @@ Writes two model repositories (a `config.pbtxt` beside numeric version folders h
     simple/                INT32 add/sub, max_batch_size 8
     simple_string/         the same on decimal strings (TYPE_STRING)
     digits/                an MLP trained on scikit-learn's bundled 8x8 digits, with labels and samples
+    simple_sequence/       a stateful accumulator (sequence batcher, direct, implicit state)
+    simple_dyna_sequence/  the same under the oldest strategy; END adds the correlation id
 
   tests/fixtures/models/   the repository used by the integration tests
     identity_<type>/       Identity for each Triton datatype but BF16 (see IDENTITY_TYPES), variable length
@@ -552,12 +554,130 @@ def gen_bad_model() -> None:
 
 # --------------------------------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------------------------------
+# sequence models (examples/models): accumulators with implicit state
+# --------------------------------------------------------------------------------------------------
+
+def accumulator_graph(name: str, with_end_corrid: bool) -> onnx.ModelProto:
+    """acc = START ? INPUT : INPUT_STATE + INPUT (kept as is where READY is 0); OUTPUT_STATE = acc.
+    With `with_end_corrid`, OUTPUT = acc + END * CORRID, else OUTPUT = acc."""
+    b = "batch"
+    inputs = [
+        tensor("INPUT", TensorProto.INT32, [b, 1]),
+        tensor("START", TensorProto.INT32, [b, 1]),
+        tensor("READY", TensorProto.INT32, [b, 1]),
+        tensor("INPUT_STATE", TensorProto.INT32, [b, 1]),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["START"], ["start_b"], to=TensorProto.BOOL),
+        helper.make_node("Cast", ["READY"], ["ready_b"], to=TensorProto.BOOL),
+        helper.make_node("Add", ["INPUT_STATE", "INPUT"], ["summed"]),
+        helper.make_node("Where", ["start_b", "INPUT", "summed"], ["stepped"]),
+        helper.make_node("Where", ["ready_b", "stepped", "INPUT_STATE"], ["acc"]),
+        helper.make_node("Identity", ["acc"], ["OUTPUT_STATE"]),
+    ]
+    if with_end_corrid:
+        inputs += [tensor("END", TensorProto.INT32, [b, 1]), tensor("CORRID", TensorProto.UINT64, [b, 1])]
+        nodes += [
+            helper.make_node("Cast", ["CORRID"], ["corrid_i"], to=TensorProto.INT32),
+            helper.make_node("Mul", ["END", "corrid_i"], ["end_corrid"]),
+            helper.make_node("Add", ["acc", "end_corrid"], ["OUTPUT"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Identity", ["acc"], ["OUTPUT"]))
+    outputs = [tensor("OUTPUT", TensorProto.INT32, [b, 1]), tensor("OUTPUT_STATE", TensorProto.INT32, [b, 1])]
+    return make_model(helper.make_graph(nodes, name, inputs, outputs), name)
+
+
+SEQUENCE_STATE = """  state [
+    {
+      input_name: "INPUT_STATE"
+      output_name: "OUTPUT_STATE"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state: { name: "zero" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }
+    }
+  ]
+"""
+
+
+def run_accumulator(sess, values, corrid=0, with_end=False):
+    state = np.zeros((1, 1), dtype=np.int32)
+    out = []
+    for i, v in enumerate(values):
+        feeds = {
+            "INPUT": np.array([[v]], dtype=np.int32),
+            "START": np.array([[1 if i == 0 else 0]], dtype=np.int32),
+            "READY": np.array([[1]], dtype=np.int32),
+            "INPUT_STATE": state,
+        }
+        if with_end:
+            feeds["END"] = np.array([[1 if i == len(values) - 1 else 0]], dtype=np.int32)
+            feeds["CORRID"] = np.array([[corrid]], dtype=np.uint64)
+        o, state = sess.run(["OUTPUT", "OUTPUT_STATE"], feeds)
+        out.append(int(o[0, 0]))
+    return out
+
+
+def gen_simple_sequence() -> None:
+    d = EXAMPLES / "simple_sequence"
+    path = write_model(d, 1, accumulator_graph("simple_sequence", with_end_corrid=False))
+    write_text(d / "config.pbtxt", config_text(
+        "simple_sequence", 8,
+        [{"name": "INPUT", "data_type": "TYPE_INT32", "dims": [1]}],
+        [{"name": "OUTPUT", "data_type": "TYPE_INT32", "dims": [1]}],
+        """A stateful accumulator for the sequence batcher: the first request of a sequence (START)
+sets the sum to its INPUT, each later request adds its INPUT; OUTPUT is the running sum.
+The sum is carried between requests as implicit state (INPUT_STATE -> OUTPUT_STATE).""",
+        extra="""sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  direct { }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+""" + SEQUENCE_STATE + """}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+""",
+    ))
+    got = run_accumulator(session(path), [11, 7, 5, 3, 2, 0, 1])
+    check("simple_sequence", got == [11, 18, 23, 26, 28, 28, 29], f"running sums {got}")
+
+
+def gen_simple_dyna_sequence() -> None:
+    d = EXAMPLES / "simple_dyna_sequence"
+    path = write_model(d, 1, accumulator_graph("simple_dyna_sequence", with_end_corrid=True))
+    write_text(d / "config.pbtxt", config_text(
+        "simple_dyna_sequence", 8,
+        [{"name": "INPUT", "data_type": "TYPE_INT32", "dims": [1]}],
+        [{"name": "OUTPUT", "data_type": "TYPE_INT32", "dims": [1]}],
+        """The accumulator of simple_sequence under the oldest-first sequence batcher: OUTPUT is the
+running sum, and the last request of a sequence (END) adds the sequence's correlation id.""",
+        extra="""sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 0 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+""" + SEQUENCE_STATE + """}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+""",
+    ))
+    got = run_accumulator(session(path), [11, 7, 5, 3, 2, 0, 1], corrid=1000, with_end=True)
+    check("simple_dyna_sequence", got == [11, 18, 23, 26, 28, 28, 1029], f"running sums, END adds CORRID {got}")
+
+
 def main() -> int:
     print(f"numpy {np.__version__}, onnx {onnx.__version__}, onnxruntime {ort.__version__}; "
           f"opset {OPSET}, ir_version {IR_VERSION}")
     gen_simple()
     gen_simple_string()
     gen_digits()
+    gen_simple_sequence()
+    gen_simple_dyna_sequence()
     gen_identity()
     gen_add_sub_nobatch()
     gen_no_config_dynamic()

@@ -17,6 +17,7 @@ import {
 import { internal, invalidArg, ServerError, unsupported } from "../core/errors.ts";
 import type { ModelConfig, ModelInputConfig, ModelOutputConfig } from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
+import { sequenceTensorNames } from "../scheduler/sequence.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
 
 const TO_ORT: Partial<Record<Datatype, ort.Tensor.Type>> = {
@@ -143,11 +144,14 @@ async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<
       }
     }
     const strip = config.max_batch_size > 0 ? 1 : 0;
+    // Control inputs and implicit state of the sequence batcher are filled by the server, not declared.
+    const internalNames = sequenceTensorNames(config);
     const complete = <T extends ModelInputConfig | ModelOutputConfig>(
       list: T[],
       metas: readonly ort.InferenceSession.ValueMetadata[],
     ) => {
       for (const meta of metas) {
+        if (internalNames.has(meta.name)) continue;
         const dt = fromOrt(meta, config);
         const dims = meta.isTensor ? dimsOf(meta.shape).slice(strip) : [];
         const existing = list.find((e) => e.name === meta.name);

@@ -20,6 +20,7 @@ import {
   type QueuePolicy,
   type Scheduler,
 } from "../scheduler/scheduler.ts";
+import { SequenceScheduler } from "../scheduler/sequence.ts";
 import { checkEnsemble, EnsembleScheduler, type InferFn, type StepModel } from "../scheduler/ensemble.ts";
 
 /** Triton's model version states. */
@@ -107,17 +108,20 @@ export class ModelVersion {
       }
       await warmup(this.config, modelDir, this.#instances);
       const batched = this.config.max_batch_size > 0;
-      this.#scheduler = new PoolScheduler(
-        {
-          name: this.name,
-          version: String(this.version),
-          batched,
-          outputs: new Map(this.#signature.outputs.map((o) => [o.name, o])),
-        },
-        this.#instances,
-        batchingOptions(this.config),
-        this.stats,
-      );
+      const batchModel = {
+        name: this.name,
+        version: String(this.version),
+        batched,
+        outputs: new Map(this.#signature.outputs.map((o) => [o.name, o])),
+      };
+      this.#scheduler = this.config.sequence_batching
+        ? await SequenceScheduler.create(batchModel, this.config, this.#instances, modelDir, this.stats)
+        : new PoolScheduler(
+          batchModel,
+          this.#instances,
+          batchingOptions(this.config),
+          this.stats,
+        );
       this.stats.loadSeconds = (performance.now() - started) / 1000;
       this.state = "READY";
       this.reason = "";
