@@ -46,7 +46,10 @@ export async function startTestServer(flags: string[] = []): Promise<TestServer>
     "--log-info=false",
     "--log-warning=false",
   ];
-  const options = parseCommandLine([...base, ...flags]) as ServerOptions;
+  // A flag the caller gives replaces the default of the same name (the CLI refuses repeated flags).
+  const given = new Set(flags.map((f) => f.split("=")[0]));
+  const defaults = base.filter((f) => !given.has(f.split("=")[0]));
+  const options = parseCommandLine([...defaults, ...flags]) as ServerOptions;
   const logger = new Logger({
     info: false,
     warning: false,
