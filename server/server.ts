@@ -181,9 +181,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       await poller?.stop();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
-      const drain = Promise.allSettled([httpServer?.shutdown(), metricsServer?.shutdown()]).then(() =>
-        registry.close()
-      );
+      const drain = Promise.allSettled([httpServer?.shutdown(), metricsServer?.shutdown(), grpcServer?.shutdown()])
+        .then(() => registry.close());
       const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
       clearTimeout(timer);
       if (!drained) {
