@@ -11,6 +11,7 @@ import { Logger } from "./logging.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import { type Poller, startPoller } from "./repository/poller.ts";
+import { CudaSharedMemory, SystemSharedMemory } from "./shm/system_shm.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
@@ -100,6 +101,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     ? await startPoller(registry, repositories, options.repositoryPollSecs, (m) => log.info(m))
     : undefined;
   let stopping = false;
+  const shm = new SystemSharedMemory(options.allowClientShm);
+  const cudaShm = new CudaSharedMemory(options.allowClientShm);
   const abort = new AbortController();
   let httpServer: Deno.HttpServer<Deno.NetAddr> | undefined;
   let metricsServer: Deno.HttpServer<Deno.NetAddr> | undefined;
@@ -117,6 +120,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       strictReadiness: options.strictReadiness,
       isStopping: () => stopping,
       logger: log,
+      shm,
+      cudaShm,
     });
     httpServer = Deno.serve({
       port: options.httpPort,
@@ -138,6 +143,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         strictReadiness: options.strictReadiness,
         isStopping: () => stopping,
         logger: log,
+        shm,
+        cudaShm,
         keepaliveTimeMs: options.grpcKeepaliveTimeMs,
         keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
         keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,
@@ -181,7 +188,11 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       await poller?.stop();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
-      const drain = Promise.allSettled([httpServer?.shutdown(), metricsServer?.shutdown(), grpcServer?.shutdown()])
+      const drain = Promise.allSettled([
+        httpServer?.shutdown(),
+        metricsServer?.shutdown(),
+        grpcServer?.shutdown(),
+      ])
         .then(() => registry.close());
       const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
       clearTimeout(timer);
@@ -194,6 +205,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         await registry.close();
       }
       await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
+      shm.close();
       log.info("Stopped");
       if (!logger) log.close();
       resolveFinished();

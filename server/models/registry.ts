@@ -97,6 +97,11 @@ async function isEnsemble(dir: string): Promise<boolean> {
   return /^\s*platform\s*:\s*["']ensemble["']/m.test(text);
 }
 
+/** Why a model or its versions are not READY: each distinct reason once (versions often share one). */
+function reasonsOf(entry: ModelEntry): string[] {
+  return [...new Set([entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r))];
+}
+
 /** A row of the repository index. */
 export interface IndexEntry {
   name: string;
@@ -152,7 +157,7 @@ export class ModelRegistry {
         name,
         () => this.#build(name, location, duplicates.get(name), undefined),
       );
-      const reasons = [entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r);
+      const reasons = reasonsOf(entry);
       if (reasons.length > 0) failures.set(name, reasons.join("; "));
       else failures.delete(name);
     };
@@ -216,13 +221,13 @@ export class ModelRegistry {
       }
       const entry = await this.#build(name, location, duplicate, override);
       if (!this.#models.get(name) || entry === this.#models.get(name)) {
-        const reason = [entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r);
+        const reason = reasonsOf(entry);
         if (![...entry.versions.values()].some((v) => v.state === "READY")) {
           throw invalidArg(`Failed to load '${name}': ${reason.join("; ")}`);
         }
         return;
       }
-      const reason = [entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r);
+      const reason = reasonsOf(entry);
       throw invalidArg(`Failed to load '${name}', the previous versions keep serving: ${reason.join("; ")}`);
     });
   }
@@ -424,8 +429,7 @@ export class ModelRegistry {
       b.version - a.version
     );
     if (ready[0]) return ready[0];
-    const reason = entry.reason ||
-      [...entry.versions.values()].map((v) => v.reason).filter((r) => r).join("; ");
+    const reason = reasonsOf(entry).join("; ");
     throw notFound(
       `Request for unknown model: '${name}' has no available versions${reason ? `: ${reason}` : ""}`,
     );

@@ -31,11 +31,14 @@ export interface Scheduler {
 
 /** A queue policy (`ModelQueuePolicy`). */
 export interface QueuePolicy {
-  /** REJECT answers an expired request with an error; DELAY moves it behind the requests without timeout. */
+  /**
+   * REJECT answers an expired request with an error; DELAY moves it behind the requests of its priority level
+   * that have not expired (still ahead of lower levels).
+   */
   timeoutAction: "REJECT" | "DELAY";
   /** The default timeout in microseconds; 0 for none. */
   defaultTimeoutMicroseconds: number;
-  /** Whether a request's `timeout` parameter replaces the default. */
+  /** Whether a request's `timeout` parameter may shorten the default (never lengthen it). */
   allowTimeoutOverride: boolean;
   /** The most requests queued at this level; 0 for no limit. */
   maxQueueSize: number;
@@ -98,7 +101,10 @@ function intParam(v: ParamValue | undefined, name: string, model: string): numbe
 export class PoolScheduler implements Scheduler {
   #model: BatchModel;
   #free: BackendInstance[];
-  /** One FIFO per priority level, highest priority (level 1) first; the last one holds delayed requests. */
+  /**
+   * Two FIFOs per priority level, highest priority (level 1) first: at `2 * (level - 1)` the requests in time,
+   * right after it the level's delayed (expired, DELAY) requests.
+   */
   #levels: Pending[][];
   #queued = 0;
   #executing = 0;
@@ -140,7 +146,7 @@ export class PoolScheduler implements Scheduler {
       defaultQueuePolicy: options?.defaultQueuePolicy ?? OPEN_POLICY,
       priorityQueuePolicy: options?.priorityQueuePolicy ?? new Map(),
     };
-    this.#levels = Array.from({ length: levels + 1 }, () => []);
+    this.#levels = Array.from({ length: 2 * levels }, () => []);
   }
 
   #policy(level: number): QueuePolicy {
@@ -166,12 +172,13 @@ export class PoolScheduler implements Scheduler {
         );
       }
       const policy = this.#policy(level);
-      const timeout = intParam(params.timeout, "timeout", name);
-      const us = timeout !== undefined && policy.allowTimeoutOverride
-        ? timeout
-        : policy.defaultTimeoutMicroseconds;
+      // A request's timeout may shorten the default, never lengthen it; 0 means none was given.
+      const timeout = intParam(params.timeout, "timeout", name) ?? 0;
+      let us = policy.defaultTimeoutMicroseconds;
+      if (policy.allowTimeoutOverride && timeout > 0 && (us === 0 || timeout < us)) us = timeout;
       if (us > 0) deadline = performance.now() + us / 1000;
-      if (policy.maxQueueSize > 0 && this.#levels[level - 1]!.length >= policy.maxQueueSize) {
+      const queued = this.#levels[2 * (level - 1)]!.length + this.#levels[2 * level - 1]!.length;
+      if (policy.maxQueueSize > 0 && queued >= policy.maxQueueSize) {
         throw unavailable(`Cannot infer '${name}': exceeds maximum queue size ${policy.maxQueueSize}`);
       }
     } catch (err) {
@@ -179,7 +186,7 @@ export class PoolScheduler implements Scheduler {
       return Promise.reject(err);
     }
     return new Promise((resolve, reject) => {
-      this.#levels[level - 1]!.push({
+      this.#levels[2 * (level - 1)]!.push({
         request,
         resolve,
         reject,
@@ -208,11 +215,11 @@ export class PoolScheduler implements Scheduler {
     return new Promise((resolve) => (this.#drained = resolve));
   }
 
-  /** Handles expired requests: REJECT answers them, DELAY moves them to the delayed queue. */
+  /** Handles expired requests: REJECT answers them, DELAY moves them to their level's delayed queue. */
   #expire(now: number): void {
-    const delayed = this.#levels[this.#levels.length - 1]!;
-    for (let l = 0; l < this.#levels.length - 1; l++) {
+    for (let l = 0; l < this.#levels.length; l += 2) {
       const q = this.#levels[l]!;
+      const delayed = this.#levels[l + 1]!;
       if (!q.some((p) => p.deadline <= now)) continue;
       const keep: Pending[] = [];
       for (const p of q) {
@@ -220,7 +227,7 @@ export class PoolScheduler implements Scheduler {
           keep.push(p);
           continue;
         }
-        const policy = this.#policy(l + 1);
+        const policy = this.#policy(l / 2 + 1);
         if (policy.timeoutAction === "DELAY") {
           p.deadline = Infinity;
           delayed.push(p);
@@ -297,7 +304,8 @@ export class PoolScheduler implements Scheduler {
       this.#arm(delayMs - waited);
       return undefined;
     }
-    if (preferred.length > 0 && !full) {
+    // The largest preferred size reached wins, even over a full batch (Triton's documented choice).
+    if (preferred.length > 0) {
       for (let i = preferred.length - 1; i >= 0; i--) {
         const k = sizes.indexOf(preferred[i]!);
         if (k >= 0) return batch.slice(0, k + 1);

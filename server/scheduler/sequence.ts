@@ -311,6 +311,13 @@ export class SequenceScheduler implements Scheduler {
         ),
       );
     }
+    // Refused here, not at execution: a sequence must not take a slot, nor fail the batch it would join.
+    if (
+      typeof id === "string" &&
+      this.#controls.some((c) => c.kind === "CONTROL_SEQUENCE_CORRID" && c.datatype !== "BYTES")
+    ) {
+      return fail(this.#stringCorrIdError(id));
+    }
     const key = seqKey(id);
     let seq = this.#sequences.get(key);
     if (!seq) {
@@ -487,17 +494,20 @@ export class SequenceScheduler implements Scheduler {
     return batch;
   }
 
+  #stringCorrIdError(id: string): Error {
+    return invalidArg(
+      `Cannot infer '${this.#name}': the model takes numeric correlation ids, got string '${id}'`,
+    );
+  }
+
   #controlTensor(c: Control, pending: Pending, seq: Sequence): Tensor {
     const shape = this.#model.batched ? [1, 1] : [1];
     if (c.kind === "CONTROL_SEQUENCE_CORRID") {
       const id = seq.id;
       let data: Tensor["data"];
       if (c.datatype === "BYTES") data = [utf8Encode(String(id))];
-      else if (typeof id === "string") {
-        throw invalidArg(
-          `Cannot infer '${this.#name}': the model takes numeric correlation ids, got string '${id}'`,
-        );
-      } else if (c.datatype === "UINT64") data = bytesOf(new BigUint64Array([BigInt(id)]));
+      else if (typeof id === "string") throw this.#stringCorrIdError(id);
+      else if (c.datatype === "UINT64") data = bytesOf(new BigUint64Array([BigInt(id)]));
       else if (c.datatype === "INT64") data = bytesOf(new BigInt64Array([BigInt(id)]));
       else if (c.datatype === "UINT32") data = bytesOf(new Uint32Array([Number(id)]));
       else data = bytesOf(new Int32Array([Number(id)]));

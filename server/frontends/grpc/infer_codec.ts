@@ -18,6 +18,8 @@ import {
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { shapeText } from "../../core/validate.ts";
+import { shmLocation } from "../../shm/system_shm.ts";
+import type { ShmReader } from "../http/infer_codec.ts";
 
 /** An int64/uint64 as protobufjs decodes it: a number, or a Long. */
 type LongLike = number | { toString(): string; toNumber?(): number; unsigned?: boolean };
@@ -159,17 +161,26 @@ function fromContents(dt: Datatype, contents: ContentsMessage, count: number, wh
 /**
  * Decodes a `ModelInferRequest` into the core request.
  * @param msg the decoded message
+ * @param shm reads inputs that name a shared-memory region
  */
-export function decodeModelInferRequest(msg: ModelInferRequestMessage): InferRequest {
+export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: ShmReader): InferRequest {
   const where = `the inference request for '${msg.model_name}'`;
   const raw = msg.raw_input_contents ?? [];
-  if (raw.length > 0 && raw.length !== msg.inputs.length) {
+  // Inputs in shared memory take no raw_input_contents entry; the others take one each, in order.
+  const inShm = msg.inputs.map((t) =>
+    shmLocation(fromInferParameters(t.parameters), `${where}, input '${t.name}'`)
+  );
+  const rawCount = inShm.filter((l) => l === undefined).length;
+  if (raw.length > 0 && raw.length !== rawCount) {
     throw invalidArg(
-      `Cannot read ${where}: raw_input_contents has ${raw.length} entries for ${msg.inputs.length} inputs; when raw contents are used every input must have one`,
+      `Cannot read ${where}: raw_input_contents has ${raw.length} entries for ${rawCount} inputs; when raw contents are used every input must have one`,
     );
   }
-  const inputs: Tensor[] = msg.inputs.map((t, i) => {
+  let rawIndex = 0;
+  const inputs: Tensor[] = msg.inputs.map((t, n) => {
     const what = `input '${t.name}'`;
+    const loc = inShm[n];
+    const i = loc ? -1 : rawIndex++;
     if (!isDatatype(t.datatype)) {
       throw invalidArg(`Cannot read ${where}: ${what} has unknown datatype '${t.datatype}'`);
     }
@@ -182,6 +193,22 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage): InferReq
     const count = elementCount(shape);
     const hasTyped = t.contents !== undefined && t.contents !== null &&
       Object.values(t.contents).some((v) => Array.isArray(v) && v.length > 0);
+    if (loc) {
+      if (hasTyped) {
+        throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and typed contents`);
+      }
+      if (!shm) {
+        throw invalidArg(
+          `Cannot read ${where}: ${what} names shared memory, which this endpoint does not read`,
+        );
+      }
+      return {
+        name: t.name,
+        datatype: t.datatype,
+        shape,
+        data: shm(loc, t.datatype, shape, `${where}, ${what}`),
+      };
+    }
     if (raw.length > 0) {
       if (hasTyped) {
         throw invalidArg(`Cannot read ${where}: ${what} has both typed contents and raw_input_contents`);
@@ -247,16 +274,30 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage): InferReq
  * Encodes a core response as a `ModelInferResponse` object (for `Type.encode`), outputs in
  * `raw_output_contents`.
  * @param response the core response
+ * @param shmOutputs outputs already written to shared memory, with their parameters
  */
-export function encodeModelInferResponse(response: InferResponse): Record<string, unknown> {
+export function encodeModelInferResponse(
+  response: InferResponse,
+  shmOutputs?: Map<string, Record<string, ParamValue>>,
+): Record<string, unknown> {
   return {
     model_name: response.model,
     model_version: response.version,
     id: response.id,
     parameters: toInferParameters(response.parameters),
-    outputs: response.outputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape })),
+    outputs: response.outputs.map((t) => {
+      const inShm = shmOutputs?.get(t.name);
+      return inShm
+        ? { name: t.name, datatype: t.datatype, shape: t.shape, parameters: toInferParameters(inShm) }
+        : { name: t.name, datatype: t.datatype, shape: t.shape };
+    }),
+    // One entry per output, by position; outputs written to shared memory leave theirs empty.
     raw_output_contents: response.outputs.map((t) =>
-      t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array)
+      shmOutputs?.has(t.name)
+        ? new Uint8Array(0)
+        : t.datatype === "BYTES"
+        ? serializeBytes(t.data as Uint8Array[])
+        : (t.data as Uint8Array)
     ),
   };
 }

@@ -11,9 +11,12 @@ import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/e
 import { lookupType } from "../../core/protos.ts";
 import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
+import type { CudaSharedMemory, SystemSharedMemory } from "../../shm/system_shm.ts";
+import type { ShmReader } from "../http/infer_codec.ts";
 import {
   decodeModelInferRequest,
   encodeModelInferResponse,
+  longToNumber,
   type ModelInferRequestMessage,
 } from "./infer_codec.ts";
 
@@ -34,6 +37,9 @@ export interface GrpcOptions {
   isStopping?: () => boolean;
   /** The server's logger (LogSettings). */
   logger?: Logger;
+  /** System and CUDA shared-memory regions. */
+  shm?: SystemSharedMemory;
+  cudaShm?: CudaSharedMemory;
   /** Keepalive and message settings. */
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
@@ -172,6 +178,34 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     }
     return { settings };
   });
+  const requireShm = () => {
+    if (!shm || !options.cudaShm) throw unsupported("The shared-memory extensions are not available");
+    return { system: shm, cuda: options.cudaShm };
+  };
+  unary("SystemSharedMemoryStatus", (r) => ({
+    regions: Object.fromEntries(requireShm().system.status(String(r.name ?? "")).map((x) => [x.name, x])),
+  }));
+  unary("SystemSharedMemoryRegister", async (r) => {
+    await requireShm().system.register(
+      String(r.name ?? ""),
+      String(r.key ?? ""),
+      longToNumber((r.offset ?? 0) as number),
+      longToNumber((r.byte_size ?? 0) as number),
+    );
+    return {};
+  });
+  unary("SystemSharedMemoryUnregister", (r) => {
+    requireShm().system.unregister(String(r.name ?? ""));
+    return {};
+  });
+  unary("CudaSharedMemoryStatus", (r) => ({
+    regions: Object.fromEntries(requireShm().cuda.status(String(r.name ?? "")).map((x) => [x, x])),
+  }));
+  unary("CudaSharedMemoryRegister", (r) => requireShm().cuda.register(String(r.name ?? "")));
+  unary("CudaSharedMemoryUnregister", (r) => {
+    requireShm().cuda.unregister(String(r.name ?? ""));
+    return {};
+  });
   unary("ModelStatistics", (r) => ({
     model_stats: registry.statistics(String(r.name ?? ""), String(r.version ?? "")),
   }));
@@ -181,9 +215,29 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const inferRes = lookupType("ModelInferResponse");
   const inferReqCodec = codec(inferReq, false);
   const inferResCodec = codec(inferRes, true);
+  const shm = options.shm;
   const infer = async (msg: Record<string, unknown>) => {
-    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage);
-    return encodeModelInferResponse(await registry.infer(request));
+    const regions: string[] = [];
+    const reader: ShmReader | undefined = shm
+      ? (loc, datatype, shape, what) => {
+        regions.push(loc.region);
+        return shm.readTensor(loc, datatype, shape, what);
+      }
+      : undefined;
+    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, reader);
+    for (const o of request.outputs) {
+      if (typeof o.parameters.shared_memory_region === "string") {
+        regions.push(o.parameters.shared_memory_region);
+      }
+    }
+    const release = regions.length > 0 ? shm?.use(regions) : undefined;
+    try {
+      const response = await registry.infer(request);
+      const shmOutputs = regions.length > 0 ? shm?.writeOutputs(response, request.outputs) : undefined;
+      return encodeModelInferResponse(response, shmOutputs);
+    } finally {
+      release?.();
+    }
   };
   service.ModelInfer = {
     path: `/${SERVICE}/ModelInfer`,
@@ -253,12 +307,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     unary(name, () => {
       throw unsupported(`${feature} is not supported yet`);
     });
-  notBuilt("SystemSharedMemoryStatus", "The system shared-memory extension");
-  notBuilt("SystemSharedMemoryRegister", "The system shared-memory extension");
-  notBuilt("SystemSharedMemoryUnregister", "The system shared-memory extension");
-  notBuilt("CudaSharedMemoryStatus", "The CUDA shared-memory extension");
-  notBuilt("CudaSharedMemoryRegister", "The CUDA shared-memory extension");
-  notBuilt("CudaSharedMemoryUnregister", "The CUDA shared-memory extension");
   notBuilt("TraceSetting", "The trace extension");
 
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];

@@ -8,7 +8,8 @@ import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
 import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
-import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
+import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type ShmReader } from "./infer_codec.ts";
+import type { CudaSharedMemory, SystemSharedMemory } from "../../shm/system_shm.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions {
@@ -26,6 +27,10 @@ export interface HttpOptions {
   isStopping?: () => boolean;
   /** The server's logger (the logging extension; verbose level 1 logs every request). */
   logger?: Logger;
+  /** System shared-memory regions. */
+  shm?: SystemSharedMemory;
+  /** CUDA shared-memory regions. */
+  cudaShm?: CudaSharedMemory;
 }
 
 /** An HTTP request handler. */
@@ -182,6 +187,14 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       }
     }
     const body = await readBody(request, options.maxInputSize);
+    const regions: string[] = [];
+    const shm = options.shm;
+    const reader: ShmReader | undefined = shm
+      ? (loc, datatype, shape, what) => {
+        regions.push(loc.region);
+        return shm.readTensor(loc, datatype, shape, what);
+      }
+      : undefined;
     const decoded = decodeInferRequest(body, headerLength, { model, version }, (bytes) => {
       const mv = registry.resolve(model, version);
       const inputs = mv.config.input;
@@ -209,9 +222,21 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
         dims[dims.indexOf(-1)] = bytes / size;
       }
       return { name: spec.name, datatype, shape: [...batch, ...dims] };
-    });
-    const response = await registry.infer(decoded.request);
-    const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput);
+    }, reader);
+    for (const o of decoded.request.outputs) {
+      if (typeof o.parameters.shared_memory_region === "string") {
+        regions.push(o.parameters.shared_memory_region);
+      }
+    }
+    const release = regions.length > 0 ? shm?.use(regions) : undefined;
+    let response, shmOutputs;
+    try {
+      response = await registry.infer(decoded.request);
+      shmOutputs = regions.length > 0 ? shm?.writeOutputs(response, decoded.request.outputs) : undefined;
+    } finally {
+      release?.();
+    }
+    const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, shmOutputs);
     const headers: Record<string, string> = {};
     if (encoded.headerLength !== undefined) {
       headers[HEADER_LENGTH] = String(encoded.headerLength);
@@ -331,6 +356,46 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
         return json(
           options.logger.update(await readJsonBody(request, options.maxInputSize, "the log settings")),
         );
+      }
+    }
+    if (parts[1] === "systemsharedmemory" && options.shm) {
+      const shm = options.shm;
+      const region = parts[2] === "region" ? parts[3] ?? "" : "";
+      const action = parts[2] === "region" ? parts.slice(4).join("/") : parts.slice(2).join("/");
+      if (action === "status" && method === "GET") return json(shm.status(region));
+      if (action === "register" && method === "POST" && region) {
+        const body = await readJsonBody(
+          request,
+          options.maxInputSize,
+          `the register request for '${region}'`,
+        );
+        const { key, offset = 0, byte_size } = body as {
+          key?: unknown;
+          offset?: unknown;
+          byte_size?: unknown;
+        };
+        if (typeof key !== "string" || typeof offset !== "number" || typeof byte_size !== "number") {
+          throw invalidArg(
+            `Cannot register shared memory region '${region}': the body needs 'key' (string), 'offset' and 'byte_size' (numbers)`,
+          );
+        }
+        await shm.register(region, key, offset, byte_size);
+        return new Response(null, { status: 200 });
+      }
+      if (action === "unregister" && method === "POST") {
+        shm.unregister(region);
+        return new Response(null, { status: 200 });
+      }
+    }
+    if (parts[1] === "cudasharedmemory" && options.cudaShm) {
+      const cuda = options.cudaShm;
+      const region = parts[2] === "region" ? parts[3] ?? "" : "";
+      const action = parts[2] === "region" ? parts.slice(4).join("/") : parts.slice(2).join("/");
+      if (action === "status" && method === "GET") return json(cuda.status(region));
+      if (action === "register" && method === "POST" && region) cuda.register(region);
+      if (action === "unregister" && method === "POST") {
+        cuda.unregister(region);
+        return new Response(null, { status: 200 });
       }
     }
     if (["systemsharedmemory", "cudasharedmemory", "logging", "trace"].includes(parts[1] ?? "")) {

@@ -14,6 +14,7 @@ import {
   isDatatype,
   parseJsonExact,
   serializeBytes,
+  type TensorData,
   toJsonValues,
   utf8Decode,
   utf8Encode,
@@ -21,6 +22,10 @@ import {
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { shapeText } from "../../core/validate.ts";
+import { type ShmLocation, shmLocation } from "../../shm/system_shm.ts";
+
+/** Reads an input's contents from shared memory. */
+export type ShmReader = (loc: ShmLocation, datatype: Datatype, shape: number[], what: string) => TensorData;
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
@@ -73,12 +78,14 @@ export interface DecodedRequest {
  * @param headerLength the Inference-Header-Content-Length value, or undefined when absent
  * @param target the model and version from the URL
  * @param rawInput for the raw single-input form: the model's only input (name, datatype, shape) to fill
+ * @param shm reads inputs that name a shared-memory region
  */
 export function decodeInferRequest(
   body: Uint8Array,
   headerLength: number | undefined,
   target: Target,
   rawInput?: (bytes: number) => { name: string; datatype: Datatype; shape: number[] },
+  shm?: ShmReader,
 ): DecodedRequest {
   const where = `the inference request for '${target.model}'`;
   if (headerLength === 0) {
@@ -141,6 +148,18 @@ export function decodeInferRequest(
     }
     const p = parameters(raw.parameters, `${where}, ${what}`);
     const count = elementCount(shape);
+    const loc = shmLocation(p, `${where}, ${what}`);
+    if (loc) {
+      if (raw.data !== undefined || p.binary_data_size !== undefined) {
+        throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and data`);
+      }
+      if (!shm) {
+        throw invalidArg(
+          `Cannot read ${where}: ${what} names shared memory, which this endpoint does not read`,
+        );
+      }
+      return { name, datatype, shape, data: shm(loc, datatype, shape, `${where}, ${what}`) };
+    }
     if (p.binary_data_size !== undefined) {
       const size = p.binary_data_size;
       if (raw.data !== undefined) {
@@ -230,14 +249,18 @@ export interface EncodedResponse {
  * @param response the core response
  * @param requested the outputs as the request named them (for their binary_data flags)
  * @param binaryOutput the request's binary_data_output
+ * @param shmOutputs outputs already written to shared memory, with their parameters
  */
 export function encodeInferResponse(
   response: InferResponse,
   requested: readonly RequestedOutput[],
   binaryOutput: boolean,
+  shmOutputs?: Map<string, Record<string, ParamValue>>,
 ): EncodedResponse {
   const chunks: Uint8Array[] = [];
   const outputs = response.outputs.map((t) => {
+    const inShm = shmOutputs?.get(t.name);
+    if (inShm) return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: inShm };
     const flag = requested.find((r) => r.name === t.name)?.parameters.binary_data;
     const binary = flag === undefined ? binaryOutput : flag === true;
     if (binary) {

@@ -1,0 +1,303 @@
+/**
+ * The system shared-memory extension: clients register POSIX shared-memory objects (`shm_open` names, which
+ * Linux keeps under /dev/shm) as named regions; inputs are read from and outputs written straight into them.
+ * Every access is checked against the region's bounds; a region used by a running request cannot be
+ * unregistered. CUDA shared memory needs a GPU and answers UNAVAILABLE where none is found.
+ * @module
+ */
+
+import { join } from "node:path";
+import {
+  type Datatype,
+  deserializeBytes,
+  elementCount,
+  elementSize,
+  serializeBytes,
+  type TensorData,
+} from "../core/dtypes.ts";
+import { invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
+import type { InferResponse, ParamValue, RequestedOutput, Tensor } from "../core/types.ts";
+
+/** A registered region as the status endpoints report it. */
+export interface RegionStatus {
+  name: string;
+  key: string;
+  offset: number;
+  byte_size: number;
+}
+
+interface Region extends RegionStatus {
+  file: Deno.FsFile;
+  inUse: number;
+}
+
+/** Where shared-memory objects live on Linux. */
+const SHM_DIR = "/dev/shm";
+
+function intParam(v: ParamValue | undefined, name: string, what: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = typeof v === "bigint" ? Number(v) : v;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
+    throw invalidArg(`Cannot read ${what}: '${name}' must be a non-negative integer`);
+  }
+  return n;
+}
+
+/** The parameters naming a shared-memory location. */
+export interface ShmLocation {
+  region: string;
+  offset: number;
+  byteSize: number;
+}
+
+/**
+ * The shared-memory location a tensor's parameters name, if any.
+ * @param params the tensor's parameters
+ * @param what names the tensor in error messages
+ */
+export function shmLocation(params: Record<string, ParamValue>, what: string): ShmLocation | undefined {
+  const region = params.shared_memory_region;
+  if (region === undefined) return undefined;
+  if (typeof region !== "string" || region === "") {
+    throw invalidArg(`Cannot read ${what}: 'shared_memory_region' must be a region name`);
+  }
+  const byteSize = intParam(params.shared_memory_byte_size, "shared_memory_byte_size", what);
+  if (byteSize === undefined) throw invalidArg(`Cannot read ${what}: 'shared_memory_byte_size' is missing`);
+  return {
+    region,
+    offset: intParam(params.shared_memory_offset, "shared_memory_offset", what) ?? 0,
+    byteSize,
+  };
+}
+
+/** The registry of system shared-memory regions. */
+export class SystemSharedMemory {
+  #regions = new Map<string, Region>();
+  #allowed: boolean;
+  #dir: string;
+
+  /**
+   * Creates an empty registry.
+   * @param allowed whether clients may register regions (`--allow-client-shm`)
+   * @param dir where shm_open names live (tests may point elsewhere)
+   */
+  constructor(allowed: boolean, dir = SHM_DIR) {
+    this.#allowed = allowed;
+    this.#dir = dir;
+  }
+
+  #checkAllowed(): void {
+    if (!this.#allowed) {
+      throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
+    }
+  }
+
+  /**
+   * Registers a region.
+   * @param name the region name clients use in requests
+   * @param key the shm_open name of the object ("/name" or "name")
+   * @param offset where the region starts in the object
+   * @param byteSize the region's size
+   */
+  async register(name: string, key: string, offset: number, byteSize: number): Promise<void> {
+    this.#checkAllowed();
+    const where = `Cannot register shared memory region '${name}'`;
+    if (!name) throw invalidArg(`${where}: the region needs a name`);
+    if (this.#regions.has(name)) {
+      throw new ServerError("ALREADY_EXISTS", `${where}: a region of that name is already registered`);
+    }
+    const base = key.startsWith("/") ? key.slice(1) : key;
+    if (!base || base.includes("/") || base === "." || base === "..") {
+      throw invalidArg(`${where}: key '${key}' is not a shared-memory object name`);
+    }
+    if (!Number.isSafeInteger(offset) || offset < 0 || !Number.isSafeInteger(byteSize) || byteSize < 0) {
+      throw invalidArg(`${where}: offset and byte_size must be non-negative integers`);
+    }
+    let file: Deno.FsFile;
+    try {
+      file = await Deno.open(join(this.#dir, base), { read: true, write: true });
+    } catch (err) {
+      throw invalidArg(`${where}: cannot open shared-memory object '${key}': ${(err as Error).message}`);
+    }
+    const size = (await file.stat()).size;
+    if (offset + byteSize > size) {
+      file.close();
+      throw invalidArg(
+        `${where}: offset ${offset} + byte_size ${byteSize} is beyond the end of '${key}' (${size} bytes)`,
+      );
+    }
+    this.#regions.set(name, { name, key, offset, byte_size: byteSize, file, inUse: 0 });
+  }
+
+  /**
+   * Unregisters one region, or every region when `name` is "".
+   * @param name the region name
+   */
+  unregister(name: string): void {
+    const targets = name === "" ? [...this.#regions.values()] : [this.#regions.get(name)];
+    if (name !== "" && !targets[0]) return; // unregistering an unknown region is not an error
+    for (const r of targets) {
+      if (r && r.inUse > 0) {
+        throw unavailable(
+          `Cannot unregister shared memory region '${r.name}': ${r.inUse} running requests use it`,
+        );
+      }
+    }
+    for (const r of targets) {
+      if (!r) continue;
+      r.file.close();
+      this.#regions.delete(r.name);
+    }
+  }
+
+  /**
+   * The status of one region or of all of them.
+   * @param name the region name, "" for all
+   */
+  status(name: string): RegionStatus[] {
+    const list = name === ""
+      ? [...this.#regions.values()]
+      : [this.#regions.get(name)].filter((r) => r !== undefined);
+    if (name !== "" && list.length === 0) throw notFound(`Unknown shared memory region '${name}'`);
+    return list.map((r) => ({ name: r.name, key: r.key, offset: r.offset, byte_size: r.byte_size }));
+  }
+
+  #region(loc: ShmLocation, what: string, size: number): Region {
+    this.#checkAllowed();
+    const r = this.#regions.get(loc.region);
+    if (!r) throw invalidArg(`Cannot read ${what}: unknown shared memory region '${loc.region}'`);
+    if (loc.offset + size > r.byte_size) {
+      throw invalidArg(
+        `Cannot read ${what}: offset ${loc.offset} + ${size} bytes is beyond region '${loc.region}' of ${r.byte_size} bytes`,
+      );
+    }
+    return r;
+  }
+
+  /**
+   * Marks regions as used by a running request.
+   * @param names region names
+   * @returns a function that ends the use
+   */
+  use(names: Iterable<string>): () => void {
+    const rs = [...new Set(names)].map((n) => this.#regions.get(n)).filter((r) => r !== undefined);
+    for (const r of rs) r.inUse++;
+    return () => {
+      for (const r of rs) r.inUse--;
+    };
+  }
+
+  /**
+   * Reads an input tensor's contents from its region.
+   * @param loc where the contents are
+   * @param datatype the tensor datatype
+   * @param shape the tensor shape
+   * @param what names the tensor in error messages
+   */
+  readTensor(loc: ShmLocation, datatype: Datatype, shape: number[], what: string): TensorData {
+    const r = this.#region(loc, what, loc.byteSize);
+    const bytes = new Uint8Array(loc.byteSize);
+    let got = 0;
+    try {
+      r.file.seekSync(r.offset + loc.offset, Deno.SeekMode.Start);
+      while (got < bytes.length) {
+        const n = r.file.readSync(bytes.subarray(got));
+        if (n === null || n === 0) break;
+        got += n;
+      }
+    } catch (err) {
+      throw invalidArg(
+        `Cannot read ${what} from shared memory region '${loc.region}': ${(err as Error).message}`,
+      );
+    }
+    if (got !== bytes.length) {
+      throw invalidArg(
+        `Cannot read ${what}: shared memory region '${loc.region}' has only ${got} of ${bytes.length} bytes`,
+      );
+    }
+    const count = elementCount(shape);
+    if (datatype === "BYTES") return deserializeBytes(bytes, count, what);
+    const want = count * elementSize(datatype);
+    if (want !== bytes.length) {
+      throw invalidArg(
+        `Cannot read ${what}: shared_memory_byte_size is ${bytes.length}, expected ${want} for shape [${shape}] of ${datatype}`,
+      );
+    }
+    return bytes;
+  }
+
+  /**
+   * Writes the outputs that asked for shared memory into their regions, and returns their parameters
+   * (`shared_memory_region`, `shared_memory_byte_size`, `shared_memory_offset`) by output name.
+   * @param response the response
+   * @param requested the requested outputs with their parameters
+   */
+  writeOutputs(
+    response: InferResponse,
+    requested: readonly RequestedOutput[],
+  ): Map<string, Record<string, ParamValue>> {
+    const written = new Map<string, Record<string, ParamValue>>();
+    for (const o of requested) {
+      const what = `output '${o.name}'`;
+      const loc = shmLocation(o.parameters, what);
+      if (!loc) continue;
+      const t: Tensor | undefined = response.outputs.find((x) => x.name === o.name);
+      if (!t) continue;
+      const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
+      if (bytes.byteLength > loc.byteSize) {
+        throw invalidArg(
+          `Cannot write ${what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${loc.byteSize}`,
+        );
+      }
+      const r = this.#region(loc, what, bytes.byteLength);
+      r.file.seekSync(r.offset + loc.offset, Deno.SeekMode.Start);
+      let off = 0;
+      while (off < bytes.byteLength) off += r.file.writeSync(bytes.subarray(off));
+      const params: Record<string, ParamValue> = {
+        shared_memory_region: loc.region,
+        shared_memory_byte_size: bytes.byteLength,
+      };
+      if (loc.offset) params.shared_memory_offset = loc.offset;
+      written.set(o.name, params);
+    }
+    return written;
+  }
+
+  /** Closes every region. */
+  close(): void {
+    for (const r of this.#regions.values()) r.file.close();
+    this.#regions.clear();
+  }
+}
+
+/** CUDA shared memory: there is no GPU runtime in this build, so registration is refused clearly. */
+export class CudaSharedMemory {
+  #allowed: boolean;
+
+  /**
+   * Creates the CUDA region registry.
+   * @param allowed whether clients may register regions (`--allow-client-shm`)
+   */
+  constructor(allowed: boolean) {
+    this.#allowed = allowed;
+  }
+
+  /** Refuses: no CUDA device is available to open IPC handles on. */
+  register(name: string): never {
+    if (!this.#allowed) {
+      throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
+    }
+    throw unavailable(
+      `Cannot register CUDA shared memory region '${name}': no CUDA device is available to this server`,
+    );
+  }
+
+  /** The status: no CUDA region can exist. */
+  status(name: string): never[] {
+    if (name !== "") throw notFound(`Unknown CUDA shared memory region '${name}'`);
+    return [];
+  }
+
+  /** Unregistering is a no-op: no CUDA region can exist. */
+  unregister(_name: string): void {}
+}
