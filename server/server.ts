@@ -12,6 +12,7 @@ import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import { type Poller, startPoller } from "./repository/poller.ts";
 import { CudaSharedMemory, SystemSharedMemory } from "./shm/system_shm.ts";
+import { TraceManager } from "./trace/trace.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
@@ -23,6 +24,9 @@ export const EXTENSIONS = [
   "parameters",
   "statistics",
   "model_repository",
+  "logging",
+  "system_shared_memory",
+  "trace",
 ];
 
 /** The bundled example repository, served when no repository is given. */
@@ -74,7 +78,14 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   const repositories = options.modelRepositories.length > 0
     ? options.modelRepositories
     : [EXAMPLE_REPOSITORY];
+  let traces: TraceManager;
+  try {
+    traces = new TraceManager(options.traceConfig);
+  } catch (err) {
+    throw new StartupError((err as Error).message);
+  }
   const registry = new ModelRegistry({
+    traces,
     repositories,
     autoComplete: options.autoCompleteConfig,
     backendConfig: options.backendConfig,
@@ -122,6 +133,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       logger: log,
       shm,
       cudaShm,
+      traces,
     });
     httpServer = Deno.serve({
       port: options.httpPort,
@@ -145,6 +157,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         logger: log,
         shm,
         cudaShm,
+        traces,
         keepaliveTimeMs: options.grpcKeepaliveTimeMs,
         keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
         keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,
@@ -206,6 +219,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       }
       await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
       shm.close();
+      traces.flush();
       log.info("Stopped");
       if (!logger) log.close();
       resolveFinished();

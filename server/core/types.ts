@@ -4,6 +4,7 @@
  */
 
 import type { Datatype, TensorData } from "./dtypes.ts";
+import type { Trace } from "../trace/trace.ts";
 
 /** A request or response parameter value (KServe v2 parameters; gRPC InferParameter). */
 export type ParamValue = boolean | number | bigint | string;
@@ -44,6 +45,8 @@ export interface InferRequest {
   outputs: RequestedOutput[];
   /** The request parameters (priority, timeout, sequence_id, ...). */
   parameters: Record<string, ParamValue>;
+  /** The trace of a sampled request (set by the registry; the frontend ends it). */
+  trace?: Trace;
 }
 
 /** The answer to one InferRequest. */

@@ -25,6 +25,7 @@ import {
 } from "../repository/repository.ts";
 import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
 import type { StepModel } from "../scheduler/ensemble.ts";
+import type { TraceManager } from "../trace/trace.ts";
 import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
 
 /** Model metadata as the protocol reports it. */
@@ -46,6 +47,8 @@ export interface RegistryOptions {
   backendConfig: Record<string, Record<string, string>>;
   /** Backends by name; defaults to the built-in ones. */
   backends?: Map<string, Backend>;
+  /** Samples requests for the trace extension. */
+  traces?: TraceManager;
   /** The model control mode; the repository extension's load and unload need `explicit`. */
   controlMode?: "none" | "poll" | "explicit";
 }
@@ -78,15 +81,27 @@ export interface LoadOptions {
  * @param files contents by relative path
  */
 async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Promise<ModelLocation> {
-  const repository = await Deno.makeTempDir({ prefix: "dinfer-upload-" });
-  const dir = join(repository, name);
-  for (const [path, bytes] of files) {
+  // The name becomes a folder name: one path segment, so that nothing is written outside the folder.
+  if (name === "" || name === "." || name === ".." || /[/\\\0]/.test(name)) {
+    throw invalidArg(`Cannot load '${name}': a model name must be a folder name, without '/' or '..'`);
+  }
+  for (const path of files.keys()) {
     const parts = path.split("/");
     if (path.startsWith("/") || parts.some((p) => p === ".." || p === "" || p === ".")) {
       throw invalidArg(`Cannot load '${name}': file path '${path}' must be relative, without '..'`);
     }
-    await Deno.mkdir(join(dir, ...parts.slice(0, -1)), { recursive: true });
-    await Deno.writeFile(join(dir, ...parts), bytes);
+  }
+  const repository = await Deno.makeTempDir({ prefix: "dinfer-upload-" });
+  const dir = join(repository, name);
+  try {
+    for (const [path, bytes] of files) {
+      const parts = path.split("/");
+      await Deno.mkdir(join(dir, ...parts.slice(0, -1)), { recursive: true });
+      await Deno.writeFile(join(dir, ...parts), bytes);
+    }
+  } catch (err) {
+    await Deno.remove(repository, { recursive: true }).catch(() => {});
+    throw err;
   }
   return { name, repository, dir };
 }
@@ -516,7 +531,12 @@ export class ModelRegistry {
     } catch (err) {
       return Promise.reject(err);
     }
-    return mv.infer(request);
+    const trace = this.#options.traces?.sample(mv.name, String(mv.version), request.id);
+    if (!trace) return mv.infer(request);
+    request.trace = trace;
+    trace.mark("REQUEST_START");
+    trace.recordTensors("TENSOR_QUEUE_INPUT", request.inputs);
+    return mv.infer(request).finally(() => trace.mark("REQUEST_END"));
   }
 
   /**

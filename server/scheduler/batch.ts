@@ -122,5 +122,15 @@ export async function executeBatch(
     });
     offset += r.batchSize;
   }
-  return { responses, times: { batchSize: total, start, inputEnd, inferEnd, outputEnd: nowNs() } };
+  const times = { batchSize: total, start, inputEnd, inferEnd, outputEnd: nowNs() };
+  requests.forEach((r, i) => {
+    const trace = r.request.trace;
+    if (!trace) return;
+    trace.mark("COMPUTE_START", times.start);
+    trace.mark("COMPUTE_INPUT_END", times.inputEnd);
+    trace.mark("COMPUTE_OUTPUT_START", times.inferEnd);
+    trace.mark("COMPUTE_END", times.outputEnd);
+    trace.recordTensors("TENSOR_BACKEND_OUTPUT", responses[i]!.outputs);
+  });
+  return { responses, times };
 }

@@ -11,6 +11,8 @@ import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/e
 import { lookupType } from "../../core/protos.ts";
 import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
+import { nowNs } from "../../metrics/stats.ts";
+import type { TraceManager } from "../../trace/trace.ts";
 import type { CudaSharedMemory, SystemSharedMemory } from "../../shm/system_shm.ts";
 import type { ShmReader } from "../http/infer_codec.ts";
 import {
@@ -37,6 +39,8 @@ export interface GrpcOptions {
   isStopping?: () => boolean;
   /** The server's logger (LogSettings). */
   logger?: Logger;
+  /** The trace extension. */
+  traces?: TraceManager;
   /** System and CUDA shared-memory regions. */
   shm?: SystemSharedMemory;
   cudaShm?: CudaSharedMemory;
@@ -217,6 +221,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const inferResCodec = codec(inferRes, true);
   const shm = options.shm;
   const infer = async (msg: Record<string, unknown>) => {
+    const received = nowNs();
     const regions: string[] = [];
     const reader: ShmReader | undefined = shm
       ? (loc, datatype, shape, what) => {
@@ -237,6 +242,12 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       return encodeModelInferResponse(response, shmOutputs);
     } finally {
       release?.();
+      const trace = request.trace;
+      if (trace) {
+        trace.mark("GRPC_WAITREAD_END", received);
+        trace.mark("GRPC_SEND_START");
+        trace.end();
+      }
     }
   };
   service.ModelInfer = {
@@ -307,7 +318,21 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     unary(name, () => {
       throw unsupported(`${feature} is not supported yet`);
     });
-  notBuilt("TraceSetting", "The trace extension");
+  unary("TraceSetting", (r) => {
+    if (!options.traces) throw unsupported("The trace extension is not available");
+    const model = String(r.model_name ?? "");
+    const update: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries((r.settings ?? {}) as Record<string, { value?: string[] }>)) {
+      const values = v.value ?? [];
+      update[k] = values.length === 0 ? null : values;
+    }
+    const json = Object.keys(update).length > 0
+      ? options.traces.update(update, model)
+      : options.traces.settings(model);
+    const settings: Record<string, { value: string[] }> = {};
+    for (const [k, v] of Object.entries(json)) settings[k] = { value: Array.isArray(v) ? v : [v] };
+    return { settings };
+  });
 
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
   const server = new grpc.Server({

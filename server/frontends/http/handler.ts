@@ -7,6 +7,8 @@
 import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
 import type { Logger } from "../../logging.ts";
+import { nowNs } from "../../metrics/stats.ts";
+import type { TraceManager } from "../../trace/trace.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type ShmReader } from "./infer_codec.ts";
 import type { CudaSharedMemory, SystemSharedMemory } from "../../shm/system_shm.ts";
@@ -29,6 +31,8 @@ export interface HttpOptions {
   logger?: Logger;
   /** System shared-memory regions. */
   shm?: SystemSharedMemory;
+  /** The trace extension. */
+  traces?: TraceManager;
   /** CUDA shared-memory regions. */
   cudaShm?: CudaSharedMemory;
 }
@@ -174,6 +178,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
 
   async function infer(request: Request, model: string, version: string): Promise<Response> {
+    const recvStart = nowNs();
     // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
     registry.resolve(model, version);
     const hl = request.headers.get(HEADER_LENGTH);
@@ -187,6 +192,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       }
     }
     const body = await readBody(request, options.maxInputSize);
+    const recvEnd = nowNs();
     const regions: string[] = [];
     const shm = options.shm;
     const reader: ShmReader | undefined = shm
@@ -235,6 +241,11 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       shmOutputs = regions.length > 0 ? shm?.writeOutputs(response, decoded.request.outputs) : undefined;
     } finally {
       release?.();
+      const trace = decoded.request.trace;
+      if (trace) {
+        trace.mark("HTTP_RECV_START", recvStart);
+        trace.mark("HTTP_RECV_END", recvEnd);
+      }
     }
     const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, shmOutputs);
     const headers: Record<string, string> = {};
@@ -249,6 +260,12 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     if (encoding) {
       out = await compressed(out, encoding);
       headers["content-encoding"] = encoding;
+    }
+    const trace = decoded.request.trace;
+    if (trace) {
+      trace.mark("HTTP_SEND_START");
+      trace.mark("HTTP_SEND_END");
+      trace.end();
     }
     return new Response(out as BodyInit, { status: 200, headers });
   }
@@ -299,7 +316,13 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       if (action === "stats" && method === "GET") {
         return json({ model_stats: registry.statistics(model, version) });
       }
-      if (action === "trace/setting") throw unsupported("The trace extension is not supported yet");
+      if (action === "trace/setting" && options.traces) {
+        if (method === "GET") return json(options.traces.settings(model));
+        if (method === "POST") {
+          const body = await readJsonBody(request, options.maxInputSize, "the trace settings");
+          return json(options.traces.update(body, model));
+        }
+      }
     }
     if (parts[1] === "models" && parts[2] === undefined) {
       throw notFound(`Not found: '${url.pathname}'`);
@@ -348,6 +371,14 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
         }
         await registry.loadModel(model, { config, files });
         return new Response(null, { status: 200 });
+      }
+    }
+    if (parts[1] === "trace" && parts[2] === "setting" && parts.length === 3 && options.traces) {
+      if (method === "GET") return json(options.traces.settings());
+      if (method === "POST") {
+        return json(
+          options.traces.update(await readJsonBody(request, options.maxInputSize, "the trace settings")),
+        );
       }
     }
     if (parts[1] === "logging" && parts.length === 2 && options.logger) {
