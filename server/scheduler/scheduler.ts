@@ -185,6 +185,7 @@ export class PoolScheduler implements Scheduler {
       this.#stats?.recordFailure(received, "REJECTED");
       return Promise.reject(err);
     }
+    request.request.trace?.mark("QUEUE_START");
     return new Promise((resolve, reject) => {
       this.#levels[2 * (level - 1)]!.push({
         request,

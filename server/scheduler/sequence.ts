@@ -351,6 +351,7 @@ export class SequenceScheduler implements Scheduler {
       this.#armIdle();
     }
     const s = seq;
+    request.request.trace?.mark("QUEUE_START");
     return new Promise((resolve, reject) => {
       s.queue.push({ request, resolve, reject, enqueuedAt: performance.now(), received, start, end });
       s.lastActive = performance.now();

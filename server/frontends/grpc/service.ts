@@ -314,26 +314,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     });
   };
 
-  const notBuilt = (name: string, feature: string) =>
-    unary(name, () => {
-      throw unsupported(`${feature} is not supported yet`);
-    });
-  unary("TraceSetting", (r) => {
-    if (!options.traces) throw unsupported("The trace extension is not available");
-    const model = String(r.model_name ?? "");
-    const update: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries((r.settings ?? {}) as Record<string, { value?: string[] }>)) {
-      const values = v.value ?? [];
-      update[k] = values.length === 0 ? null : values;
-    }
-    const json = Object.keys(update).length > 0
-      ? options.traces.update(update, model)
-      : options.traces.settings(model);
-    const settings: Record<string, { value: string[] }> = {};
-    for (const [k, v] of Object.entries(json)) settings[k] = { value: Array.isArray(v) ? v : [v] };
-    return { settings };
-  });
-
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
   const server = new grpc.Server({
     "grpc.max_receive_message_length": MAX_MESSAGE,
