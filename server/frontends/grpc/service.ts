@@ -210,6 +210,21 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     requireShm().cuda.unregister(String(r.name ?? ""));
     return {};
   });
+  unary("TraceSetting", (r) => {
+    if (!options.traces) throw unsupported("The trace extension is not available");
+    const model = String(r.model_name ?? "");
+    const update: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries((r.settings ?? {}) as Record<string, { value?: string[] }>)) {
+      const values = v.value ?? [];
+      update[k] = values.length === 0 ? null : values;
+    }
+    const json = Object.keys(update).length > 0
+      ? options.traces.update(update, model)
+      : options.traces.settings(model);
+    const settings: Record<string, { value: string[] }> = {};
+    for (const [k, v] of Object.entries(json)) settings[k] = { value: Array.isArray(v) ? v : [v] };
+    return { settings };
+  });
   unary("ModelStatistics", (r) => ({
     model_stats: registry.statistics(String(r.name ?? ""), String(r.version ?? "")),
   }));
