@@ -1,0 +1,558 @@
+/**
+ * PoolScheduler against a fake instance that records every batch, can be held until released and can be made
+ * to fail: one request per execution, instance pools, dynamic batching (max and preferred sizes, queue delay,
+ * shapes), queue sizes, priorities, timeouts (REJECT, DELAY, override), ordering, failures, stop, statistics.
+ * @module
+ */
+
+import { assertEquals, assertRejects } from "../assert.ts";
+import { ServerError } from "../../server/core/errors.ts";
+import type { InferResponse, ParamValue, Tensor } from "../../server/core/types.ts";
+import type { ValidatedRequest } from "../../server/core/validate.ts";
+import type { BackendInstance } from "../../server/backends/backend.ts";
+import { modelStatistics, VersionStats } from "../../server/metrics/stats.ts";
+import type { BatchModel } from "../../server/scheduler/batch.ts";
+import {
+  type BatchingOptions,
+  OPEN_POLICY,
+  PoolScheduler,
+  type QueuePolicy,
+} from "../../server/scheduler/scheduler.ts";
+
+const MODEL: BatchModel = {
+  name: "fake",
+  version: "1",
+  batched: true,
+  outputs: new Map([["Y", {
+    name: "Y",
+    datatype: "INT32",
+    dims: [-1],
+    modelDims: [-1],
+    optional: false,
+    labels: undefined,
+  }]]),
+};
+
+/** An instance computing Y = 2 * X (INT32) that records each batch's rows of X. */
+class FakeInstance implements BackendInstance {
+  /** The X rows of every batch, in execution order. */
+  readonly batches: number[][][] = [];
+  /** Hold every execution until `release()`. */
+  hold: boolean;
+  /** Make the next execution fail with this error. */
+  failNext: Error | undefined;
+  #held: (() => void)[] = [];
+
+  constructor(hold = false) {
+    this.hold = hold;
+  }
+
+  async execute(inputs: Map<string, Tensor>, names: readonly string[]): Promise<Map<string, Tensor>> {
+    assertEquals(names, ["Y"]);
+    const x = inputs.get("X")!;
+    const values = [...new Int32Array((x.data as Uint8Array).slice().buffer)];
+    const cols = x.shape[1]!;
+    this.batches.push(
+      Array.from({ length: x.shape[0]! }, (_, r) => values.slice(r * cols, (r + 1) * cols)),
+    );
+    if (this.hold) await new Promise<void>((resolve) => this.#held.push(resolve));
+    const fail = this.failNext;
+    this.failNext = undefined;
+    if (fail) throw fail;
+    const y = new Int32Array(values.map((v) => 2 * v));
+    return new Map([["Y", {
+      name: "Y",
+      datatype: "INT32",
+      shape: [...x.shape],
+      data: new Uint8Array(y.buffer),
+    }]]);
+  }
+
+  /** Lets the oldest held execution finish. */
+  release(): void {
+    this.#held.shift()?.();
+  }
+
+  /** Executions waiting for `release()`. */
+  get heldCount(): number {
+    return this.#held.length;
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+/** A request with X = rows (INT32, shape [rows, cols]) and optional parameters. */
+function request(rows: number[][], parameters: Record<string, ParamValue> = {}): ValidatedRequest {
+  const data = new Uint8Array(new Int32Array(rows.flat()).buffer);
+  const x: Tensor = { name: "X", datatype: "INT32", shape: [rows.length, rows[0]!.length], data };
+  return {
+    request: { model: "fake", version: "", id: "", inputs: [x], outputs: [], parameters },
+    batchSize: rows.length,
+    inputs: new Map([["X", x]]),
+    outputs: [{ name: "Y", classification: 0, parameters: {} }],
+  };
+}
+
+/** The Y rows of a response. */
+function rowsOf(response: InferResponse): number[][] {
+  const y = response.outputs[0]!;
+  const values = [...new Int32Array((y.data as Uint8Array).slice().buffer)];
+  const cols = y.shape[1]!;
+  return Array.from({ length: y.shape[0]! }, (_, r) => values.slice(r * cols, (r + 1) * cols));
+}
+
+/** Lets every pending promise callback and zero-delay timer run. */
+function settle(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+/** Waits `ms` milliseconds (only to let a timer of the scheduler pass, never as a pass criterion). */
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** The batches of an instance as the first element of each row, e.g. [[1, 2], [3]]. */
+function firsts(instance: FakeInstance): number[][] {
+  return instance.batches.map((b) => b.map((row) => row[0]!));
+}
+
+function policy(p: Partial<QueuePolicy>): QueuePolicy {
+  return { ...OPEN_POLICY, ...p };
+}
+
+function scheduler(
+  instances: FakeInstance[],
+  options: Partial<BatchingOptions> = {},
+  stats?: VersionStats,
+): PoolScheduler {
+  return new PoolScheduler(MODEL, instances, options, stats);
+}
+
+/** Holds a single held instance busy with request [[0]] and returns its promise. */
+function occupy(s: PoolScheduler): Promise<InferResponse> {
+  return s.enqueue(request([[0]]));
+}
+
+Deno.test("the default scheduler runs one request per execution", async () => {
+  const inst = new FakeInstance();
+  const s = scheduler([inst]);
+  const answers = await Promise.all([
+    s.enqueue(request([[1]])),
+    s.enqueue(request([[2], [3]])),
+    s.enqueue(request([[4]])),
+  ]);
+  assertEquals(inst.batches, [[[1]], [[2], [3]], [[4]]]);
+  assertEquals(answers.map(rowsOf), [[[2]], [[4], [6]], [[8]]]);
+  assertEquals(answers.map((a) => [a.model, a.version]), [["fake", "1"], ["fake", "1"], ["fake", "1"]]);
+  assertEquals(s.inflightCount(), 0);
+});
+
+Deno.test("instances run concurrently and a request waits for a free instance", async () => {
+  const a = new FakeInstance(true);
+  const b = new FakeInstance(true);
+  const s = scheduler([a, b]);
+  const p1 = s.enqueue(request([[1]]));
+  const p2 = s.enqueue(request([[2]]));
+  const p3 = s.enqueue(request([[3]]));
+  // Both instances execute at once; the third request waits.
+  assertEquals([a.heldCount + b.heldCount, s.inflightCount(), s.queuedCount()], [2, 3, 1]);
+  assertEquals([...firsts(a), ...firsts(b)].flat().sort(), [1, 2]);
+  const first = firsts(a)[0]![0] === 1 ? a : b;
+  first.release();
+  await settle();
+  // The instance that finished takes the waiting request.
+  assertEquals(firsts(first).length, 2);
+  assertEquals(firsts(first)[1], [3]);
+  assertEquals(s.queuedCount(), 0);
+  a.release();
+  b.release();
+  await settle();
+  a.release();
+  b.release();
+  assertEquals((await Promise.all([p1, p2, p3])).map(rowsOf), [[[2]], [[4]], [[6]]]);
+});
+
+Deno.test("dynamic batcher combines queued requests up to max_batch_size", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 4 });
+  const busy = occupy(s);
+  const ps = [1, 2, 3, 4, 5, 6].map((v) => s.enqueue(request([[v, -v]])));
+  assertEquals(s.queuedCount(), 6);
+  inst.release();
+  await settle();
+  assertEquals(firsts(inst), [[0], [1, 2, 3, 4]]);
+  inst.release();
+  await settle();
+  assertEquals(firsts(inst), [[0], [1, 2, 3, 4], [5, 6]]);
+  inst.release();
+  await busy;
+  const answers = await Promise.all(ps);
+  assertEquals(answers.map(rowsOf), [1, 2, 3, 4, 5, 6].map((v) => [[2 * v, -2 * v]]));
+});
+
+Deno.test("dynamic batcher cuts at the largest preferred batch size reached", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 8, preferredBatchSizes: [4, 2] });
+  const busy = occupy(s);
+  // Seven queued: 4 (preferred), then 2 (preferred), then the 1 left.
+  const ps = [1, 2, 3, 4, 5, 6, 7].map((v) => s.enqueue(request([[v]])));
+  for (let i = 0; i < 4; i++) {
+    inst.release();
+    await settle();
+  }
+  await busy;
+  assertEquals(firsts(inst), [[0], [1, 2, 3, 4], [5, 6], [7]]);
+  assertEquals((await Promise.all(ps)).map(rowsOf), [1, 2, 3, 4, 5, 6, 7].map((v) => [[2 * v]]));
+});
+
+Deno.test("dynamic batcher prefers a preferred size to a full batch that is not one", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 8, preferredBatchSizes: [2, 4] });
+  const busy = occupy(s);
+  const ps = [1, 2, 3, 4, 5, 6, 7, 8].map((v) => s.enqueue(request([[v]])));
+  for (let i = 0; i < 3; i++) {
+    inst.release();
+    await settle();
+  }
+  await Promise.all([busy, ...ps]);
+  assertEquals(firsts(inst), [[0], [1, 2, 3, 4], [5, 6, 7, 8]]);
+});
+
+Deno.test("max_queue_delay waits for a preferred batch, then dispatches what it has", async () => {
+  const inst = new FakeInstance();
+  const s = scheduler([inst], {
+    maxBatchSize: 8,
+    preferredBatchSizes: [4],
+    maxQueueDelayMicroseconds: 60_000,
+  });
+  const first = [1, 2, 3].map((v) => s.enqueue(request([[v]])));
+  // Below the preferred size the batcher waits for more.
+  assertEquals(inst.batches.length, 0);
+  const fourth = s.enqueue(request([[4]]));
+  // The fourth request completes a preferred batch, which leaves at once.
+  assertEquals(firsts(inst), [[1, 2, 3, 4]]);
+  const late = [5, 6].map((v) => s.enqueue(request([[v]])));
+  await settle();
+  assertEquals(firsts(inst), [[1, 2, 3, 4]]);
+  // Once the delay is over the two waiting requests leave as they are.
+  const answers = await Promise.all([...first, fourth, ...late]);
+  assertEquals(firsts(inst), [[1, 2, 3, 4], [5, 6]]);
+  assertEquals(answers.map(rowsOf), [1, 2, 3, 4, 5, 6].map((v) => [[2 * v]]));
+});
+
+Deno.test("max_queue_delay without preferred sizes dispatches a full batch at once", async () => {
+  const inst = new FakeInstance();
+  const s = scheduler([inst], { maxBatchSize: 3, maxQueueDelayMicroseconds: 60_000 });
+  const ps = [1, 2, 3, 4, 5].map((v) => s.enqueue(request([[v]])));
+  assertEquals(firsts(inst), [[1, 2, 3]]);
+  await Promise.all(ps);
+  assertEquals(firsts(inst), [[1, 2, 3], [4, 5]]);
+});
+
+Deno.test("requests with different non-batch shapes never share a batch", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 8 });
+  const busy = occupy(s);
+  const a = s.enqueue(request([[1, 1]]));
+  const b = s.enqueue(request([[2, 2, 2]]));
+  const c = s.enqueue(request([[3, 3]]));
+  const d = s.enqueue(request([[4, 4]]));
+  for (let i = 0; i < 4; i++) {
+    inst.release();
+    await settle();
+  }
+  await busy;
+  // b cannot join a, and c and d may not jump ahead of b.
+  assertEquals(inst.batches, [[[0]], [[1, 1]], [[2, 2, 2]], [[3, 3], [4, 4]]]);
+  assertEquals((await Promise.all([a, b, c, d])).map(rowsOf), [[[2, 2]], [[4, 4, 4]], [[6, 6]], [[8, 8]]]);
+});
+
+Deno.test("requests with batch sizes above 1 combine and get exactly their rows back", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 6 });
+  const busy = occupy(s);
+  const a = s.enqueue(request([[1, 10], [2, 20]]));
+  const b = s.enqueue(request([[3, 30], [4, 40], [5, 50]]));
+  const c = s.enqueue(request([[6, 60]]));
+  const d = s.enqueue(request([[7, 70], [8, 80]])); // would make 8 rows: next batch
+  for (let i = 0; i < 3; i++) {
+    inst.release();
+    await settle();
+  }
+  await busy;
+  assertEquals(inst.batches.map((batch) => batch.length), [1, 6, 2]);
+  assertEquals(inst.batches[1], [[1, 10], [2, 20], [3, 30], [4, 40], [5, 50], [6, 60]]);
+  const answers = await Promise.all([a, b, c, d]);
+  assertEquals(answers.map(rowsOf), [
+    [[2, 20], [4, 40]],
+    [[6, 60], [8, 80], [10, 100]],
+    [[12, 120]],
+    [[14, 140], [16, 160]],
+  ]);
+  assertEquals(answers.map((r) => r.outputs[0]!.shape), [[2, 2], [3, 2], [1, 2], [2, 2]]);
+});
+
+Deno.test("a full queue answers UNAVAILABLE at once", async () => {
+  const inst = new FakeInstance(true);
+  const stats = new VersionStats();
+  const s = scheduler([inst], { maxBatchSize: 4, defaultQueuePolicy: policy({ maxQueueSize: 2 }) }, stats);
+  const busy = occupy(s); // executing: not in the queue
+  const queued = [s.enqueue(request([[1]])), s.enqueue(request([[2]]))];
+  await assertRejects(() => s.enqueue(request([[3]])), ServerError, {
+    message: "Cannot infer 'fake': exceeds maximum queue size 2",
+    code: "UNAVAILABLE",
+  });
+  assertEquals([s.queuedCount(), stats.failures.REJECTED], [2, 1]);
+  inst.release();
+  await settle();
+  inst.release();
+  await busy;
+  assertEquals((await Promise.all(queued)).map(rowsOf), [[[2]], [[4]]]);
+  assertEquals(firsts(inst), [[0], [1, 2]]);
+});
+
+Deno.test("a higher priority request runs before lower priority requests queued earlier", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 1, priorityLevels: 2, defaultPriorityLevel: 2 });
+  const busy = occupy(s);
+  const order: number[] = [];
+  const track = (v: number, params: Record<string, ParamValue>) =>
+    s.enqueue(request([[v]], params)).then((r) => order.push(rowsOf(r)[0]![0]! / 2));
+  const ps = [track(1, {}), track(2, { priority: 2 }), track(3, { priority: 1 }), track(4, { priority: 0 })];
+  for (let i = 0; i < 5; i++) {
+    inst.release();
+    await settle();
+  }
+  await Promise.all([busy, ...ps]);
+  assertEquals(firsts(inst), [[0], [3], [1], [2], [4]]);
+  assertEquals(order, [3, 1, 2, 4]);
+});
+
+Deno.test("priorities batch within a level in arrival order", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 2, priorityLevels: 3 }); // default level: 2
+  const busy = occupy(s);
+  const ps = [
+    s.enqueue(request([[1]], { priority: 3 })),
+    s.enqueue(request([[2]])),
+    s.enqueue(request([[3]], { priority: 1 })),
+    s.enqueue(request([[4]], { priority: 3 })),
+  ];
+  for (let i = 0; i < 3; i++) {
+    inst.release();
+    await settle();
+  }
+  await Promise.all([busy, ...ps]);
+  assertEquals(firsts(inst), [[0], [3, 2], [1, 4]]);
+});
+
+Deno.test("a priority out of range or malformed is INVALID_ARG; without levels it is ignored", async () => {
+  const inst = new FakeInstance();
+  const stats = new VersionStats();
+  const s = scheduler([inst], { maxBatchSize: 4, priorityLevels: 2, defaultPriorityLevel: 1 }, stats);
+  await assertRejects(() => s.enqueue(request([[1]], { priority: 3 })), ServerError, {
+    message: "Cannot infer 'fake': priority 3 is out of range, the model has 2 priority levels",
+    code: "INVALID_ARG",
+  });
+  await assertRejects(() => s.enqueue(request([[1]], { priority: -1 })), ServerError, {
+    message: "Cannot infer 'fake': parameter 'priority' must be a non-negative integer",
+    code: "INVALID_ARG",
+  });
+  await assertRejects(() => s.enqueue(request([[1]], { priority: "high" })), ServerError, {
+    message: "Cannot infer 'fake': parameter 'priority' must be a non-negative integer",
+    code: "INVALID_ARG",
+  });
+  assertEquals(rowsOf(await s.enqueue(request([[5]], { priority: 2n }))), [[10]]);
+  assertEquals(inst.batches, [[[5]]]);
+  assertEquals([stats.failures.REJECTED, s.inflightCount()], [3, 0]);
+  const plain = scheduler([new FakeInstance()], { maxBatchSize: 4 });
+  assertEquals(rowsOf(await plain.enqueue(request([[6]], { priority: 9 }))), [[12]]);
+});
+
+Deno.test("REJECT answers a request whose timeout expires in the queue while the instance is busy", async () => {
+  const inst = new FakeInstance(true);
+  const stats = new VersionStats();
+  const s = scheduler(
+    [inst],
+    { maxBatchSize: 4, defaultQueuePolicy: policy({ defaultTimeoutMicroseconds: 20_000 }) },
+    stats,
+  );
+  const busy = occupy(s); // executing requests do not time out
+  await assertRejects(() => s.enqueue(request([[1]])), ServerError, {
+    message: "Cannot infer 'fake': request timeout expired",
+    code: "UNAVAILABLE",
+  });
+  // Answered by the scheduler's timer, while the instance still runs the first request.
+  assertEquals([inst.heldCount, s.queuedCount(), stats.failures.REJECTED], [1, 0, 1]);
+  inst.release();
+  assertEquals(rowsOf(await busy), [[0]]);
+  assertEquals(inst.batches, [[[0]]]);
+});
+
+Deno.test("the timeout parameter shortens the default only where allow_timeout_override is set", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], {
+    maxBatchSize: 4,
+    priorityLevels: 3,
+    defaultPriorityLevel: 1,
+    priorityQueuePolicy: new Map([
+      [1, policy({ defaultTimeoutMicroseconds: 0, allowTimeoutOverride: false })],
+      [2, policy({ defaultTimeoutMicroseconds: 0, allowTimeoutOverride: true })],
+      [3, policy({ defaultTimeoutMicroseconds: 30_000, allowTimeoutOverride: true })],
+    ]),
+  });
+  const busy = occupy(s);
+  const outcomes: string[] = [];
+  const track = (name: string, params: Record<string, ParamValue>) =>
+    s.enqueue(request([[1]], params)).then(
+      () => outcomes.push(`${name} ran`),
+      (e: ServerError) => outcomes.push(`${name} ${e.code}: ${e.message}`),
+    );
+  const ps = [
+    track("ignored", { priority: 1, timeout: 10_000 }), // no override: never expires
+    track("override", { priority: 2, timeout: 10_000 }), // sets a timeout where the default has none
+    track("longer", { priority: 3, timeout: 60_000_000 }), // cannot lengthen the 30 ms default
+    track("zero", { priority: 3, timeout: 0 }), // 0 is no override: the default applies
+  ];
+  await sleep(80);
+  inst.release();
+  await settle();
+  inst.release();
+  await Promise.all([busy, ...ps]);
+  assertEquals(outcomes, [
+    "override UNAVAILABLE: Cannot infer 'fake': request timeout expired",
+    "longer UNAVAILABLE: Cannot infer 'fake': request timeout expired",
+    "zero UNAVAILABLE: Cannot infer 'fake': request timeout expired",
+    "ignored ran",
+  ]);
+  await assertRejects(() => s.enqueue(request([[1]], { timeout: 1.5 })), ServerError, {
+    message: "Cannot infer 'fake': parameter 'timeout' must be a non-negative integer",
+    code: "INVALID_ARG",
+  });
+});
+
+Deno.test("DELAY moves expired requests behind the others of their level instead of failing", async () => {
+  const inst = new FakeInstance(true);
+  const delay = policy({ timeoutAction: "DELAY", allowTimeoutOverride: true });
+  const s = scheduler([inst], {
+    maxBatchSize: 1,
+    priorityLevels: 2,
+    defaultPriorityLevel: 1,
+    defaultQueuePolicy: delay,
+  });
+  const busy = occupy(s);
+  const ps = [
+    s.enqueue(request([[1]], { timeout: 10_000 })), // expires: behind 2 and 3, ahead of level 2
+    s.enqueue(request([[2]])),
+    s.enqueue(request([[3]], { timeout: 60_000_000 })),
+    s.enqueue(request([[4]], { priority: 2 })),
+  ];
+  await sleep(40);
+  assertEquals(s.queuedCount(), 4);
+  for (let i = 0; i < 5; i++) {
+    inst.release();
+    await settle();
+  }
+  const answers = await Promise.all([busy, ...ps]);
+  assertEquals(firsts(inst), [[0], [2], [3], [1], [4]]);
+  assertEquals(answers.map(rowsOf), [[[0]], [[2]], [[4]], [[6]], [[8]]]);
+});
+
+Deno.test("preserve_ordering answers in arrival order when a later batch finishes first", async () => {
+  for (const preserveOrdering of [true, false]) {
+    const a = new FakeInstance(true);
+    const b = new FakeInstance(true);
+    const s = scheduler([a, b], { maxBatchSize: 4, preserveOrdering });
+    const order: number[] = [];
+    const ps = [1, 2].map((v) => s.enqueue(request([[v]])).then((r) => order.push(rowsOf(r)[0]![0]! / 2)));
+    const second = firsts(a)[0]?.[0] === 2 ? a : b;
+    const first = second === a ? b : a;
+    second.release();
+    await settle();
+    assertEquals(order, preserveOrdering ? [] : [2]);
+    first.release();
+    await Promise.all(ps);
+    assertEquals(order, preserveOrdering ? [1, 2] : [2, 1]);
+  }
+});
+
+Deno.test("a backend error fails every request of its batch and the next batch still runs", async () => {
+  const inst = new FakeInstance(true);
+  const stats = new VersionStats();
+  const s = scheduler([inst], { maxBatchSize: 2 }, stats);
+  const busy = occupy(s);
+  const failing = [s.enqueue(request([[1]])), s.enqueue(request([[2]]))];
+  const next = s.enqueue(request([[3]]));
+  inst.release(); // the first request succeeds
+  await busy;
+  inst.failNext = new Error("Cannot run 'fake': out of memory");
+  inst.release();
+  for (const p of failing) {
+    await assertRejects(() => p, ServerError, {
+      message: "Cannot run 'fake': out of memory",
+      code: "INTERNAL",
+    });
+  }
+  await settle();
+  inst.release();
+  assertEquals(rowsOf(await next), [[6]]);
+  assertEquals(firsts(inst), [[0], [1, 2], [3]]);
+  assertEquals([stats.failures.BACKEND, stats.fail.count, stats.success.count, stats.executionCount], [
+    2,
+    2,
+    2,
+    2,
+  ]);
+});
+
+Deno.test("stop() waits for queued and executing requests, then refuses new ones", async () => {
+  const inst = new FakeInstance(true);
+  const s = scheduler([inst], { maxBatchSize: 1 });
+  const busy = occupy(s);
+  const queued = s.enqueue(request([[1]]));
+  let stopped = false;
+  const stopping = s.stop().then(() => (stopped = true));
+  await assertRejects(() => s.enqueue(request([[2]])), ServerError, {
+    message: "Cannot infer 'fake': the model version is unloading",
+    code: "UNAVAILABLE",
+  });
+  inst.release();
+  await settle();
+  assertEquals([stopped, s.inflightCount()], [false, 1]);
+  inst.release();
+  await stopping;
+  assertEquals(stopped, true);
+  assertEquals((await Promise.all([busy, queued])).map(rowsOf), [[[0]], [[2]]]);
+  assertEquals(firsts(inst), [[0], [1]]);
+  await s.stop(); // already idle: resolves at once
+});
+
+Deno.test("statistics count inferences, executions, batch sizes and outcomes exactly", async () => {
+  const inst = new FakeInstance(true);
+  const stats = new VersionStats();
+  const s = scheduler([inst], { maxBatchSize: 4, defaultQueuePolicy: policy({ maxQueueSize: 3 }) }, stats);
+  const busy = occupy(s); // batch of 1
+  const batch = [s.enqueue(request([[1]])), s.enqueue(request([[2], [3]])), s.enqueue(request([[4]]))];
+  await assertRejects(() => s.enqueue(request([[5]])), ServerError, {
+    message: "Cannot infer 'fake': exceeds maximum queue size 3",
+    code: "UNAVAILABLE",
+  });
+  inst.release();
+  await settle();
+  inst.release(); // batch of 4 (1 + 2 + 1)
+  await Promise.all([busy, ...batch]);
+  const failing = s.enqueue(request([[6], [7]])); // batch of 2, fails
+  inst.failNext = new Error("boom");
+  inst.release();
+  await assertRejects(() => failing, ServerError, { message: "boom", code: "INTERNAL" });
+  const m = modelStatistics("fake", "1", stats);
+  assertEquals([m.inference_count, m.execution_count], [5, 2]);
+  assertEquals(m.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[1, 1], [4, 1]]);
+  assertEquals(
+    [m.inference_stats.success.count, m.inference_stats.fail.count, m.inference_stats.queue.count],
+    [4, 2, 4],
+  );
+  assertEquals(stats.failures, { REJECTED: 1, CANCELED: 0, BACKEND: 1, OTHER: 0 });
+});
