@@ -40,9 +40,8 @@ function parameters(v: unknown, where: string): Record<string, ParamValue> {
   if (v === undefined || v === null) return {};
   if (!isObject(v)) throw invalidArg(`Cannot read ${where}: 'parameters' must be an object`);
   for (const [k, x] of Object.entries(v)) {
-    // parseJsonExact gives bigint for integers beyond 2^53; parameters keep numbers.
-    if (typeof x === "bigint") (v as Json)[k] = Number(x);
-    else if (typeof x !== "boolean" && typeof x !== "number" && typeof x !== "string") {
+    // parseJsonExact gives bigint for integers beyond 2^53; they stay exact (e.g. a uint64 sequence_id).
+    if (typeof x !== "boolean" && typeof x !== "number" && typeof x !== "string" && typeof x !== "bigint") {
       throw invalidArg(`Cannot read ${where}: parameter '${k}' must be a boolean, number or string`);
     }
   }
