@@ -19,6 +19,7 @@ import type { ModelConfig, ModelInputConfig, ModelOutputConfig } from "../core/m
 import type { Tensor } from "../core/types.ts";
 import { sequenceTensorNames } from "../scheduler/sequence.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
+import type { WorkerReply, WorkerRequest } from "./onnxruntime_worker.ts";
 
 const TO_ORT: Partial<Record<Datatype, ort.Tensor.Type>> = {
   BOOL: "bool",
@@ -172,15 +173,144 @@ async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<
   }
 }
 
-class OrtInstance implements BackendInstance {
+/** A tensor as it crosses to and from ONNX Runtime. */
+interface OrtValue {
+  name: string;
+  type: ort.Tensor.Type;
+  data: ArrayBufferView | string[];
+  dims: number[];
+}
+
+/** Runs a session: in this thread, or on a worker thread of its own. */
+interface SessionRunner {
+  readonly inputNames: readonly string[];
+  run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
+  close(): Promise<void>;
+}
+
+function toOrtTensor(f: OrtValue): ort.Tensor {
+  const tensor = new ort.Tensor(f.type, f.data as ort.Tensor.DataType, f.dims);
+  // onnxruntime-common turns a Uint16Array into a Float16Array where the runtime has one (Deno does), and
+  // the native binding then reads no bytes; handing it back the bit patterns keeps FP16 working.
+  if (f.type === "float16") (tensor as unknown as { cpuData: unknown }).cpuData = f.data;
+  return tensor;
+}
+
+/** A session run on the server's thread (ONNX Runtime's own thread pool still parallelizes each run). */
+class InlineRunner implements SessionRunner {
   #session: ort.InferenceSession;
+  constructor(session: ort.InferenceSession) {
+    this.#session = session;
+  }
+  get inputNames(): readonly string[] {
+    return this.#session.inputNames;
+  }
+  async run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
+    const input: Record<string, ort.Tensor> = {};
+    for (const f of feeds) input[f.name] = toOrtTensor(f);
+    const results = await this.#session.run(input, fetches as string[]);
+    return fetches.map((name) => {
+      const v = results[name] as ort.Tensor | undefined;
+      if (!v) throw new Error(`no output '${name}'`);
+      return { name, type: v.type, data: v.data as ArrayBufferView | string[], dims: v.dims.map(Number) };
+    });
+  }
+  async close(): Promise<void> {
+    await this.#session.release();
+  }
+}
+
+/** A session on a worker thread of its own, so that instances of a model run truly at the same time. */
+class WorkerRunner implements SessionRunner {
+  #worker: Worker;
+  #inputNames: string[] = [];
+  #nextId = 0;
+  #pending = new Map<number, { resolve: (v: OrtValue[]) => void; reject: (e: Error) => void }>();
+  #closed: (() => void) | undefined;
+
+  private constructor(worker: Worker) {
+    this.#worker = worker;
+  }
+
+  static open(path: string, options: ort.InferenceSession.SessionOptions): Promise<WorkerRunner> {
+    const worker = new Worker(new URL("./onnxruntime_worker.ts", import.meta.url).href, { type: "module" });
+    const runner = new WorkerRunner(worker);
+    return new Promise((resolve, reject) => {
+      worker.onerror = (e) => {
+        e.preventDefault();
+        const err = new Error(e.message);
+        for (const p of runner.#pending.values()) p.reject(err);
+        runner.#pending.clear();
+        reject(err);
+      };
+      worker.onmessage = (e: MessageEvent<WorkerReply>) => {
+        const msg = e.data;
+        if (msg.op === "opened") {
+          runner.#inputNames = msg.inputNames;
+          resolve(runner);
+        } else if (msg.op === "error" && msg.id === -1) {
+          worker.terminate();
+          reject(new Error(msg.message));
+        } else if (msg.op === "result" || msg.op === "error") {
+          const p = runner.#pending.get(msg.id);
+          runner.#pending.delete(msg.id);
+          if (msg.op === "result") p?.resolve(msg.outputs as OrtValue[]);
+          else p?.reject(new Error(msg.message));
+        } else if (msg.op === "closed") {
+          runner.#closed?.();
+        }
+      };
+      worker.postMessage({ op: "open", path, options } satisfies WorkerRequest);
+    });
+  }
+
+  get inputNames(): readonly string[] {
+    return this.#inputNames;
+  }
+
+  run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
+    const id = this.#nextId++;
+    // Compact copies cross to the worker (transferred); the request's own buffers stay untouched.
+    const compact = feeds.map((f) => ({
+      ...f,
+      data: ArrayBuffer.isView(f.data) ? copyView(f.data) : f.data,
+    }));
+    const transfer = compact.map((
+      f,
+    ) => (ArrayBuffer.isView(f.data) ? f.data.buffer as ArrayBuffer : undefined))
+      .filter((b): b is ArrayBuffer => b !== undefined);
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject });
+      this.#worker.postMessage(
+        { op: "run", id, feeds: compact, fetches: [...fetches] } satisfies WorkerRequest,
+        transfer,
+      );
+    });
+  }
+
+  async close(): Promise<void> {
+    const done = new Promise<void>((r) => (this.#closed = r));
+    this.#worker.postMessage({ op: "close" } satisfies WorkerRequest);
+    await Promise.race([done, new Promise((r) => setTimeout(r, 2000))]);
+    this.#worker.terminate();
+  }
+}
+
+function copyView(v: ArrayBufferView): ArrayBufferView {
+  const ctor = v.constructor as new (buf: ArrayBuffer) => ArrayBufferView;
+  const bytes = new Uint8Array(v.buffer, v.byteOffset, v.byteLength).slice();
+  return new ctor(bytes.buffer);
+}
+
+class OrtInstance implements BackendInstance {
+  #runner: SessionRunner;
   #config: ModelConfig;
   #batched: boolean;
   #inputs: Map<string, ModelInputConfig>;
   #outputs: Map<string, ModelOutputConfig>;
 
-  constructor(session: ort.InferenceSession, config: ModelConfig) {
-    this.#session = session;
+  constructor(runner: SessionRunner, config: ModelConfig) {
+    this.#runner = runner;
     this.#config = config;
     this.#batched = config.max_batch_size > 0;
     this.#inputs = new Map(config.input.map((i) => [i.name, i]));
@@ -188,9 +318,9 @@ class OrtInstance implements BackendInstance {
   }
 
   async execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
-    const feeds: Record<string, ort.Tensor> = {};
+    const feeds: OrtValue[] = [];
     for (const [name, t] of inputs) {
-      if (!this.#session.inputNames.includes(name)) {
+      if (!this.#runner.inputNames.includes(name)) {
         throw unsupported(
           `Cannot run '${this.#config.name}': input '${name}' is an initializer of the ONNX model, which onnxruntime-node cannot override; leave it out to use the model's value`,
         );
@@ -202,27 +332,22 @@ class OrtInstance implements BackendInstance {
         );
       }
       const reshape = this.#inputs.get(name)?.reshape?.shape;
-      const shape = reshape ? resolveShape(t.shape, reshape, this.#batched) : t.shape;
+      const dims = reshape ? resolveShape(t.shape, reshape, this.#batched) : t.shape;
       const data = t.datatype === "BYTES"
         ? (t.data as Uint8Array[]).map(utf8Decode)
         : typedView(t.datatype, t.data as Uint8Array);
-      const tensor = new ort.Tensor(type, data as ort.Tensor.DataType, shape);
-      // onnxruntime-common turns a Uint16Array into a Float16Array where the runtime has one (Deno does), and
-      // the native binding then reads no bytes; handing it back the bit patterns keeps FP16 working.
-      if (type === "float16") (tensor as unknown as { cpuData: unknown }).cpuData = data;
-      feeds[name] = tensor;
+      feeds.push({ name, type, data, dims });
     }
-    let results: ort.InferenceSession.OnnxValueMapType;
+    let results: OrtValue[];
     try {
-      results = await this.#session.run(feeds, outputNames as string[]);
+      results = await this.#runner.run(feeds, outputNames);
     } catch (err) {
       const msg = err instanceof Error ? err.message : String(err);
       throw internal(`Cannot run '${this.#config.name}' in ONNX Runtime: ${msg}`);
     }
     const out = new Map<string, Tensor>();
-    for (const name of outputNames) {
-      const v = results[name] as ort.Tensor | undefined;
-      if (!v) throw internal(`Cannot run '${this.#config.name}': ONNX Runtime produced no output '${name}'`);
+    for (const v of results) {
+      const name = v.name;
       const dt = FROM_ORT[v.type];
       if (!dt) {
         throw unsupported(
@@ -230,18 +355,35 @@ class OrtInstance implements BackendInstance {
         );
       }
       const spec = this.#outputs.get(name);
-      let shape = v.dims.map(Number);
+      let shape = v.dims;
       if (spec?.reshape) shape = resolveShape(shape, spec.dims, this.#batched);
       const data = dt === "BYTES" ? (v.data as string[]).map(utf8Encode) : bytesOf(v.data as ArrayBufferView);
       out.set(name, { name, datatype: dt, shape, data });
     }
-    for (const t of Object.values(results)) (t as ort.Tensor).dispose?.();
     return out;
   }
 
   async close(): Promise<void> {
-    await this.#session.release();
+    await this.#runner.close();
   }
+}
+
+/**
+ * Where a model's instances run: `main` (the server's thread, the default: no thread hop, best for small
+ * models) or `worker` (a thread per instance, so that instances run at the same time): the config parameter
+ * `instance_thread`, else `--backend-config=onnxruntime,instance-thread=...`.
+ * @param config the model config
+ * @param backendConfig the server-wide settings
+ */
+export function instanceThread(
+  config: ModelConfig,
+  backendConfig: Record<string, string>,
+): "main" | "worker" {
+  const v = config.parameters?.instance_thread?.string_value || backendConfig["instance-thread"] || "main";
+  if (v !== "main" && v !== "worker") {
+    throw invalidArg(`Cannot load '${config.name}': instance_thread is '${v}', expected 'main' or 'worker'`);
+  }
+  return v;
 }
 
 /**
@@ -267,7 +409,14 @@ export const onnxRuntimeBackend: Backend = {
         `Cannot load '${config.name}': instance group kind KIND_GPU is not supported by the CPU build of ONNX Runtime, use KIND_CPU`,
       );
     }
-    const session = await openSession(modelPathOf(ctx), sessionOptions(config));
-    return new OrtInstance(session, config);
+    const options = sessionOptions(config);
+    if (instanceThread(config, ctx.backendConfig) === "worker") {
+      try {
+        return new OrtInstance(await WorkerRunner.open(modelPathOf(ctx), options), config);
+      } catch (err) {
+        throw invalidArg(`Cannot load ONNX model '${modelPathOf(ctx)}': ${(err as Error).message}`);
+      }
+    }
+    return new OrtInstance(new InlineRunner(await openSession(modelPathOf(ctx), options)), config);
   },
 };

@@ -3,6 +3,7 @@ import { assert, assertEquals, assertRejects, assertThrows } from "../assert.ts"
 import { FIXTURES } from "../helpers.ts";
 import {
   DEFAULT_MAX_BATCH_SIZE,
+  instanceThread,
   onnxRuntimeBackend,
   sessionOptions,
 } from "../../server/backends/onnxruntime.ts";
@@ -343,4 +344,44 @@ Deno.test("sessionOptions refuses a parameter that is not a non-negative integer
       message: `Cannot load 'm': parameter '${key}' is '${value}', expected a non-negative integer`,
     });
   }
+});
+
+Deno.test("instances on worker threads compute the same results and run at the same time", async () => {
+  const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
+  const [a, b] = await Promise.all([
+    onnxRuntimeBackend.createInstance(addSubConfig(), ctx),
+    onnxRuntimeBackend.createInstance(addSubConfig(), ctx),
+  ]);
+  try {
+    const x = f32(1, 2, 3, 4);
+    const [outA, outB] = await Promise.all([
+      a!.execute(inputs(x, f32(0.5, -1, 10, 4)), ["OUTPUT0", "OUTPUT1"]),
+      b!.execute(inputs(x, f32(1, 1, 1, 1)), ["OUTPUT0"]),
+    ]);
+    assertEquals(outA.get("OUTPUT0")!.data, f32(1.5, 1, 13, 8));
+    assertEquals(outA.get("OUTPUT1")!.data, f32(0.5, 3, -7, 0));
+    assertEquals([...outB.keys()], ["OUTPUT0"]);
+    assertEquals(outB.get("OUTPUT0")!.data, f32(2, 3, 4, 5));
+    // The request's own buffers are left as they were (the worker gets copies).
+    assertEquals(x, f32(1, 2, 3, 4));
+  } finally {
+    await Promise.all([a!.close(), b!.close()]);
+  }
+});
+
+Deno.test("instance_thread comes from the config parameter, then the backend config, and is checked", () => {
+  const config = addSubConfig();
+  assertEquals(instanceThread(config, {}), "main");
+  assertEquals(instanceThread(config, { "instance-thread": "worker" }), "worker");
+  config.parameters = { instance_thread: { string_value: "main" } };
+  assertEquals(instanceThread(config, { "instance-thread": "worker" }), "main");
+  config.parameters = { instance_thread: { string_value: "gpu" } };
+  assertThrows(
+    () => instanceThread(config, {}),
+    ServerError,
+    {
+      code: "INVALID_ARG",
+      message: "Cannot load 'add_sub_fp32_nobatch': instance_thread is 'gpu', expected 'main' or 'worker'",
+    },
+  );
 });
