@@ -162,13 +162,13 @@ export class SystemSharedMemory {
     return list.map((r) => ({ name: r.name, key: r.key, offset: r.offset, byte_size: r.byte_size }));
   }
 
-  #region(loc: ShmLocation, what: string, size: number): Region {
+  #region(loc: ShmLocation, what: string, size: number, action: "read" | "write"): Region {
     this.#checkAllowed();
     const r = this.#regions.get(loc.region);
-    if (!r) throw invalidArg(`Cannot read ${what}: unknown shared memory region '${loc.region}'`);
+    if (!r) throw invalidArg(`Cannot ${action} ${what}: unknown shared memory region '${loc.region}'`);
     if (loc.offset + size > r.byte_size) {
       throw invalidArg(
-        `Cannot read ${what}: offset ${loc.offset} + ${size} bytes is beyond region '${loc.region}' of ${r.byte_size} bytes`,
+        `Cannot ${action} ${what}: offset ${loc.offset} + ${size} bytes is beyond region '${loc.region}' of ${r.byte_size} bytes`,
       );
     }
     return r;
@@ -195,7 +195,7 @@ export class SystemSharedMemory {
    * @param what names the tensor in error messages
    */
   readTensor(loc: ShmLocation, datatype: Datatype, shape: number[], what: string): TensorData {
-    const r = this.#region(loc, what, loc.byteSize);
+    const r = this.#region(loc, what, loc.byteSize, "read");
     const bytes = new Uint8Array(loc.byteSize);
     let got = 0;
     try {
@@ -249,7 +249,7 @@ export class SystemSharedMemory {
           `Cannot write ${what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${loc.byteSize}`,
         );
       }
-      const r = this.#region(loc, what, bytes.byteLength);
+      const r = this.#region(loc, what, bytes.byteLength, "write");
       r.file.seekSync(r.offset + loc.offset, Deno.SeekMode.Start);
       let off = 0;
       while (off < bytes.byteLength) off += r.file.writeSync(bytes.subarray(off));
