@@ -210,14 +210,15 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
       clearTimeout(timer);
       if (!drained) {
+        // Requests still queued or running are dropped: the process exits without waiting for them.
         log.warning(
           `In-flight requests did not finish within --exit-timeout-secs=${options.exitTimeoutSecs}`,
         );
-        abort.abort();
         grpcServer?.forceShutdown();
-        await registry.close();
+        void registry.close();
+      } else {
+        await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
       }
-      await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
       shm.close();
       traces.flush();
       log.info("Stopped");

@@ -136,6 +136,8 @@ export class ModelRegistry {
   #backends: Map<string, Backend>;
   #models = new Map<string, ModelEntry>();
   #locks = new Map<string, Promise<void>>();
+  /** The temporary repositories of uploaded models, removed when no version needs them any more. */
+  #uploads = new Set<string>();
 
   /**
    * Creates an empty registry.
@@ -206,21 +208,6 @@ export class ModelRegistry {
    */
   reloadModel(name: string, options: LoadOptions = {}): Promise<void> {
     return this.#serialized(name, async () => {
-      let location: ModelLocation | undefined;
-      let duplicate: string[] | undefined;
-      if (options.files && options.files.size > 0) {
-        if (options.config === undefined) {
-          throw invalidArg(`Cannot load '${name}': loading from files needs the 'config' parameter too`);
-        }
-        location = await writeModelFiles(name, options.files);
-      } else {
-        const { models, duplicates } = await scanRepositories(this.#options.repositories);
-        location = models.get(name);
-        duplicate = duplicates.get(name);
-      }
-      if (!location) {
-        throw invalidArg(`Cannot load '${name}': no model folder of that name in the model repositories`);
-      }
       let override: Record<string, unknown> | undefined;
       if (options.config !== undefined) {
         try {
@@ -234,10 +221,29 @@ export class ModelRegistry {
           throw invalidArg(`Cannot load '${name}': the 'config' parameter must be a JSON object`);
         }
       }
+      let location: ModelLocation | undefined;
+      let duplicate: string[] | undefined;
+      const upload = options.files && options.files.size > 0 ? options.files : undefined;
+      if (upload) {
+        if (options.config === undefined) {
+          throw invalidArg(`Cannot load '${name}': loading from files needs the 'config' parameter too`);
+        }
+        location = await writeModelFiles(name, upload);
+        this.#uploads.add(location.repository);
+      } else {
+        const { models, duplicates } = await scanRepositories(this.#options.repositories);
+        location = models.get(name);
+        duplicate = duplicates.get(name);
+      }
+      if (!location) {
+        throw invalidArg(`Cannot load '${name}': no model folder of that name in the model repositories`);
+      }
       const entry = await this.#build(name, location, duplicate, override);
+      const serving = [...entry.versions.values()].some((v) => v.state === "READY");
+      if (upload && (!serving || entry !== this.#models.get(name))) await this.#discard(location);
       if (!this.#models.get(name) || entry === this.#models.get(name)) {
         const reason = reasonsOf(entry);
-        if (![...entry.versions.values()].some((v) => v.state === "READY")) {
+        if (!serving) {
           throw invalidArg(`Failed to load '${name}': ${reason.join("; ")}`);
         }
         return;
@@ -273,7 +279,14 @@ export class ModelRegistry {
       await Promise.all(
         [...entry.versions.values()].filter((v) => v.state === "READY").map((v) => v.unload()),
       );
+      await this.#discard(entry.location);
     });
+  }
+
+  /** Removes the temporary repository of an uploaded model (nothing for a model of the repositories). */
+  async #discard(location: ModelLocation): Promise<void> {
+    if (!this.#uploads.delete(location.repository)) return;
+    await Deno.remove(location.repository, { recursive: true }).catch(() => {});
   }
 
   #assertExplicit(action: string, name: string): void {
@@ -321,6 +334,7 @@ export class ModelRegistry {
     if (newReady || oldReady.length === 0) {
       this.#models.set(name, entry);
       await Promise.all(oldReady.map((v) => v.unload()));
+      if (old && old !== entry) await this.#discard(old.location);
       return entry;
     }
     return entry;
@@ -571,5 +585,6 @@ export class ModelRegistry {
   async close(): Promise<void> {
     const all = [...this.#models.values()].flatMap((e) => [...e.versions.values()]);
     await Promise.all(all.filter((v) => v.state === "READY").map((v) => v.unload()));
+    await Promise.all([...this.#models.values()].map((e) => this.#discard(e.location)));
   }
 }

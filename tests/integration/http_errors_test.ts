@@ -261,16 +261,23 @@ const BAD: BadCase[] = [
     error: "Not found: GET '/v2/models/simple/infer'",
   },
   {
-    name: "the system shared-memory extension",
-    send: (url) => get(url, "/v2/systemsharedmemory/status"),
-    status: 501,
-    error: "The '/v2/systemsharedmemory' extension is not supported yet",
+    name: "registering system shared memory without --allow-client-shm",
+    send: (url) =>
+      post(url, "/v2/systemsharedmemory/region/r0/register", JSON.stringify({ key: "/r0", byte_size: 64 })),
+    status: 503,
+    error: "Shared memory is disabled: start the server with --allow-client-shm=true to use it",
   },
   {
-    name: "the CUDA shared-memory extension",
+    name: "registering CUDA shared memory without --allow-client-shm",
     send: (url) => post(url, "/v2/cudasharedmemory/region/r0/register", "{}"),
-    status: 501,
-    error: "The '/v2/cudasharedmemory' extension is not supported yet",
+    status: 503,
+    error: "Shared memory is disabled: start the server with --allow-client-shm=true to use it",
+  },
+  {
+    name: "an unknown extension path",
+    send: (url) => get(url, "/v2/systemsharedmemory/nothing"),
+    status: 404,
+    error: "Not found: GET '/v2/systemsharedmemory/nothing'",
   },
 ];
 

@@ -91,6 +91,16 @@ async function readBody(request: Request, limit: number): Promise<Uint8Array> {
   return body;
 }
 
+/** The path of an absolute request URL, without parsing the whole URL (a hot path). */
+function pathOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return "/";
+  let end = url.indexOf("?", start);
+  const hash = url.indexOf("#", start);
+  if (end < 0 || (hash >= 0 && hash < end)) end = hash;
+  return end < 0 ? url.slice(start) : url.slice(start, end);
+}
+
 async function readJsonBody(request: Request, limit: number, what: string): Promise<Record<string, unknown>> {
   const body = await readBody(request, limit);
   if (body.byteLength === 0) return {};
@@ -279,8 +289,14 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
   }
 
   async function route(request: Request): Promise<Response> {
-    const url = new URL(request.url);
-    const parts = url.pathname.split("/").filter((p) => p !== "").map(decodeURIComponent);
+    const url = { pathname: pathOf(request.url) };
+    const parts = url.pathname.split("/").filter((p) => p !== "").map((p) => {
+      try {
+        return p.includes("%") ? decodeURIComponent(p) : p;
+      } catch {
+        throw invalidArg(`Cannot read the path '${url.pathname}': bad percent-encoding`);
+      }
+    });
     const method = request.method;
     if (parts[0] !== "v2") throw notFound(`Not found: '${url.pathname}'`);
     if (parts.length === 1 && method === "GET") {
@@ -429,15 +445,12 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
         return new Response(null, { status: 200 });
       }
     }
-    if (["systemsharedmemory", "cudasharedmemory", "logging", "trace"].includes(parts[1] ?? "")) {
-      throw unsupported(`The '/v2/${parts[1]}' extension is not supported yet`);
-    }
     throw notFound(`Not found: ${method} '${url.pathname}'`);
   }
 
   return async function handle(request: Request): Promise<Response> {
     if (options.logger && options.logger.verboseLevel >= 1) {
-      options.logger.verbose(1, `HTTP request: ${request.method} ${new URL(request.url).pathname}`);
+      options.logger.verbose(1, `HTTP request: ${request.method} ${pathOf(request.url)}`);
     }
     try {
       return await route(request);

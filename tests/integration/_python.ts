@@ -1,0 +1,32 @@
+/**
+ * Runs a short Python script of the compatibility venv (tritonclient, numpy) against a test server and reads
+ * the JSON it prints, so that the observability tests compare the official client's view with exact numbers.
+ * @module
+ */
+
+import { pythonPath, ROOT } from "../helpers.ts";
+
+/**
+ * Runs Python source asynchronously (the server keeps answering on this event loop meanwhile) and parses the
+ * last line of its standard output as JSON.
+ * @param source the Python program; it prints one JSON line last
+ * @param env extra environment variables, e.g. `{ URL: "127.0.0.1:8001" }`
+ * @returns the parsed JSON
+ * @throws Error with the script's output when it exits with a non-zero code
+ */
+export async function pythonJson(source: string, env: Record<string, string> = {}): Promise<unknown> {
+  const out = await new Deno.Command(pythonPath(), {
+    args: ["-c", source],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+    env: { PYTHONDONTWRITEBYTECODE: "1", ...env },
+  }).output();
+  const dec = new TextDecoder();
+  const stdout = dec.decode(out.stdout);
+  if (out.code !== 0) {
+    throw new Error(`Python exited with ${out.code}:\n${stdout}\n${dec.decode(out.stderr)}`);
+  }
+  const lines = stdout.trim().split("\n");
+  return JSON.parse(lines[lines.length - 1]!);
+}
