@@ -41,6 +41,7 @@ export class Trace {
   readonly timestamps: { name: string; ns: number }[] = [];
   readonly activity: { name: string; datatype: Datatype; shape: number[]; data: unknown[] }[] = [];
   #done: (t: Trace) => void;
+  #ended = false;
 
   constructor(
     id: number,
@@ -86,6 +87,8 @@ export class Trace {
 
   /** Ends the trace (once). */
   end(): void {
+    if (this.#ended) return;
+    this.#ended = true;
     this.#done(this);
   }
 
@@ -94,7 +97,7 @@ export class Trace {
     const out: Record<string, unknown> = {
       id: this.id,
       model_name: this.model,
-      model_version: this.version,
+      model_version: Number(this.version),
       request_id: this.requestId,
       timestamps: this.timestamps,
     };
@@ -169,12 +172,17 @@ function parseSettings(
   return out;
 }
 
-/** The trace settings and the traces being collected. */
+/**
+ * The trace settings and the traces being collected. As in Triton, a model with settings of its own samples
+ * with its own request counter and trace_count; the models without share the global ones.
+ */
 export class TraceManager {
   #global: Settings;
   #models = new Map<string, Partial_>();
+  /** By setting ("" global, else a model with its own settings): requests seen, traces left, traces open. */
   #counters = new Map<string, number>();
   #remaining = new Map<string, number>();
+  #open = new Map<string, number>();
   #nextId = 1;
   #pending = new Map<string, Record<string, unknown>[]>();
   #fileIndex = new Map<string, number>();
@@ -215,6 +223,11 @@ export class TraceManager {
     return { ...this.#global, ...(this.#models.get(model) ?? {}) };
   }
 
+  /** The setting a model samples under: its own when it has one, else the global one (""). */
+  #key(model: string): string {
+    return model !== "" && this.#models.has(model) ? model : "";
+  }
+
   /**
    * The settings, global or as they apply to a model.
    * @param model the model name, "" for the global settings
@@ -224,7 +237,7 @@ export class TraceManager {
     return {
       trace_level: s.level.size === 0 ? ["OFF"] : [...s.level],
       trace_rate: String(s.rate),
-      trace_count: String(model ? this.#remaining.get(model) ?? s.count : s.count),
+      trace_count: String(this.#remaining.get(this.#key(model)) ?? s.count),
       log_frequency: String(s.logFrequency),
       trace_file: s.file,
       trace_mode: "triton",
@@ -250,19 +263,29 @@ export class TraceManager {
     if (model === "") {
       const oldFile = this.#global.file;
       this.#global = { ...this.#global, ...values };
-      if (values.count !== undefined) this.#remaining.clear();
-      if (oldFile !== this.#global.file) this.flush();
+      if (values.count !== undefined) {
+        // A new count restarts the global setting and the models whose count follows it.
+        this.#remaining.delete("");
+        for (const [m, o] of this.#models) if (o.count === undefined) this.#remaining.delete(m);
+      }
+      if (oldFile !== this.#global.file) {
+        this.flush();
+        // The file index restarts at 0 when trace_file is updated.
+        this.#fileIndex.delete(this.#global.file);
+      }
     } else {
       const o: Partial_ = { ...(this.#models.get(model) ?? {}), ...values };
       for (const k of clear) delete o[keyOf[k]!];
-      this.#models.set(model, o);
+      if (Object.keys(o).length > 0) this.#models.set(model, o);
+      else this.#models.delete(model);
       if (values.count !== undefined || clear.has("trace_count")) this.#remaining.delete(model);
     }
     return this.settings(model);
   }
 
   /**
-   * Decides whether to trace a request: every `trace_rate`-th request of a model while `trace_count` lasts.
+   * Decides whether to trace a request: the `trace_rate`-th, 2 × `trace_rate`-th, ... request under a
+   * setting while its `trace_count` lasts.
    * @param model the model name
    * @param version the version
    * @param requestId the request id
@@ -271,12 +294,14 @@ export class TraceManager {
   sample(model: string, version: string, requestId: string): Trace | undefined {
     const s = this.#effective(model);
     if (s.level.size === 0) return undefined;
-    const n = (this.#counters.get(model) ?? 0) + 1;
-    this.#counters.set(model, n);
-    if ((n - 1) % s.rate !== 0) return undefined;
-    const left = this.#remaining.get(model) ?? s.count;
+    const key = this.#key(model);
+    const left = this.#remaining.get(key) ?? s.count;
     if (left === 0) return undefined;
-    if (left > 0) this.#remaining.set(model, left - 1);
+    const n = (this.#counters.get(key) ?? 0) + 1;
+    this.#counters.set(key, n);
+    if (n % s.rate !== 0) return undefined;
+    if (left > 0) this.#remaining.set(key, left - 1);
+    this.#open.set(key, (this.#open.get(key) ?? 0) + 1);
     const file = s.file;
     const frequency = s.logFrequency;
     return new Trace(
@@ -285,16 +310,20 @@ export class TraceManager {
       version,
       requestId,
       s.level.has("TENSORS"),
-      (t) => this.#collect(t, file, frequency),
+      (t) => this.#collect(t, key, file, frequency),
     );
   }
 
-  #collect(t: Trace, file: string, frequency: number): void {
+  #collect(t: Trace, key: string, file: string, frequency: number): void {
+    const open = (this.#open.get(key) ?? 1) - 1;
+    this.#open.set(key, open);
     if (!file) return;
     const list = this.#pending.get(file) ?? [];
     list.push(t.toJson());
     this.#pending.set(file, list);
-    if (frequency > 0 && list.length >= frequency) this.#write(file, true);
+    // Written every log_frequency traces, and (whatever log_frequency says) once trace_count has run out.
+    const exhausted = this.#remaining.get(key) === 0 && open === 0;
+    if ((frequency > 0 && list.length >= frequency) || exhausted) this.#write(file, true);
   }
 
   #write(file: string, indexed: boolean): void {

@@ -294,15 +294,20 @@ def test_unknown_requested_output(client):
     assert "'NOPE'" in info.value.message()
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda c: c.get_system_shared_memory_status(), "The system shared-memory extension is not supported yet"),
-    (lambda c: c.unregister_system_shared_memory(), "The system shared-memory extension is not supported yet"),
-    (lambda c: c.get_cuda_shared_memory_status(), "The CUDA shared-memory extension is not supported yet"),
-    (lambda c: c.unregister_cuda_shared_memory(), "The CUDA shared-memory extension is not supported yet"),
-    (lambda c: c.get_trace_settings(), "The trace extension is not supported yet"),
-])
-def test_unimplemented_rpcs(client, call, message):
-    expect_error(lambda: call(client), "StatusCode.UNIMPLEMENTED", message)
+def test_shared_memory_and_trace_rpcs_answer(client):
+    # The test server runs without --allow-client-shm: status answers, registration is refused.
+    assert client.get_system_shared_memory_status(as_json=True) == {}
+    client.unregister_system_shared_memory()
+    assert client.get_cuda_shared_memory_status(as_json=True) == {}
+    client.unregister_cuda_shared_memory()
+    expect_error(
+        lambda: client.register_system_shared_memory("r", "/dinfer_never_created", 64),
+        "StatusCode.UNAVAILABLE",
+        "Shared memory is disabled: start the server with --allow-client-shm=true to use it",
+    )
+    settings = client.get_trace_settings(as_json=True)["settings"]
+    assert settings["trace_level"] == {"value": ["OFF"]}
+    assert settings["trace_mode"] == {"value": ["triton"]}
 
 
 def test_log_settings(client):

@@ -306,11 +306,15 @@ def test_unknown_method(channel):
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-def test_unimplemented_rpc_has_a_message(stub):
+def test_bad_trace_setting_has_a_message(stub):
+    request = service_pb2.TraceSettingRequest(model_name="simple")
+    request.settings["trace_rate"].value.append("zero")
     with pytest.raises(grpc.RpcError) as info:
-        stub.TraceSetting(service_pb2.TraceSettingRequest(model_name="simple"), timeout=30)
-    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert info.value.details() == "The trace extension is not supported yet"
+        stub.TraceSetting(request, timeout=30)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == (
+        "Cannot update the trace settings: 'trace_rate' is 'zero', expected an integer of at least 1"
+    )
 
 
 # ------------------------------------------------------------------------------------------------

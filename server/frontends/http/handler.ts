@@ -255,6 +255,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       if (trace) {
         trace.mark("HTTP_RECV_START", recvStart);
         trace.mark("HTTP_RECV_END", recvEnd);
+        if (response === undefined) trace.end(); // a failed request's trace is kept too
       }
     }
     const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, shmOutputs);

@@ -1,0 +1,408 @@
+/**
+ * The trace extension (triton mode): settings over HTTP and gRPC (tritonclient), `--trace-config`, and the
+ * trace files themselves: which requests are sampled (rate, count, per-model overrides), when files are
+ * written (every log_frequency traces, when trace_count runs out, at shutdown), and what a trace holds
+ * (Triton's timestamps in order, tensors at level TENSORS).
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { startTestServer, type TestServer } from "../helpers.ts";
+import { call, get, inferJson, SIMPLE_DIFF, SIMPLE_REQUEST, SIMPLE_SUM } from "./_http.ts";
+import { pythonJson } from "./_python.ts";
+
+const DEFAULTS = {
+  trace_level: ["OFF"],
+  trace_rate: "1000",
+  trace_count: "-1",
+  log_frequency: "0",
+  trace_file: "",
+  trace_mode: "triton",
+};
+
+/** The timestamps of an HTTP request, in the order they happen. */
+const HTTP_TIMESTAMPS = [
+  "HTTP_RECV_START",
+  "HTTP_RECV_END",
+  "REQUEST_START",
+  "QUEUE_START",
+  "COMPUTE_START",
+  "COMPUTE_INPUT_END",
+  "COMPUTE_OUTPUT_START",
+  "COMPUTE_END",
+  "REQUEST_END",
+  "HTTP_SEND_START",
+  "HTTP_SEND_END",
+];
+
+interface TraceEntry {
+  id: number;
+  model_name: string;
+  model_version: number;
+  request_id: string;
+  timestamps: { name: string; ns: number }[];
+  activity?: { name: string; datatype: string; shape: number[]; data: unknown[] }[];
+}
+
+function setting(s: TestServer, body: unknown, model = "") {
+  return call(`${s.url}/v2${model ? `/models/${model}` : ""}/trace/setting`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+async function inferSimple(s: TestServer, id: string): Promise<void> {
+  const a = await inferJson(s.url, "simple", { id, ...SIMPLE_REQUEST });
+  assert.equal(a.status, 200, JSON.stringify(a.json));
+}
+
+async function readTraces(path: string): Promise<TraceEntry[]> {
+  return JSON.parse(await Deno.readTextFile(path)) as TraceEntry[];
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return false;
+    throw err;
+  }
+}
+
+/** Asserts a trace of an HTTP request to `simple`: its identity and every timestamp once, in order. */
+function assertHttpTrace(t: TraceEntry, requestId: string): void {
+  assert.deepEqual(
+    [t.model_name, t.model_version, t.request_id, typeof t.id],
+    ["simple", 1, requestId, "number"],
+  );
+  const names = t.timestamps.map((x) => x.name);
+  assert.deepEqual([...names].sort(), [...HTTP_TIMESTAMPS].sort(), "each timestamp once");
+  const at = new Map(t.timestamps.map((x) => [x.name, x.ns]));
+  for (let i = 1; i < HTTP_TIMESTAMPS.length; i++) {
+    const [a, b] = [HTTP_TIMESTAMPS[i - 1]!, HTTP_TIMESTAMPS[i]!];
+    assert.ok(at.get(a)! <= at.get(b)!, `${a} ${at.get(a)} <= ${b} ${at.get(b)}`);
+  }
+  assert.ok(at.get("HTTP_SEND_END")! > at.get("HTTP_RECV_START")!, "the request took some time");
+}
+
+async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer_trace_" });
+  try {
+    await fn(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("trace settings default to Triton's, globally and for a model", async () => {
+  await using s = await startTestServer();
+  for (const path of ["/v2/trace/setting", "/v2/models/simple/trace/setting"]) {
+    const a = await get(s.url, path);
+    assert.deepEqual([a.status, a.json], [200, DEFAULTS], path);
+  }
+});
+
+Deno.test("--trace-config with log-frequency 2 writes t.json.0 and t.json.1 of 2 traces each after 4 requests", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/t.json`;
+    const s = await startTestServer([
+      `--trace-config=triton,file=${file}`,
+      "--trace-config=level=TIMESTAMPS",
+      "--trace-config=rate=1",
+      "--trace-config=log-frequency=2",
+    ]);
+    try {
+      assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, {
+        ...DEFAULTS,
+        trace_level: ["TIMESTAMPS"],
+        trace_rate: "1",
+        log_frequency: "2",
+        trace_file: file,
+      });
+      await inferSimple(s, "r1");
+      assert.equal(await exists(`${file}.0`), false, "one trace is not written yet");
+      await inferSimple(s, "r2");
+      await inferSimple(s, "r3");
+      await inferSimple(s, "r4");
+      const first = await readTraces(`${file}.0`);
+      const second = await readTraces(`${file}.1`);
+      assert.deepEqual([first.length, second.length], [2, 2]);
+      first.forEach((t, i) => assertHttpTrace(t, `r${i + 1}`));
+      second.forEach((t, i) => assertHttpTrace(t, `r${i + 3}`));
+      assert.equal(new Set([...first, ...second].map((t) => t.id)).size, 4, "every trace has its own id");
+    } finally {
+      await s.close();
+    }
+    // Nothing was left to write at shutdown.
+    assert.deepEqual(
+      [await exists(`${file}.2`), await exists(file)],
+      [false, false],
+    );
+  });
+});
+
+Deno.test("trace_rate 2 traces every second request; log_frequency 0 writes the file at shutdown", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/rate.json`;
+    const s = await startTestServer();
+    try {
+      const a = await setting(s, { trace_level: ["TIMESTAMPS"], trace_rate: "2", trace_file: file });
+      assert.deepEqual([a.status, a.json], [200, {
+        ...DEFAULTS,
+        trace_level: ["TIMESTAMPS"],
+        trace_rate: "2",
+        trace_file: file,
+      }]);
+      for (let i = 1; i <= 5; i++) await inferSimple(s, `r${i}`);
+      assert.equal(await exists(file), false, "log_frequency 0 waits for shutdown");
+    } finally {
+      await s.close();
+    }
+    const traces = await readTraces(file);
+    assert.deepEqual(traces.map((t) => t.request_id), ["r2", "r4"]);
+    for (const t of traces) assertHttpTrace(t, t.request_id);
+  });
+});
+
+Deno.test("trace_count 1 stops after one trace, which is written at once", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/count.json`;
+    await using s = await startTestServer();
+    const a = await setting(s, {
+      trace_level: ["TIMESTAMPS"],
+      trace_rate: "1",
+      trace_count: "1",
+      trace_file: file,
+    });
+    assert.equal(a.json?.trace_count, "1");
+    for (let i = 1; i <= 3; i++) await inferSimple(s, `r${i}`);
+    // trace_count is what remains; once it reaches 0 the collected traces go to an indexed file.
+    assert.equal((await get(s.url, "/v2/trace/setting")).json?.trace_count, "0");
+    assert.equal((await get(s.url, "/v2/models/simple/trace/setting")).json?.trace_count, "0");
+    const traces = await readTraces(`${file}.0`);
+    assert.deepEqual(traces.map((t) => t.request_id), ["r1"]);
+    assert.equal(await exists(`${file}.1`), false);
+    // A new count starts sampling again.
+    assert.equal((await setting(s, { trace_count: "-1" })).json?.trace_count, "-1");
+  });
+});
+
+Deno.test("the global trace_count is shared by the models that follow the global settings", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/shared.json`;
+    await using s = await startTestServer();
+    await setting(s, { trace_level: ["TIMESTAMPS"], trace_rate: "1", trace_count: "2", trace_file: file });
+    await inferSimple(s, "r1");
+    const str = await inferJson(s.url, "simple_string", {
+      id: "s1",
+      inputs: [
+        {
+          name: "INPUT0",
+          datatype: "BYTES",
+          shape: [1, 16],
+          data: Array.from({ length: 16 }, (_, i) => `${i}`),
+        },
+        { name: "INPUT1", datatype: "BYTES", shape: [1, 16], data: Array.from({ length: 16 }, () => "1") },
+      ],
+    });
+    assert.equal(str.status, 200, JSON.stringify(str.json));
+    await inferSimple(s, "r2");
+    assert.equal((await get(s.url, "/v2/trace/setting")).json?.trace_count, "0");
+    const traces = await readTraces(`${file}.0`);
+    assert.deepEqual(traces.map((t) => [t.model_name, t.request_id]), [["simple", "r1"], [
+      "simple_string",
+      "s1",
+    ]]);
+  });
+});
+
+Deno.test("per-model trace settings override the global ones and null clears an override", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/model.json`;
+    await using s = await startTestServer();
+    const model = await setting(s, {
+      trace_level: ["TIMESTAMPS"],
+      trace_rate: "1",
+      trace_file: file,
+      log_frequency: "1",
+    }, "simple");
+    const simpleSettings = {
+      ...DEFAULTS,
+      trace_level: ["TIMESTAMPS"],
+      trace_rate: "1",
+      trace_file: file,
+      log_frequency: "1",
+    };
+    assert.deepEqual([model.status, model.json], [200, simpleSettings]);
+    assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, simpleSettings);
+    assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, DEFAULTS, "the global settings stay");
+    assert.deepEqual((await get(s.url, "/v2/models/digits/trace/setting")).json, DEFAULTS);
+
+    await inferSimple(s, "r1");
+    assertHttpTrace((await readTraces(`${file}.0`))[0]!, "r1");
+    // Settings the model does not override follow the global ones as they change.
+    assert.equal((await setting(s, { trace_count: "7" })).status, 200);
+    assert.equal((await get(s.url, "/v2/models/simple/trace/setting")).json?.trace_count, "7");
+    assert.equal((await setting(s, { trace_count: "-1" })).status, 200);
+
+    // Clearing the level falls back to the global OFF: nothing more is traced.
+    const cleared = await setting(s, { trace_level: null }, "simple");
+    assert.deepEqual(cleared.json, { ...simpleSettings, trace_level: ["OFF"] });
+    await inferSimple(s, "r2");
+    assert.equal(await exists(`${file}.1`), false);
+    const all = await setting(s, { trace_rate: null, trace_file: null, log_frequency: null }, "simple");
+    assert.deepEqual(all.json, DEFAULTS);
+  });
+});
+
+Deno.test("trace level TENSORS records the input and output tensors with their values", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/tensors.json`;
+    const s = await startTestServer();
+    try {
+      const a = await setting(s, {
+        trace_level: ["TIMESTAMPS", "TENSORS"],
+        trace_rate: "1",
+        trace_file: file,
+      });
+      assert.deepEqual(a.json?.trace_level, ["TIMESTAMPS", "TENSORS"]);
+      await inferSimple(s, "t1");
+    } finally {
+      await s.close();
+    }
+    const [t, ...rest] = await readTraces(file);
+    assert.equal(rest.length, 0);
+    assertHttpTrace(t!, "t1");
+    assert.deepEqual(t!.activity, [
+      {
+        name: "TENSOR_QUEUE_INPUT:INPUT0",
+        datatype: "INT32",
+        shape: [1, 16],
+        data: SIMPLE_REQUEST.inputs[0]!.data,
+      },
+      {
+        name: "TENSOR_QUEUE_INPUT:INPUT1",
+        datatype: "INT32",
+        shape: [1, 16],
+        data: SIMPLE_REQUEST.inputs[1]!.data,
+      },
+      { name: "TENSOR_BACKEND_OUTPUT:OUTPUT0", datatype: "INT32", shape: [1, 16], data: SIMPLE_SUM },
+      { name: "TENSOR_BACKEND_OUTPUT:OUTPUT1", datatype: "INT32", shape: [1, 16], data: SIMPLE_DIFF },
+    ]);
+  });
+});
+
+Deno.test("bad trace settings answer 400 with the reason and change nothing", async () => {
+  await using s = await startTestServer();
+  const cases: [unknown, string, string][] = [
+    [
+      { trace_rate: "0" },
+      "",
+      "Cannot update the trace settings: 'trace_rate' is '0', expected an integer of at least 1",
+    ],
+    [
+      { trace_rate: "x" },
+      "simple",
+      "Cannot update the trace settings: 'trace_rate' is 'x', expected an integer of at least 1",
+    ],
+    [
+      { trace_count: "-2" },
+      "",
+      "Cannot update the trace settings: 'trace_count' is '-2', expected an integer of at least -1",
+    ],
+    [
+      { log_frequency: "1.5" },
+      "",
+      "Cannot update the trace settings: 'log_frequency' is '1.5', expected an integer of at least 0",
+    ],
+    [{ trace_rate: ["1", "2"] }, "", "Cannot update the trace settings: 'trace_rate' must be one value"],
+    [
+      { trace_level: ["TIMESTAMPS", "MAX"] },
+      "",
+      "Cannot update the trace settings: unknown trace_level 'MAX' (OFF, TIMESTAMPS, TENSORS)",
+    ],
+    [
+      { trace_mode: "opentelemetry" },
+      "",
+      "Cannot update the trace settings: only trace_mode 'triton' is supported",
+    ],
+    [{ trace_sample: "1" }, "", "Cannot update the trace settings: unknown setting 'trace_sample'"],
+    [{ trace_rate: null }, "", "Cannot update the trace settings: 'trace_rate' cannot be cleared globally"],
+    // Every value is checked before any takes effect.
+    [
+      { trace_level: ["TIMESTAMPS"], trace_rate: "-5" },
+      "simple",
+      "Cannot update the trace settings: 'trace_rate' is '-5', expected an integer of at least 1",
+    ],
+  ];
+  for (const [body, model, error] of cases) {
+    const a = await setting(s, body, model);
+    assert.deepEqual([a.status, a.json], [400, { error }], JSON.stringify(body));
+  }
+  assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, DEFAULTS);
+  assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, DEFAULTS);
+});
+
+Deno.test("--trace-config=opentelemetry,... makes start-up fail with the reason", async () => {
+  for (
+    const flag of [
+      "--trace-config=opentelemetry,url=http://127.0.0.1:4318/v1/traces",
+      "--trace-config=mode=opentelemetry",
+    ]
+  ) {
+    await assert.rejects(startTestServer([flag]), {
+      name: "StartupError",
+      message: "Bad --trace-config: trace mode 'opentelemetry' is not supported yet, use 'triton'",
+    });
+  }
+});
+
+Deno.test("gRPC TraceSetting through tritonclient shows and changes the global and per-model settings", async () => {
+  await using s = await startTestServer(["--allow-grpc=true"]);
+  const out = await pythonJson(
+    `
+import json, os
+import tritonclient.grpc as g
+from tritonclient.utils import InferenceServerException
+c = g.InferenceServerClient(os.environ["URL"])
+out = {}
+out["global"] = c.get_trace_settings(as_json=True)
+out["update"] = c.update_trace_settings(settings={"trace_rate": "10", "trace_level": ["TIMESTAMPS"]}, as_json=True)
+out["model"] = c.update_trace_settings("simple", {"trace_rate": "3", "log_frequency": "4"}, as_json=True)
+out["model_get"] = c.get_trace_settings("simple", as_json=True)
+out["cleared"] = c.update_trace_settings("simple", {"trace_rate": None}, as_json=True)
+try:
+    c.update_trace_settings(settings={"trace_rate": "0"})
+    out["bad"] = None
+except InferenceServerException as e:
+    out["bad"] = [e.status(), e.message()]
+print(json.dumps(out))
+`,
+    { URL: `127.0.0.1:${s.server.grpcPort}` },
+  );
+  const proto = (o: Record<string, string | string[]>) => ({
+    settings: Object.fromEntries(
+      Object.entries(o).map(([k, v]) => [k, { value: Array.isArray(v) ? v : [v] }]),
+    ),
+  });
+  const updated = { ...DEFAULTS, trace_rate: "10", trace_level: ["TIMESTAMPS"] };
+  assert.deepEqual(out, {
+    global: proto(DEFAULTS),
+    update: proto(updated),
+    model: proto({ ...updated, trace_rate: "3", log_frequency: "4" }),
+    model_get: proto({ ...updated, trace_rate: "3", log_frequency: "4" }),
+    cleared: proto({ ...updated, log_frequency: "4" }),
+    bad: [
+      "StatusCode.INVALID_ARGUMENT",
+      "Cannot update the trace settings: 'trace_rate' is '0', expected an integer of at least 1",
+    ],
+  });
+  // HTTP sees the same settings.
+  assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, updated);
+  assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, {
+    ...updated,
+    log_frequency: "4",
+  });
+});
