@@ -63,7 +63,7 @@ export class VersionStats {
   /** Failures by reason. */
   readonly failures: Record<FailureReason, number> = { REJECTED: 0, CANCELED: 0, BACKEND: 0, OTHER: 0 };
   /** Execution statistics by batch size. */
-  readonly batches = new Map<number, BatchStats>();
+  readonly batches: Map<number, BatchStats> = new Map();
   /** Seconds the version took to load. */
   loadSeconds = 0;
 
