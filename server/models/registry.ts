@@ -9,6 +9,7 @@ import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse } from "../core/types.ts";
 import type { Backend, InstanceContext } from "../backends/backend.ts";
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
+import { PythonBackend } from "../backends/python.ts";
 import {
   applyDefaults,
   readConfigFile,
@@ -127,7 +128,10 @@ export interface IndexEntry {
 
 /** The built-in backends. */
 export function defaultBackends(): Map<string, Backend> {
-  return new Map([[onnxRuntimeBackend.name, onnxRuntimeBackend]]);
+  return new Map<string, Backend>([
+    [onnxRuntimeBackend.name, onnxRuntimeBackend],
+    ["python", new PythonBackend()],
+  ]);
 }
 
 /** The registry of models. */
@@ -146,6 +150,10 @@ export class ModelRegistry {
   constructor(options: RegistryOptions) {
     this.#options = options;
     this.#backends = options.backends ?? defaultBackends();
+    // Python models call back into this registry (BLS).
+    for (const b of this.#backends.values()) {
+      if (b instanceof PythonBackend) b.bindInfer((r) => this.infer(r));
+    }
   }
 
   /**

@@ -1,0 +1,651 @@
+/**
+ * The Python backend (`backend: "python"`, `<version>/model.py`): runs Triton-style `TritonPythonModel`
+ * classes unchanged, one stub process per model instance (server/backends/python/stub.py). Control messages
+ * go over a Unix socket (4-byte little-endian length, JSON body); tensor bytes go through a shared-memory
+ * file per instance, which the stub maps so that its numpy inputs are views, not copies.
+ *
+ * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
+ * folder whose `bin/python3` is used), else `--backend-config=python,python-executable=...`, else the
+ * `DINFER_PYTHON` environment variable, else `python3` from PATH. An execution that takes longer than
+ * `execute_timeout_ms` (parameter, or `--backend-config=python,execute-timeout-ms=...`; 0, the default, waits
+ * forever) kills the stub; a stub that dies fails its in-flight requests and is started again.
+ * @module
+ */
+
+import { fileURLToPath } from "node:url";
+import { join } from "node:path";
+import {
+  type Datatype,
+  deserializeBytes,
+  elementCount,
+  fromConfigType,
+  serializeBytes,
+} from "../core/dtypes.ts";
+import {
+  type ErrorCode,
+  internal,
+  invalidArg,
+  ServerError,
+  unavailable,
+  unsupported,
+} from "../core/errors.ts";
+import type { ModelConfig } from "../core/model_config.ts";
+import type { InferRequest, InferResponse, ParamValue, Tensor } from "../core/types.ts";
+import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
+
+/** Runs a request on any model of the server (BLS calls from a model). */
+export type InferFn = (request: InferRequest) => Promise<InferResponse>;
+
+const STUB_PATH = fileURLToPath(new URL("./python/stub.py", import.meta.url));
+const ALIGN = 64;
+const INITIAL_SHM_BYTES = 1 << 20;
+const START_TIMEOUT_MS = 120_000;
+const FINALIZE_TIMEOUT_MS = 10_000;
+const ERROR_CODES = new Set<string>([
+  "INVALID_ARG",
+  "NOT_FOUND",
+  "UNAVAILABLE",
+  "UNSUPPORTED",
+  "INTERNAL",
+  "ALREADY_EXISTS",
+  "CANCELLED",
+  "UNKNOWN",
+]);
+
+function align(n: number): number {
+  return Math.ceil(n / ALIGN) * ALIGN;
+}
+
+function parameter(config: ModelConfig, key: string): string {
+  return config.parameters?.[key]?.string_value ?? "";
+}
+
+/**
+ * The interpreter a model's stubs run with (see the module doc for the order).
+ * @param config the model config
+ * @param backendConfig `--backend-config=python,...` settings
+ */
+export function pythonExecutable(config: ModelConfig, backendConfig: Record<string, string>): string {
+  const own = parameter(config, "python_executable");
+  if (own) return own;
+  const env = parameter(config, "EXECUTION_ENV_PATH");
+  if (env) {
+    if (/\.(tar\.gz|tgz|tar)$/.test(env)) {
+      throw unsupported(
+        `Cannot load '${config.name}': EXECUTION_ENV_PATH '${env}' is an archive; unpack it and name the folder`,
+      );
+    }
+    return join(env.replace("$$TRITON_MODEL_DIRECTORY", ""), "bin", "python3");
+  }
+  return backendConfig["python-executable"] || Deno.env.get("DINFER_PYTHON") || "python3";
+}
+
+function executeTimeoutMs(config: ModelConfig, backendConfig: Record<string, string>): number {
+  const v = parameter(config, "execute_timeout_ms") || backendConfig["execute-timeout-ms"] || "0";
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) {
+    throw invalidArg(
+      `Cannot load '${config.name}': execute_timeout_ms is '${v}', expected milliseconds >= 0`,
+    );
+  }
+  return n;
+}
+
+function shmDir(): string {
+  try {
+    if (Deno.statSync("/dev/shm").isDirectory) return "/dev/shm";
+  } catch {
+    // No /dev/shm (macOS): a temporary folder serves, through the page cache.
+  }
+  return Deno.env.get("TMPDIR") || "/tmp";
+}
+
+/** A tensor's place in a shared file, as the stub and the server describe it to each other. */
+interface TensorDesc {
+  name: string;
+  datatype: Datatype;
+  shape: number[];
+  offset: number;
+  nbytes: number;
+}
+
+/** What the stub answers for one request. */
+interface StubResponse {
+  outputs?: TensorDesc[];
+  error?: { message: string; code: string };
+}
+
+/** A message from the stub. */
+type StubMessage =
+  | { op: "ready" }
+  | { op: "init_error"; message: string; trace: string }
+  | { op: "result"; id: number; responses: StubResponse[] }
+  | { op: "error"; id: number; message: string; trace: string }
+  | { op: "finalized" }
+  | {
+    op: "bls";
+    id: number;
+    model: string;
+    version: string;
+    request_id: string;
+    parameters: Record<string, ParamValue>;
+    outputs: string[];
+    inputs: TensorDesc[];
+    file: string;
+  };
+
+function writeAt(file: Deno.FsFile, offset: number, bytes: Uint8Array): void {
+  file.seekSync(offset, Deno.SeekMode.Start);
+  let done = 0;
+  while (done < bytes.byteLength) done += file.writeSync(bytes.subarray(done));
+}
+
+function readAt(file: Deno.FsFile, offset: number, nbytes: number): Uint8Array {
+  const out = new Uint8Array(nbytes);
+  file.seekSync(offset, Deno.SeekMode.Start);
+  let done = 0;
+  while (done < nbytes) {
+    const n = file.readSync(out.subarray(done));
+    if (n === null || n === 0) throw internal(`Cannot read Python tensor bytes: the shared file ends early`);
+    done += n;
+  }
+  return out;
+}
+
+/** Writes tensors one after another from `start`; returns their descriptions and the end offset. */
+function writeTensors(
+  file: Deno.FsFile,
+  start: number,
+  tensors: Iterable<Tensor>,
+  size: number,
+): { descs: TensorDesc[]; end: number; size: number } {
+  const parts: { t: Tensor; bytes: Uint8Array; offset: number }[] = [];
+  let offset = align(start);
+  for (const t of tensors) {
+    const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : t.data as Uint8Array;
+    parts.push({ t, bytes, offset });
+    offset = align(offset + bytes.byteLength);
+  }
+  if (offset > size) {
+    size = Math.max(offset, size * 2);
+    file.truncateSync(size);
+  }
+  for (const p of parts) writeAt(file, p.offset, p.bytes);
+  const descs = parts.map((p) => ({
+    name: p.t.name,
+    datatype: p.t.datatype,
+    shape: p.t.shape,
+    offset: p.offset,
+    nbytes: p.bytes.byteLength,
+  }));
+  return { descs, end: offset, size };
+}
+
+function readTensor(file: Deno.FsFile, d: TensorDesc, what: string): Tensor {
+  const bytes = readAt(file, d.offset, d.nbytes);
+  const data = d.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(d.shape), what) : bytes;
+  return { name: d.name, datatype: d.datatype, shape: d.shape, data };
+}
+
+function errorOf(e: { message: string; code: string }): ServerError {
+  const code = (ERROR_CODES.has(e.code) ? e.code : "INTERNAL") as ErrorCode;
+  return new ServerError(code, e.message);
+}
+
+/** What a stub needs to start. */
+interface StubOptions {
+  python: string;
+  config: ModelConfig;
+  ctx: InstanceContext;
+  infer: InferFn | undefined;
+}
+
+interface Pending {
+  resolve: (m: StubMessage) => void;
+  reject: (e: Error) => void;
+}
+
+/** One stub process with its socket and shared file. */
+class Stub {
+  readonly #opts: StubOptions;
+  readonly #dir: string;
+  readonly #shmPath: string;
+  readonly #shm: Deno.FsFile;
+  #shmSize = INITIAL_SHM_BYTES;
+  #listener: Deno.Listener | undefined;
+  #conn: Deno.Conn | undefined;
+  #child: Deno.ChildProcess | undefined;
+  #writes: Promise<void> = Promise.resolve();
+  #nextId = 0;
+  #pending = new Map<number, Pending>();
+  #control: Pending | undefined;
+  /** Why the stub is gone; undefined while it runs. */
+  exitReason: string | undefined;
+  /** Whether the stub was killed or has exited: it takes no more requests. */
+  dead = false;
+  readonly exited: Promise<void>;
+  #markExited!: () => void;
+
+  private constructor(opts: StubOptions, dir: string) {
+    this.#opts = opts;
+    this.#dir = dir;
+    this.#shmPath = join(shmDir(), `dinfer-py-${Deno.pid}-${crypto.randomUUID()}`);
+    this.#shm = Deno.openSync(this.#shmPath, { read: true, write: true, create: true, truncate: true });
+    this.#shm.truncateSync(this.#shmSize);
+    this.exited = new Promise((r) => (this.#markExited = r));
+  }
+
+  /** Starts a stub and initializes the model in it. */
+  static async start(opts: StubOptions): Promise<Stub> {
+    const dir = await Deno.makeTempDir({ prefix: "dinfer-py-" });
+    const stub = new Stub(opts, dir);
+    try {
+      await stub.#start();
+      return stub;
+    } catch (err) {
+      await stub.kill();
+      throw err;
+    }
+  }
+
+  get #what(): string {
+    return `'${this.#opts.config.name}' instance '${this.#opts.ctx.instanceName}'`;
+  }
+
+  async #start(): Promise<void> {
+    const { python, config, ctx } = this.#opts;
+    const socketPath = join(this.#dir, "control.sock");
+    this.#listener = Deno.listen({ transport: "unix", path: socketPath });
+    try {
+      this.#child = new Deno.Command(python, {
+        args: [STUB_PATH, "serve", socketPath, ctx.modelPath, this.#shmPath],
+        cwd: ctx.versionDir,
+        stdin: "null",
+        stdout: "inherit",
+        stderr: "inherit",
+        env: { PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1" },
+      }).spawn();
+    } catch (err) {
+      throw unavailable(
+        `Cannot load ${this.#what}: cannot start Python '${python}': ${(err as Error).message}`,
+      );
+    }
+    this.#child.status.then((s) => {
+      this.dead = true;
+      this.exitReason = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
+      this.#failAll(`the Python stub ${this.exitReason}`);
+      this.#conn?.close();
+      this.#markExited();
+    });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const accepting = this.#listener.accept();
+    accepting.catch(() => {}); // Closing the listener after a failed start rejects it.
+    const conn = await Promise.race([
+      accepting,
+      this.exited.then(() => {
+        throw unavailable(
+          `Cannot load ${this.#what}: the Python stub (${python}) ${this.exitReason} before connecting`,
+        );
+      }),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(unavailable(`Cannot load ${this.#what}: the Python stub did not connect in time`)),
+          START_TIMEOUT_MS,
+        );
+      }),
+    ]).finally(() => clearTimeout(timer));
+    this.#conn = conn;
+    this.#listener.close();
+    this.#listener = undefined;
+    this.#readLoop(conn);
+    const args = {
+      model_config: JSON.stringify(config),
+      model_instance_kind: ctx.kind.replace(/^KIND_/, ""),
+      model_instance_name: ctx.instanceName,
+      model_instance_device_id: String(ctx.deviceId),
+      model_repository: ctx.modelDir,
+      model_version: String(ctx.version),
+      model_name: config.name,
+    };
+    const reply = await this.#controlCall({ op: "init", args });
+    if (reply.op === "init_error") {
+      throw invalidArg(`Cannot load ${this.#what}: initialize failed: ${reply.message}`);
+    }
+  }
+
+  #controlCall(msg: unknown): Promise<StubMessage> {
+    return new Promise((resolve, reject) => {
+      if (this.exitReason) {
+        reject(internal(`Cannot run ${this.#what}: the Python stub ${this.exitReason}`));
+        return;
+      }
+      this.#control = { resolve, reject };
+      this.#send(msg).catch(reject);
+    });
+  }
+
+  #failAll(why: string): void {
+    const err = internal(`Cannot run ${this.#what}: ${why}`);
+    for (const p of this.#pending.values()) p.reject(err);
+    this.#pending.clear();
+    this.#control?.reject(err);
+    this.#control = undefined;
+  }
+
+  #send(msg: unknown): Promise<void> {
+    const body = new TextEncoder().encode(JSON.stringify(msg));
+    const frame = new Uint8Array(4 + body.byteLength);
+    new DataView(frame.buffer).setUint32(0, body.byteLength, true);
+    frame.set(body, 4);
+    const conn = this.#conn;
+    const write = this.#writes.then(async () => {
+      if (!conn) throw internal(`Cannot run ${this.#what}: the Python stub is not connected`);
+      let done = 0;
+      while (done < frame.byteLength) done += await conn.write(frame.subarray(done));
+    });
+    this.#writes = write.catch(() => {});
+    return write;
+  }
+
+  async #readLoop(conn: Deno.Conn): Promise<void> {
+    let buf = new Uint8Array(0);
+    const chunk = new Uint8Array(1 << 16);
+    const decoder = new TextDecoder();
+    try {
+      while (true) {
+        const n = await conn.read(chunk);
+        if (n === null) break;
+        const next = new Uint8Array(buf.byteLength + n);
+        next.set(buf);
+        next.set(chunk.subarray(0, n), buf.byteLength);
+        buf = next;
+        while (buf.byteLength >= 4) {
+          const len = new DataView(buf.buffer, buf.byteOffset).getUint32(0, true);
+          if (buf.byteLength < 4 + len) break;
+          const msg = JSON.parse(decoder.decode(buf.subarray(4, 4 + len))) as StubMessage;
+          buf = buf.subarray(4 + len);
+          this.#onMessage(msg);
+        }
+      }
+    } catch {
+      // The connection closed under us: the exit handler fails what is pending.
+    }
+  }
+
+  #onMessage(msg: StubMessage): void {
+    if (msg.op === "result" || msg.op === "error") {
+      const p = this.#pending.get(msg.id);
+      this.#pending.delete(msg.id);
+      p?.resolve(msg);
+    } else if (msg.op === "bls") {
+      this.#bls(msg).catch(() => {});
+    } else {
+      const c = this.#control;
+      this.#control = undefined;
+      c?.resolve(msg);
+    }
+  }
+
+  async #bls(msg: Extract<StubMessage, { op: "bls" }>): Promise<void> {
+    const reply = (extra: Record<string, unknown>) => this.#send({ op: "bls_result", id: msg.id, ...extra });
+    const infer = this.#opts.infer;
+    // The stub names a file it created beside our shared file; refuse anything else.
+    const base = msg.file.split("/").pop() ?? "";
+    if (msg.file !== join(shmDir(), base) || !base.startsWith("dinfer-bls-")) {
+      await reply({ error: { code: "INVALID_ARG", message: `Cannot run BLS: bad file '${msg.file}'` } });
+      return;
+    }
+    try {
+      if (!infer) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
+      using file = await Deno.open(msg.file, { read: true, write: true });
+      const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`));
+      const parameters: Record<string, ParamValue> = {};
+      for (const [k, v] of Object.entries(msg.parameters ?? {})) {
+        if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
+      }
+      const response = await infer({
+        model: msg.model,
+        version: msg.version,
+        id: msg.request_id,
+        inputs,
+        outputs: msg.outputs.map((name) => ({ name, classification: 0, parameters: {} })),
+        parameters,
+      });
+      const size = (await file.stat()).size;
+      const { descs } = writeTensors(file, 0, response.outputs, size);
+      await reply({ outputs: descs });
+    } catch (err) {
+      const e = err instanceof ServerError ? err : internal(String((err as Error)?.message ?? err));
+      await reply({ error: { code: e.code, message: e.message } });
+    }
+  }
+
+  /**
+   * Runs one execute call with one request; resolves with the stub's answer.
+   * @param inputs the request's inputs
+   * @param outputNames the outputs asked for
+   * @param timeoutMs the longest wait; 0 waits forever
+   */
+  async execute(
+    inputs: Map<string, Tensor>,
+    outputNames: readonly string[],
+    timeoutMs: number,
+  ): Promise<Map<string, Tensor>> {
+    if (this.dead) {
+      throw internal(`Cannot run ${this.#what}: the Python stub ${this.exitReason ?? "was killed"}`);
+    }
+    const { descs, end, size } = writeTensors(this.#shm, 0, inputs.values(), this.#shmSize);
+    this.#shmSize = size;
+    const id = this.#nextId++;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const answer = new Promise<StubMessage>((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject });
+      if (timeoutMs > 0) {
+        timer = setTimeout(() => {
+          this.#failAll(`the Python stub did not answer within ${timeoutMs} ms and was killed`);
+          this.kill();
+        }, timeoutMs);
+      }
+    });
+    const request = {
+      id: "",
+      correlation_id: 0,
+      flags: 0,
+      parameters: {},
+      inputs: descs,
+      outputs: outputNames,
+    };
+    this.#send({ op: "execute", id, shm_size: this.#shmSize, out_offset: end, requests: [request] })
+      .catch((e) => this.#pending.get(id)?.reject(e));
+    let msg: StubMessage;
+    try {
+      msg = await answer;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (msg.op === "error") throw internal(`Cannot run ${this.#what}: ${msg.message}`);
+    if (msg.op !== "result") throw internal(`Cannot run ${this.#what}: unexpected stub answer '${msg.op}'`);
+    const response = msg.responses[0]!;
+    if (response.error) throw errorOf(response.error);
+    const out = new Map<string, Tensor>();
+    for (const d of response.outputs ?? []) {
+      out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`));
+    }
+    return out;
+  }
+
+  /** Asks the model to finalize, then stops the stub (killing it when it does not stop in time). */
+  async finalize(): Promise<void> {
+    if (!this.exitReason) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        this.#controlCall({ op: "finalize" }).catch(() => {}),
+        new Promise((r) => (timer = setTimeout(r, FINALIZE_TIMEOUT_MS))),
+      ]);
+      clearTimeout(timer);
+      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, FINALIZE_TIMEOUT_MS)))]);
+      clearTimeout(timer);
+    }
+    await this.kill();
+  }
+
+  /** Kills the process (if running) and frees the socket and shared file. */
+  async kill(): Promise<void> {
+    this.dead = true;
+    if (this.#child && !this.exitReason) {
+      try {
+        this.#child.kill("SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    }
+    if (this.#child) await this.exited;
+    this.#listener?.close();
+    this.#listener = undefined;
+    try {
+      this.#shm.close();
+    } catch {
+      // Closed before.
+    }
+    await Deno.remove(this.#shmPath).catch(() => {});
+    await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
+  }
+}
+
+/** One model instance: a stub process, started again when it dies. */
+class PythonInstance implements BackendInstance {
+  #opts: StubOptions;
+  #timeoutMs: number;
+  #stub: Stub | undefined;
+  #starting: Promise<Stub> | undefined;
+  #closed = false;
+  #types: Map<string, Datatype>;
+
+  constructor(opts: StubOptions, stub: Stub, timeoutMs: number) {
+    this.#opts = opts;
+    this.#stub = stub;
+    this.#timeoutMs = timeoutMs;
+    this.#types = new Map(opts.config.output.map((o) => [o.name, fromConfigType(o.data_type)!]));
+  }
+
+  #ready(): Promise<Stub> {
+    if (this.#stub && !this.#stub.dead) return Promise.resolve(this.#stub);
+    if (!this.#starting) {
+      const old = this.#stub;
+      this.#stub = undefined;
+      this.#starting = (async () => {
+        await old?.kill();
+        const stub = await Stub.start(this.#opts);
+        this.#stub = stub;
+        return stub;
+      })().finally(() => (this.#starting = undefined));
+      this.#starting.catch(() => {});
+    }
+    return this.#starting;
+  }
+
+  async execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
+    if (this.#closed) throw unavailable(`Cannot run '${this.#opts.config.name}': the instance is closed`);
+    const stub = await this.#ready();
+    try {
+      const out = await stub.execute(inputs, outputNames, this.#timeoutMs);
+      for (const t of out.values()) {
+        const want = this.#types.get(t.name);
+        if (want && want !== t.datatype) {
+          throw invalidArg(
+            `Cannot run '${this.#opts.config.name}': output '${t.name}' has datatype ${t.datatype}, the config says ${want}`,
+          );
+        }
+      }
+      return out;
+    } finally {
+      // A stub that died is replaced right away, so that the next request finds it ready.
+      if (stub.dead && !this.#closed) this.#ready();
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    const stub = this.#stub ?? await this.#starting?.catch(() => undefined);
+    await stub?.finalize();
+  }
+}
+
+/** The Python backend; each registry binds its own, so that BLS calls reach that registry. */
+export class PythonBackend implements Backend {
+  /** The backend name. */
+  readonly name = "python";
+  /** The model file. */
+  readonly defaultModelFilename = "model.py";
+  #infer: InferFn | undefined;
+
+  /**
+   * Lets models call back into the server (`pb_utils.InferenceRequest.exec`).
+   * @param infer runs a request on any model
+   */
+  bindInfer(infer: InferFn): void {
+    this.#infer = infer;
+  }
+
+  /** Runs the model class's `auto_complete_config` in a short-lived stub. */
+  async autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<void> {
+    try {
+      await Deno.stat(ctx.modelPath);
+    } catch {
+      return; // Loading reports the missing file.
+    }
+    const python = pythonExecutable(config, ctx.backendConfig);
+    const dir = await Deno.makeTempDir({ prefix: "dinfer-py-ac-" });
+    try {
+      const inPath = join(dir, "in.json");
+      const outPath = join(dir, "out.json");
+      await Deno.writeTextFile(inPath, JSON.stringify(config));
+      let out: Deno.CommandOutput;
+      try {
+        out = await new Deno.Command(python, {
+          args: [STUB_PATH, "autocomplete", ctx.modelPath, inPath, outPath],
+          cwd: ctx.versionDir,
+          stdin: "null",
+          stdout: "inherit",
+          stderr: "piped",
+          env: { PYTHONDONTWRITEBYTECODE: "1" },
+        }).output();
+      } catch (err) {
+        throw unavailable(
+          `Cannot load '${config.name}': cannot start Python '${python}': ${(err as Error).message}`,
+        );
+      }
+      if (out.code !== 0) {
+        const lines = new TextDecoder().decode(out.stderr).trim().split("\n");
+        throw invalidArg(`Cannot load '${config.name}': auto_complete_config failed: ${lines.at(-1)}`);
+      }
+      const completed = JSON.parse(await Deno.readTextFile(outPath)) as Record<string, unknown>;
+      Object.assign(config, completed);
+    } finally {
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
+  }
+
+  /** Starts a stub for the instance and runs the model's `initialize`. */
+  async createInstance(config: ModelConfig, ctx: InstanceContext): Promise<BackendInstance> {
+    const policy = config.model_transaction_policy as { decoupled?: boolean } | undefined;
+    if (policy?.decoupled) {
+      throw unsupported(
+        `Cannot load '${config.name}': decoupled Python models (model_transaction_policy { decoupled: true }) are not supported yet`,
+      );
+    }
+    for (const o of config.output) {
+      if (!fromConfigType(o.data_type)) {
+        throw invalidArg(`Cannot load '${config.name}': output '${o.name}' has no valid data_type`);
+      }
+    }
+    const opts: StubOptions = {
+      python: pythonExecutable(config, ctx.backendConfig),
+      config,
+      ctx,
+      infer: this.#infer,
+    };
+    const timeoutMs = executeTimeoutMs(config, ctx.backendConfig);
+    return new PythonInstance(opts, await Stub.start(opts), timeoutMs);
+  }
+}

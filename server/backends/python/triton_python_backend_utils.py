@@ -1,0 +1,420 @@
+"""The `triton_python_backend_utils` module of dinfer's Python backend.
+
+Models import it as Triton's documentation shows (`import triton_python_backend_utils as pb_utils`). It is
+written for dinfer from Triton's documented Python API; the stub process (stub.py) wires it to the server.
+"""
+
+import asyncio
+import json
+import sys
+import time
+
+import numpy as np
+
+# Response flags (decoupled mode) and request flags (sequence batching), with Triton's values.
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+
+_NUMPY = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BYTES": np.object_,
+}
+
+# The stub sets this to its connection to the server (BLS calls); None outside a stub.
+_server = None
+
+
+def triton_string_to_numpy(triton_type_string):
+    """The numpy dtype of a config data type (`TYPE_FP32`) or a protocol datatype (`FP32`)."""
+    name = triton_type_string
+    if name.startswith("TYPE_"):
+        name = name[5:]
+    if name == "STRING":
+        name = "BYTES"
+    if name not in _NUMPY:
+        raise TritonModelException(f"Cannot map datatype '{triton_type_string}' to numpy")
+    return _NUMPY[name]
+
+
+def numpy_to_triton_type(dtype):
+    """The protocol datatype of a numpy dtype (`np.float32` -> `FP32`)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in ("O", "S", "U"):
+        return "BYTES"
+    for name, t in _NUMPY.items():
+        if name != "BYTES" and np.dtype(t) == dtype:
+            return name
+    raise TritonModelException(f"Cannot map numpy dtype '{dtype}' to a Triton datatype")
+
+
+class TritonError(Exception):
+    """An error a model reports in an InferenceResponse, with an optional code."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    _NAMES = {
+        0: "UNKNOWN",
+        1: "INTERNAL",
+        2: "NOT_FOUND",
+        3: "INVALID_ARG",
+        4: "UNAVAILABLE",
+        5: "UNSUPPORTED",
+        6: "ALREADY_EXISTS",
+        7: "CANCELLED",
+    }
+
+    def __init__(self, message, code=INTERNAL):
+        super().__init__(message)
+        self._message = message
+        self._code = code
+
+    def message(self):
+        return self._message
+
+    def code(self):
+        return self._code
+
+    def code_name(self):
+        return self._NAMES.get(self._code, "INTERNAL")
+
+    def __str__(self):
+        return self._message
+
+
+class TritonModelException(Exception):
+    """Raised by the utilities (and by BLS calls) when something fails; models may raise it too."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self._message = message
+
+    def message(self):
+        return self._message
+
+
+class Tensor:
+    """A named tensor over a numpy array (a view over shared memory for inputs)."""
+
+    def __init__(self, name, array, _datatype=None):
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        if array.dtype.kind in ("S", "U"):
+            array = np.array([_to_bytes(v) for v in array.reshape(-1)], dtype=np.object_).reshape(array.shape)
+        self._name = name
+        self._array = array
+        self._datatype = _datatype or numpy_to_triton_type(array.dtype)
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        return self._array
+
+    def shape(self):
+        return list(self._array.shape)
+
+    def triton_dtype(self):
+        return self._datatype
+
+    def is_cpu(self):
+        return True
+
+    def to_dlpack(self):
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name, capsule):
+        return Tensor(name, np.from_dlpack(capsule))
+
+    def __repr__(self):
+        return f"Tensor({self._name!r}, {self._datatype}, {list(self._array.shape)})"
+
+
+def _to_bytes(v):
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, np.bytes_):
+        return bytes(v)
+    return str(v).encode("utf-8")
+
+
+class InferenceResponse:
+    """A model's answer to one request: output tensors, or an error."""
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        self._outputs = list(output_tensors or [])
+        if isinstance(error, str):
+            error = TritonError(error)
+        self._error = error
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters) if parameters else {}
+        self._parameters = dict(parameters or {})
+
+    def output_tensors(self):
+        return self._outputs
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        return self._error
+
+    def parameters(self):
+        return json.dumps(self._parameters)
+
+
+class ResponseSender:
+    """Sends the responses of a decoupled model's request."""
+
+    def __init__(self, request):
+        self._request = request
+        self._closed = False
+
+    def send(self, response=None, flags=0):
+        if self._closed:
+            raise TritonModelException("Cannot send a response: the response sender is already closed")
+        if _server is None:
+            raise TritonModelException("Cannot send a response outside a model stub")
+        _server.send_response(self._request, response, flags)
+        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self._closed = True
+
+    def is_cancelled(self):
+        return False
+
+
+class InferenceRequest:
+    """A request: one the server hands to `execute`, or one a model builds to call another model (BLS)."""
+
+    def __init__(
+        self,
+        model_name="",
+        inputs=None,
+        requested_output_names=None,
+        model_version=-1,
+        correlation_id=0,
+        request_id="",
+        flags=0,
+        timeout=0,
+        parameters=None,
+        preferred_memory=None,
+        trace=None,
+    ):
+        self._model_name = model_name
+        self._inputs = list(inputs or [])
+        self._outputs = list(requested_output_names or [])
+        self._model_version = model_version
+        self._correlation_id = correlation_id
+        self._request_id = request_id
+        self._flags = flags
+        self._timeout = timeout
+        if isinstance(parameters, str):
+            parameters = json.loads(parameters) if parameters else {}
+        self._parameters = dict(parameters or {})
+        self._sender = None
+        self._decoupled = False
+        self._key = None
+
+    def inputs(self):
+        return self._inputs
+
+    def requested_output_names(self):
+        return self._outputs
+
+    def get_input_tensor_by_name(self, name):
+        for t in self._inputs:
+            if t.name() == name:
+                return t
+        return None
+
+    def request_id(self):
+        return self._request_id
+
+    def correlation_id(self):
+        return self._correlation_id
+
+    def model_name(self):
+        return self._model_name
+
+    def model_version(self):
+        return self._model_version
+
+    def flags(self):
+        return self._flags
+
+    def timeout(self):
+        return self._timeout
+
+    def parameters(self):
+        return json.dumps(self._parameters)
+
+    def is_cancelled(self):
+        return False
+
+    def get_response_sender(self):
+        if not self._decoupled:
+            raise TritonModelException(
+                "Cannot get a response sender: the model is not decoupled (model_transaction_policy)"
+            )
+        if self._sender is None:
+            self._sender = ResponseSender(self)
+        return self._sender
+
+    def exec(self, decoupled=False):
+        """Runs this request on `model_name` in the server and returns its InferenceResponse."""
+        if decoupled:
+            raise TritonModelException("Cannot exec: decoupled BLS calls are not supported by dinfer")
+        if _server is None:
+            raise TritonModelException("Cannot exec: BLS calls need the server")
+        return _server.bls(self).result()
+
+    def async_exec(self, decoupled=False):
+        """Like exec, as an awaitable, so that several calls run at the same time."""
+        if decoupled:
+            raise TritonModelException("Cannot exec: decoupled BLS calls are not supported by dinfer")
+        if _server is None:
+            raise TritonModelException("Cannot exec: BLS calls need the server")
+        return asyncio.wrap_future(_server.bls(self))
+
+
+def get_input_tensor_by_name(request, name):
+    """The input tensor `name` of a request, or None."""
+    return request.get_input_tensor_by_name(name)
+
+
+def get_output_tensor_by_name(response, name):
+    """The output tensor `name` of a response (a BLS answer), or None."""
+    for t in response.output_tensors():
+        if t.name() == name:
+            return t
+    return None
+
+
+def _config_entry(model_config, key, name):
+    if isinstance(model_config, str):
+        model_config = json.loads(model_config)
+    for entry in model_config.get(key, []):
+        if entry.get("name") == name:
+            return entry
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    """The config of input `name` (a dict) from the model config, or None."""
+    return _config_entry(model_config, "input", name)
+
+
+def get_output_config_by_name(model_config, name):
+    """The config of output `name` (a dict) from the model config, or None."""
+    return _config_entry(model_config, "output", name)
+
+
+class ModelConfig:
+    """The config handed to `auto_complete_config`; the model fills in what is missing."""
+
+    def __init__(self, config):
+        self._config = config
+        self._config.setdefault("input", [])
+        self._config.setdefault("output", [])
+
+    def as_dict(self):
+        return self._config
+
+    def max_batch_size(self):
+        return int(self._config.get("max_batch_size", 0))
+
+    def set_max_batch_size(self, max_batch_size):
+        self._config["max_batch_size"] = int(max_batch_size)
+
+    def set_dynamic_batching(self):
+        if not self._config.get("dynamic_batching"):
+            self._config["dynamic_batching"] = {}
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        self._config["model_transaction_policy"] = dict(transaction_policy_dict)
+
+    def _add(self, key, entry):
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise TritonModelException(f"Cannot add an {key} without a name: {entry!r}")
+        for existing in self._config[key]:
+            if existing.get("name") == entry["name"]:
+                for field in ("data_type", "dims"):
+                    if field in entry and not existing.get(field):
+                        existing[field] = entry[field]
+                    elif field in entry and existing.get(field) != entry[field]:
+                        raise TritonModelException(
+                            f"Cannot add {key} '{entry['name']}': the config gives {field} "
+                            f"{existing.get(field)!r}, the model {entry[field]!r}"
+                        )
+                return
+        added = dict(entry)
+        if "dims" in added:
+            added["dims"] = [int(d) for d in added["dims"]]
+        self._config[key].append(added)
+
+    def add_input(self, input):
+        self._add("input", input)
+
+    def add_output(self, output):
+        self._add("output", output)
+
+
+class LogLevel:
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+class Logger:
+    """Writes to the server's standard error, as the stub's output goes there."""
+
+    model_name = ""
+    verbose = False
+
+    @staticmethod
+    def log(message, level=LogLevel.INFO):
+        if level == LogLevel.VERBOSE and not Logger.verbose:
+            return
+        tag = {0: "I", 1: "W", 2: "E", 3: "V"}.get(level, "I")
+        stamp = time.strftime("%m%d %H:%M:%S")
+        sys.stderr.write(f"{tag}{stamp} python model '{Logger.model_name}': {message}\n")
+        sys.stderr.flush()
+
+    @staticmethod
+    def log_info(message):
+        Logger.log(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        Logger.log(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        Logger.log(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        Logger.log(message, LogLevel.VERBOSE)

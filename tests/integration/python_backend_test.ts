@@ -1,0 +1,276 @@
+/**
+ * The Python backend against a real server: Triton-style model.py files (tests/fixtures/python_models) run
+ * unchanged; BLS into Python and ONNX models, auto_complete_config, error responses, a stub that crashes or
+ * hangs, finalize on unload and a large tensor through shared memory.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { EXAMPLES, pythonPath, startTestServer, type TestServer } from "../helpers.ts";
+import {
+  binaryOutputs,
+  bytesOf,
+  copyDir,
+  deserializeStrings,
+  get,
+  inferBinary,
+  inferJson,
+  outputsOf,
+  serializeStrings,
+} from "./_http.ts";
+
+const PYTHON_MODELS = fileURLToPath(new URL("../fixtures/python_models", import.meta.url));
+
+function startPythonServer(repositories: string[], flags: string[] = []): Promise<TestServer> {
+  return startTestServer([
+    ...repositories.map((r) => `--model-repository=${r}`),
+    `--backend-config=python,python-executable=${pythonPath()}`,
+    "--strict-readiness=false",
+    ...flags,
+  ]);
+}
+
+function fp32(name: string, shape: number[], data: number[]) {
+  return { name, datatype: "FP32", shape, data };
+}
+
+function int32(name: string, shape: number[], data: number[]) {
+  return { name, datatype: "INT32", shape, data };
+}
+
+Deno.test("python backend runs Triton-style model.py files", async (t) => {
+  await using s = await startPythonServer([PYTHON_MODELS, EXAMPLES]);
+
+  await t.step("add_sub_py adds and subtracts FP32 vectors", async () => {
+    const r = await inferJson(s.url, "add_sub_py", {
+      inputs: [
+        fp32("INPUT0", [2, 4], [1, 2, 3, 4, 5, 6, 7, 8]),
+        fp32("INPUT1", [2, 4], [1, 1, 1, 1, 2, 2, 2, 2]),
+      ],
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(outputsOf(r), [
+      fp32("OUTPUT0", [2, 4], [2, 3, 4, 5, 7, 8, 9, 10]),
+      fp32("OUTPUT1", [2, 4], [0, 1, 2, 3, 3, 4, 5, 6]),
+    ]);
+  });
+
+  await t.step("concurrent requests each get their own answer", async () => {
+    const answers = await Promise.all(Array.from({ length: 8 }, (_, i) =>
+      inferJson(s.url, "add_sub_py", {
+        inputs: [fp32("INPUT0", [1, 4], [i, i, i, i]), fp32("INPUT1", [1, 4], [1, 2, 3, 4])],
+        outputs: [{ name: "OUTPUT1" }],
+      })));
+    answers.forEach((r, i) => {
+      assert.equal(r.status, 200);
+      assert.deepEqual(outputsOf(r), [fp32("OUTPUT1", [1, 4], [i - 1, i - 2, i - 3, i - 4])]);
+    });
+  });
+
+  await t.step(
+    "identity_bytes_py returns BYTES elements unchanged, empty and non-ASCII ones too",
+    async () => {
+      const strings = ["hello", "", "grüße", "a\u0000b"];
+      const r = await inferBinary(s.url, "identity_bytes_py", {
+        inputs: [{
+          name: "INPUT0",
+          datatype: "BYTES",
+          shape: [4],
+          parameters: { binary_data_size: serializeStrings(strings).byteLength },
+        }],
+        outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
+      }, [serializeStrings(strings)]);
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.deepEqual(deserializeStrings(binaryOutputs(r).get("OUTPUT0")!), strings);
+    },
+  );
+
+  await t.step("bls_py calls add_sub_py and the ONNX model 'simple' through exec()", async () => {
+    for (const model of ["add_sub_py", "simple"]) {
+      const r = await inferJson(s.url, "bls_py", {
+        inputs: [
+          { name: "MODEL_NAME", datatype: "BYTES", shape: [1], data: [model] },
+          fp32("INPUT0", [4], [10, 20, 30, 40]),
+          fp32("INPUT1", [4], [1, 2, 3, 4]),
+        ],
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.deepEqual(outputsOf(r), [
+        fp32("OUTPUT0", [4], [11, 22, 33, 44]),
+        fp32("OUTPUT1", [4], [9, 18, 27, 36]),
+      ]);
+    }
+  });
+
+  await t.step("a BLS call to a missing model comes back as an error response", async () => {
+    const r = await inferJson(s.url, "bls_py", {
+      inputs: [
+        { name: "MODEL_NAME", datatype: "BYTES", shape: [1], data: ["no_such_model"] },
+        fp32("INPUT0", [4], [0, 0, 0, 0]),
+        fp32("INPUT1", [4], [0, 0, 0, 0]),
+      ],
+    });
+    assert.equal(r.status, 500);
+    assert.match(String(r.json?.error), /no_such_model/);
+  });
+
+  await t.step("bls_async_py awaits two async_exec() calls at the same time", async () => {
+    const r = await inferJson(s.url, "bls_async_py", {
+      inputs: [int32("INPUT0", [4], [1, 2, 3, 4]), int32("INPUT1", [4], [1, 1, 1, 1])],
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(outputsOf(r), [int32("OUTPUT0", [4], [4, 6, 8, 10])]);
+  });
+
+  await t.step("auto_complete_config fills inputs, outputs and batching", async () => {
+    const meta = await get(s.url, "/v2/models/auto_complete_py");
+    assert.deepEqual(meta.json?.inputs, [{ name: "IN", datatype: "INT64", shape: [-1, 3] }]);
+    assert.deepEqual(meta.json?.outputs, [{ name: "DOUBLED", datatype: "INT64", shape: [-1, 3] }]);
+    const config = await get(s.url, "/v2/models/auto_complete_py/config");
+    assert.equal(config.json?.max_batch_size, 4);
+    assert.ok(config.json?.dynamic_batching);
+    const r = await inferJson(s.url, "auto_complete_py", {
+      inputs: [{ name: "IN", datatype: "INT64", shape: [1, 3], data: [1, -2, 3] }],
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(outputsOf(r), [{ name: "DOUBLED", datatype: "INT64", shape: [1, 3], data: [2, -4, 6] }]);
+  });
+
+  await t.step("error responses and exceptions reach the client with their message and code", async () => {
+    const mode = (m: number) => inferJson(s.url, "error_py", { inputs: [int32("MODE", [1], [m])] });
+    let r = await mode(0);
+    assert.equal(r.status, 500);
+    assert.deepEqual(r.json, { error: "MODE 0 is refused" });
+    r = await mode(1);
+    assert.equal(r.status, 500);
+    assert.deepEqual(r.json, {
+      error: "Cannot run 'error_py' instance 'error_py_0': ValueError: execute failed on purpose",
+    });
+    r = await mode(2);
+    assert.equal(r.status, 404);
+    assert.deepEqual(r.json, { error: "nothing here" });
+    r = await mode(3);
+    assert.equal(r.status, 200);
+    assert.deepEqual(outputsOf(r), [int32("OUT", [1], [3])]);
+  });
+
+  await t.step("a stub that kills itself fails its request and is started again", async () => {
+    const pid = async () => {
+      const r = await inferJson(s.url, "crash_py", { inputs: [int32("ACTION", [1], [0])] });
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      return (outputsOf(r)[0]!.data as number[])[0]!;
+    };
+    const before = await pid();
+    const crash = await inferJson(s.url, "crash_py", { inputs: [int32("ACTION", [1], [1])] });
+    assert.equal(crash.status, 500);
+    assert.deepEqual(crash.json, {
+      error: "Cannot run 'crash_py' instance 'crash_py_0': the Python stub was killed by SIGKILL",
+    });
+    const after = await pid();
+    assert.notEqual(after, before);
+  });
+
+  await t.step("a stub that hangs past execute_timeout_ms is killed and started again", async () => {
+    const hang = await inferJson(s.url, "crash_py", { inputs: [int32("ACTION", [1], [2])] });
+    assert.equal(hang.status, 500);
+    assert.deepEqual(hang.json, {
+      error:
+        "Cannot run 'crash_py' instance 'crash_py_0': the Python stub did not answer within 1000 ms and was killed",
+    });
+    const r = await inferJson(s.url, "crash_py", { inputs: [int32("ACTION", [1], [0])] });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+  });
+
+  await t.step("a decoupled model is refused at load with a clear reason", async () => {
+    const index = await fetch(`${s.url}/v2/repository/index`, { method: "POST" }).then((r) => r.json());
+    const row = (index as { name: string; state: string; reason: string }[]).find((e) =>
+      e.name === "decoupled_py"
+    );
+    assert.equal(row?.state, "UNAVAILABLE");
+    assert.match(row!.reason, /decoupled Python models .* are not supported yet/);
+  });
+});
+
+Deno.test("python backend passes Triton's initialize args, moves 16 MB tensors and finalizes on unload", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-py-test-" });
+  try {
+    const marker = `${repo}/marker.txt`;
+    await copyDir(`${PYTHON_MODELS}/finalize_py`, `${repo}/finalize_py`);
+    const configPath = `${repo}/finalize_py/config.pbtxt`;
+    const config = await Deno.readTextFile(configPath);
+    await Deno.writeTextFile(configPath, config.replace('string_value: ""', `string_value: "${marker}"`));
+    {
+      await using s = await startPythonServer([repo]);
+      const initialized = await Deno.readTextFile(marker);
+      assert.equal(
+        initialized,
+        'initialized {"model_instance_device_id": "0", "model_instance_kind": "CPU", ' +
+          '"model_instance_name": "finalize_py_0", "model_name": "finalize_py", "model_version": "1"}\n',
+      );
+      const n = 4 << 20; // 16 MiB of FP32
+      const input = new Float32Array(n);
+      for (let i = 0; i < n; i++) input[i] = i % 1000;
+      const r = await inferBinary(s.url, "finalize_py", {
+        inputs: [{ name: "INPUT", datatype: "FP32", shape: [n], parameters: { binary_data_size: n * 4 } }],
+        outputs: [{ name: "OUTPUT", parameters: { binary_data: true } }],
+      }, [bytesOf(input)]);
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      const out = binaryOutputs(r).get("OUTPUT")!;
+      const values = new Float32Array(out.slice().buffer);
+      assert.equal(values.length, n);
+      for (let i = 0; i < n; i += 4099) assert.equal(values[i], (i % 1000) * 2);
+      assert.equal(values[n - 1], ((n - 1) % 1000) * 2);
+    }
+    assert.equal(
+      (await Deno.readTextFile(marker)).split("\n").filter((l) => l).at(-1),
+      "finalized",
+    );
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
+
+Deno.test("python models that cannot start are UNAVAILABLE with the reason, the server keeps serving", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-py-test-" });
+  try {
+    await copyDir(`${PYTHON_MODELS}/empty_py`, `${repo}/no_python`);
+    const config = await Deno.readTextFile(`${repo}/no_python/config.pbtxt`);
+    await Deno.writeTextFile(
+      `${repo}/no_python/config.pbtxt`,
+      config.replace('"empty_py"', '"no_python"') +
+        'parameters { key: "python_executable" value: { string_value: "/nonexistent/python3" } }\n',
+    );
+    await copyDir(`${PYTHON_MODELS}/empty_py`, `${repo}/init_fails`);
+    await Deno.writeTextFile(
+      `${repo}/init_fails/config.pbtxt`,
+      config.replace('"empty_py"', '"init_fails"'),
+    );
+    await Deno.writeTextFile(
+      `${repo}/init_fails/1/model.py`,
+      "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('no weights')\n",
+    );
+    await copyDir(`${PYTHON_MODELS}/empty_py`, `${repo}/empty_py`);
+    await using s = await startPythonServer([repo], ["--log-error=false"]);
+    const index = await fetch(`${s.url}/v2/repository/index`, { method: "POST" }).then((r) => r.json()) as {
+      name: string;
+      state: string;
+      reason: string;
+    }[];
+    const byName = new Map(index.map((e) => [e.name, e]));
+    assert.equal(byName.get("no_python")?.state, "UNAVAILABLE");
+    assert.match(byName.get("no_python")!.reason, /cannot start Python '\/nonexistent\/python3'/);
+    assert.equal(byName.get("init_fails")?.state, "UNAVAILABLE");
+    assert.equal(
+      byName.get("init_fails")!.reason,
+      "Cannot load 'init_fails' instance 'init_fails_0': initialize failed: RuntimeError: no weights",
+    );
+    const r = await inferJson(s.url, "empty_py", {
+      inputs: [fp32("INPUT0", [16], Array.from({ length: 16 }, (_, i) => i / 2))],
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(outputsOf(r), [fp32("OUTPUT0", [16], Array.from({ length: 16 }, (_, i) => i / 2))]);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
