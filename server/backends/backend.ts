@@ -4,7 +4,19 @@
  */
 
 import type { ModelConfig } from "../core/model_config.ts";
-import type { Tensor } from "../core/types.ts";
+import type { ParamValue, Tensor } from "../core/types.ts";
+
+/** One request of a batch, for backends whose requests stay separate (see executeRequests). */
+export interface BackendRequest {
+  /** The request's inputs by name. */
+  inputs: Map<string, Tensor>;
+  /** The outputs to produce. */
+  outputNames: readonly string[];
+  /** The request id ("" when none). */
+  id: string;
+  /** The request parameters (sequence_id among them). */
+  parameters: Record<string, ParamValue>;
+}
 
 /** Where a model version lives and how an instance of it is placed. */
 export interface InstanceContext {
@@ -35,6 +47,14 @@ export interface BackendInstance {
    * @returns the outputs by name
    */
   execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>>;
+  /**
+   * Optional: executes a batch as a list of separate requests (as Triton's Python backend hands them to
+   * `execute(requests)`), each answered with its outputs or its own error. When present, the scheduler uses it
+   * instead of concatenating the batch for `execute`.
+   * @param requests the requests of the batch
+   * @returns one entry per request: its outputs by name, or the error for that request alone
+   */
+  executeRequests?(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]>;
   /** Frees the instance's runtime resources. */
   close(): Promise<void>;
 }

@@ -31,7 +31,7 @@ import {
 } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, Tensor } from "../core/types.ts";
-import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
+import type { Backend, BackendInstance, BackendRequest, InstanceContext } from "./backend.ts";
 
 /** Runs a request on any model of the server (BLS calls from a model). */
 export type InferFn = (request: InferRequest) => Promise<InferResponse>;
@@ -421,21 +421,35 @@ class Stub {
   }
 
   /**
-   * Runs one execute call with one request; resolves with the stub's answer.
-   * @param inputs the request's inputs
-   * @param outputNames the outputs asked for
+   * Runs one execute call with a list of requests (the model's `execute(requests)`); resolves with each
+   * request's outputs or its own error.
+   * @param requests the requests of the batch
    * @param timeoutMs the longest wait; 0 waits forever
    */
   async execute(
-    inputs: Map<string, Tensor>,
-    outputNames: readonly string[],
+    requests: readonly BackendRequest[],
     timeoutMs: number,
-  ): Promise<Map<string, Tensor>> {
+  ): Promise<(Map<string, Tensor> | Error)[]> {
     if (this.dead) {
       throw internal(`Cannot run ${this.#what}: the Python stub ${this.exitReason ?? "was killed"}`);
     }
-    const { descs, end, size } = writeTensors(this.#shm, 0, inputs.values(), this.#shmSize);
-    this.#shmSize = size;
+    let end = 0;
+    const wire = requests.map((r) => {
+      const written = writeTensors(this.#shm, end, r.inputs.values(), this.#shmSize);
+      this.#shmSize = written.size;
+      end = written.end;
+      const corr = r.parameters.sequence_id;
+      return {
+        id: r.id,
+        correlation_id: typeof corr === "bigint" ? corr.toString() : corr ?? 0,
+        flags: (r.parameters.sequence_start === true ? 1 : 0) | (r.parameters.sequence_end === true ? 2 : 0),
+        parameters: Object.fromEntries(
+          Object.entries(r.parameters).map(([k, v]) => [k, typeof v === "bigint" ? v.toString() : v]),
+        ),
+        inputs: written.descs,
+        outputs: r.outputNames,
+      };
+    });
     const id = this.#nextId++;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const answer = new Promise<StubMessage>((resolve, reject) => {
@@ -447,15 +461,7 @@ class Stub {
         }, timeoutMs);
       }
     });
-    const request = {
-      id: "",
-      correlation_id: 0,
-      flags: 0,
-      parameters: {},
-      inputs: descs,
-      outputs: outputNames,
-    };
-    this.#send({ op: "execute", id, shm_size: this.#shmSize, out_offset: end, requests: [request] })
+    this.#send({ op: "execute", id, shm_size: this.#shmSize, out_offset: end, requests: wire })
       .catch((e) => this.#pending.get(id)?.reject(e));
     let msg: StubMessage;
     try {
@@ -465,13 +471,18 @@ class Stub {
     }
     if (msg.op === "error") throw internal(`Cannot run ${this.#what}: ${msg.message}`);
     if (msg.op !== "result") throw internal(`Cannot run ${this.#what}: unexpected stub answer '${msg.op}'`);
-    const response = msg.responses[0]!;
-    if (response.error) throw errorOf(response.error);
-    const out = new Map<string, Tensor>();
-    for (const d of response.outputs ?? []) {
-      out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`));
-    }
-    return out;
+    return requests.map((_, i) => {
+      const response = msg.responses[i];
+      if (!response) {
+        return internal(`Cannot run ${this.#what}: execute() returned no response for request ${i}`);
+      }
+      if (response.error) return errorOf(response.error);
+      const out = new Map<string, Tensor>();
+      for (const d of response.outputs ?? []) {
+        out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`));
+      }
+      return out;
+    });
   }
 
   /** Asks the model to finalize, then stops the stub (killing it when it does not stop in time). */
@@ -545,19 +556,28 @@ class PythonInstance implements BackendInstance {
   }
 
   async execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
+    const [out] = await this.executeRequests([{ inputs, outputNames, id: "", parameters: {} }]);
+    if (out instanceof Error) throw out;
+    return out!;
+  }
+
+  async executeRequests(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]> {
     if (this.#closed) throw unavailable(`Cannot run '${this.#opts.config.name}': the instance is closed`);
     const stub = await this.#ready();
     try {
-      const out = await stub.execute(inputs, outputNames, this.#timeoutMs);
-      for (const t of out.values()) {
-        const want = this.#types.get(t.name);
-        if (want && want !== t.datatype) {
-          throw invalidArg(
-            `Cannot run '${this.#opts.config.name}': output '${t.name}' has datatype ${t.datatype}, the config says ${want}`,
-          );
+      const results = await stub.execute(requests, this.#timeoutMs);
+      return results.map((out) => {
+        if (out instanceof Error) return out;
+        for (const t of out.values()) {
+          const want = this.#types.get(t.name);
+          if (want && want !== t.datatype) {
+            return invalidArg(
+              `Cannot run '${this.#opts.config.name}': output '${t.name}' has datatype ${t.datatype}, the config says ${want}`,
+            );
+          }
         }
-      }
-      return out;
+        return out;
+      });
     } finally {
       // A stub that died is replaced right away, so that the next request finds it ready.
       if (stub.dead && !this.#closed) this.#ready();

@@ -5,7 +5,7 @@
  */
 
 import { classify } from "../core/classification.ts";
-import { internal } from "../core/errors.ts";
+import { internal, type ServerError, toServerError } from "../core/errors.ts";
 import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
@@ -53,6 +53,78 @@ function sliceOutput(t: Tensor, start: number, count: number, total: number): Te
   return { ...t, shape, data: bytes.subarray(start * per, (start + count) * per) };
 }
 
+/** Marks the compute timestamps (and, at level TENSORS, the outputs) of the traced requests of a batch. */
+function traceExecution(
+  requests: readonly ValidatedRequest[],
+  responses: readonly (InferResponse | ServerError)[],
+  times: ExecutionTimes,
+): void {
+  requests.forEach((r, i) => {
+    const trace = r.request.trace;
+    if (!trace) return;
+    trace.mark("COMPUTE_START", times.start);
+    trace.mark("COMPUTE_INPUT_END", times.inputEnd);
+    trace.mark("COMPUTE_OUTPUT_START", times.inferEnd);
+    trace.mark("COMPUTE_END", times.outputEnd);
+    const res = responses[i];
+    if (res && !(res instanceof Error)) trace.recordTensors("TENSOR_BACKEND_OUTPUT", res.outputs);
+  });
+}
+
+function respond(
+  model: BatchModel,
+  r: ValidatedRequest,
+  outputs: (name: string) => Tensor | undefined,
+): InferResponse {
+  return {
+    model: model.name,
+    version: model.version,
+    id: r.request.id,
+    outputs: r.outputs.map((o) => {
+      const t = outputs(o.name);
+      if (!t) throw internal(`Cannot run '${model.name}': the backend produced no output '${o.name}'`);
+      return o.classification > 0
+        ? classify(t, o.classification, model.batched, model.outputs.get(o.name)?.labels)
+        : t;
+    }),
+    parameters: {},
+  };
+}
+
+/** A batch for a backend that takes separate requests: each request gets its own outputs or error. */
+async function executeSeparately(
+  model: BatchModel,
+  instance: BackendInstance,
+  requests: readonly ValidatedRequest[],
+): Promise<{ responses: (InferResponse | ServerError)[]; times: ExecutionTimes }> {
+  const start = nowNs();
+  const list = requests.map((r) => ({
+    inputs: r.inputs,
+    outputNames: r.outputs.map((o) => o.name),
+    id: r.request.id,
+    parameters: r.request.parameters,
+  }));
+  const total = requests.reduce((n, r) => n + r.batchSize, 0);
+  const inputEnd = nowNs();
+  const results = await instance.executeRequests!(list);
+  const inferEnd = nowNs();
+  const responses = requests.map((r, i) => {
+    const out = results[i];
+    if (out === undefined) {
+      return internal(`Cannot run '${model.name}': the backend gave no answer for a request`);
+    }
+    if (out instanceof Error) return toServerError(out);
+    try {
+      return respond(model, r, (name) => out.get(name));
+    } catch (err) {
+      return toServerError(err);
+    }
+  });
+  const times = { batchSize: total, start, inputEnd, inferEnd, outputEnd: nowNs() };
+  traceExecution(requests, responses, times);
+  return { responses, times };
+}
+
 /**
  * Whether two requests may share a batch: same inputs with the same non-batch shapes.
  * @param a one request
@@ -81,7 +153,8 @@ export async function executeBatch(
   model: BatchModel,
   instance: BackendInstance,
   requests: readonly ValidatedRequest[],
-): Promise<{ responses: InferResponse[]; times: ExecutionTimes }> {
+): Promise<{ responses: (InferResponse | ServerError)[]; times: ExecutionTimes }> {
+  if (instance.executeRequests) return await executeSeparately(model, instance, requests);
   const start = nowNs();
   const first = requests[0]!;
   const inputs = new Map<string, Tensor>();
@@ -95,42 +168,23 @@ export async function executeBatch(
   const produced = await instance.execute(inputs, names);
   const inferEnd = nowNs();
   const total = requests.reduce((n, r) => n + r.batchSize, 0);
-  const responses: InferResponse[] = [];
-  let offset = 0;
-  for (const r of requests) {
-    const outputs: Tensor[] = [];
-    for (const o of r.outputs) {
-      const full = produced.get(o.name);
-      if (!full) throw internal(`Cannot run '${model.name}': the backend produced no output '${o.name}'`);
-      if (model.batched && full.shape[0] !== total) {
-        throw internal(
-          `Cannot run '${model.name}': output '${o.name}' has batch dim ${full.shape[0]}, expected ${total}`,
-        );
-      }
-      let t = model.batched ? sliceOutput(full, offset, r.batchSize, total) : full;
-      if (o.classification > 0) {
-        t = classify(t, o.classification, model.batched, model.outputs.get(o.name)?.labels);
-      }
-      outputs.push(t);
+  for (const [name, full] of produced) {
+    if (model.batched && full.shape[0] !== total) {
+      throw internal(
+        `Cannot run '${model.name}': output '${name}' has batch dim ${full.shape[0]}, expected ${total}`,
+      );
     }
-    responses.push({
-      model: model.name,
-      version: model.version,
-      id: r.request.id,
-      outputs,
-      parameters: {},
-    });
-    offset += r.batchSize;
   }
-  const times = { batchSize: total, start, inputEnd, inferEnd, outputEnd: nowNs() };
-  requests.forEach((r, i) => {
-    const trace = r.request.trace;
-    if (!trace) return;
-    trace.mark("COMPUTE_START", times.start);
-    trace.mark("COMPUTE_INPUT_END", times.inputEnd);
-    trace.mark("COMPUTE_OUTPUT_START", times.inferEnd);
-    trace.mark("COMPUTE_END", times.outputEnd);
-    trace.recordTensors("TENSOR_BACKEND_OUTPUT", responses[i]!.outputs);
+  let offset = 0;
+  const responses = requests.map((r) => {
+    const at = offset;
+    offset += r.batchSize;
+    return respond(model, r, (name) => {
+      const full = produced.get(name);
+      return full && model.batched ? sliceOutput(full, at, r.batchSize, total) : full;
+    });
   });
+  const times = { batchSize: total, start, inputEnd, inferEnd, outputEnd: nowNs() };
+  traceExecution(requests, responses, times);
   return { responses, times };
 }

@@ -355,8 +355,14 @@ export class PoolScheduler implements Scheduler {
       const { responses, times } = await executeBatch(this.#model, instance, batch.map((p) => p.request));
       this.#stats?.recordExecution(times);
       batch.forEach((p, i) => {
+        const res = responses[i]!;
+        if (res instanceof Error) {
+          this.#stats?.recordFailure(p.received, "BACKEND");
+          this.#deliver(p.seq, () => p.reject(res));
+          return;
+        }
         this.#stats?.recordSuccess(p.request.batchSize, p.received, times);
-        this.#deliver(p.seq, () => p.resolve(responses[i]!));
+        this.#deliver(p.seq, () => p.resolve(res));
       });
     } catch (err) {
       const e = toServerError(err);

@@ -564,6 +564,11 @@ export class SequenceScheduler implements Scheduler {
       this.#stats?.recordExecution(times);
       batch.forEach(({ seq, pending }, k) => {
         const res = responses[k]!;
+        if (res instanceof Error) {
+          this.#stats?.recordFailure(pending.received, "BACKEND");
+          pending.reject(res);
+          return;
+        }
         const stateNames = new Set(this.#states.map((s) => s.output));
         const wanted = new Set(pending.request.outputs.map((o) => o.name));
         seq.state = new Map(res.outputs.filter((t) => stateNames.has(t.name)).map((t) => [t.name, t]));

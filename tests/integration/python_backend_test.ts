@@ -68,6 +68,23 @@ Deno.test("python backend runs Triton-style model.py files", async (t) => {
     });
   });
 
+  await t.step("a dynamic batch reaches execute() as separate requests, each with its own id", async () => {
+    const answers = await Promise.all(
+      ["a", "b", "c"].map((id, i) =>
+        inferJson(s.url, "batch_info_py", { id, inputs: [fp32("INPUT0", [1, 1], [i + 1])] })
+      ),
+    );
+    answers.forEach((r, i) => {
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.equal(r.json?.id, ["a", "b", "c"][i]);
+      assert.deepEqual(outputsOf(r), [
+        int32("COUNT", [1, 1], [3]),
+        { name: "REQUEST_ID", datatype: "BYTES", shape: [1, 1], data: [["a", "b", "c"][i]] },
+        fp32("OUTPUT0", [1, 1], [2 * (i + 1)]),
+      ]);
+    });
+  });
+
   await t.step(
     "identity_bytes_py returns BYTES elements unchanged, empty and non-ASCII ones too",
     async () => {
