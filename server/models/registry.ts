@@ -9,6 +9,7 @@ import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse } from "../core/types.ts";
 import type { Backend, InstanceContext } from "../backends/backend.ts";
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
+import { tensorRtBackend } from "../backends/tensorrt.ts";
 import { PythonBackend } from "../backends/python.ts";
 import {
   applyDefaults,
@@ -130,6 +131,7 @@ export interface IndexEntry {
 export function defaultBackends(): Map<string, Backend> {
   return new Map<string, Backend>([
     [onnxRuntimeBackend.name, onnxRuntimeBackend],
+    [tensorRtBackend.name, tensorRtBackend],
     ["python", new PythonBackend()],
   ]);
 }
