@@ -167,7 +167,12 @@ def gen_simple() -> None:
         "simple", 8, [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")],
         "Element-wise sum and difference of two INT32 vectors of 16 elements.\n"
         "OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1.\n"
-        "The ONNX model's shapes are [batch, 16]; dims below leave the batch dimension out.",
+        "The ONNX model's shapes are [batch, 16]; dims below leave the batch dimension out.\n"
+        "Requests that arrive while the instances are busy run together (dynamic batching); one\n"
+        "ONNX Runtime thread per run suits a model this small.",
+        extra="""dynamic_batching { }
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+""",
     ))
 
     s = session(path)

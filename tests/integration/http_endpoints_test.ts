@@ -48,8 +48,16 @@ const SIMPLE_CONFIG = {
   default_model_filename: "model.onnx",
   cc_model_filenames: {},
   metric_tags: {},
-  parameters: {},
+  parameters: { intra_op_thread_count: { string_value: "1" } },
   model_warmup: [],
+  dynamic_batching: {
+    preferred_batch_size: [],
+    max_queue_delay_microseconds: 0,
+    preserve_ordering: false,
+    priority_levels: 0,
+    default_priority_level: 0,
+    priority_queue_policy: {},
+  },
 };
 
 const SIMPLE_METADATA = {
