@@ -5,6 +5,7 @@
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import { invalidArg, toServerError, unavailable } from "../core/errors.ts";
 import type { InferResponse, ParamValue } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
@@ -115,6 +116,7 @@ export class PoolScheduler implements Scheduler {
   #drained: (() => void) | undefined;
   #stats: VersionStats | undefined;
   #seq = 0;
+  #pumpScheduled = false;
   /** preserve_ordering: the next sequence number to deliver and the finished ones waiting for it. */
   #nextOut = 0;
   #finished = new Map<number, () => void>();
@@ -198,6 +200,21 @@ export class PoolScheduler implements Scheduler {
       });
       this.#queued++;
       if (deadline !== Infinity) this.#arm(deadline - performance.now());
+      if (this.#options.maxBatchSize > 1 && this.#options.maxQueueDelayMicroseconds === 0) this.#pumpSoon();
+      else this.#pump();
+    });
+  }
+
+  /**
+   * Without a configured queue delay, the dynamic batcher forms batches one event-loop turn later
+   * (setImmediate, a few µs), so that requests whose bodies were read in the same turn run as one batch
+   * instead of one execution each.
+   */
+  #pumpSoon(): void {
+    if (this.#pumpScheduled) return;
+    this.#pumpScheduled = true;
+    setImmediate(() => {
+      this.#pumpScheduled = false;
       this.#pump();
     });
   }

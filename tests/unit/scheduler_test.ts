@@ -131,6 +131,7 @@ function scheduler(
 }
 
 /** Holds a single held instance busy with request [[0]] and returns its promise. */
+/** Occupies the instance with a request (dispatched once the test lets the event loop turn: `await settle()`). */
 function occupy(s: PoolScheduler): Promise<InferResponse> {
   return s.enqueue(request([[0]]));
 }
@@ -178,6 +179,7 @@ Deno.test("dynamic batcher combines queued requests up to max_batch_size", async
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 4 });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const ps = [1, 2, 3, 4, 5, 6].map((v) => s.enqueue(request([[v, -v]])));
   assertEquals(s.queuedCount(), 6);
   inst.release();
@@ -196,6 +198,7 @@ Deno.test("dynamic batcher cuts at the largest preferred batch size reached", as
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 8, preferredBatchSizes: [4, 2] });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   // Seven queued: 4 (preferred), then 2 (preferred), then the 1 left.
   const ps = [1, 2, 3, 4, 5, 6, 7].map((v) => s.enqueue(request([[v]])));
   for (let i = 0; i < 4; i++) {
@@ -211,6 +214,7 @@ Deno.test("dynamic batcher prefers a preferred size to a full batch that is not 
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 8, preferredBatchSizes: [2, 4] });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const ps = [1, 2, 3, 4, 5, 6, 7, 8].map((v) => s.enqueue(request([[v]])));
   for (let i = 0; i < 3; i++) {
     inst.release();
@@ -255,6 +259,7 @@ Deno.test("requests with different non-batch shapes never share a batch", async 
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 8 });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const a = s.enqueue(request([[1, 1]]));
   const b = s.enqueue(request([[2, 2, 2]]));
   const c = s.enqueue(request([[3, 3]]));
@@ -273,6 +278,7 @@ Deno.test("requests with batch sizes above 1 combine and get exactly their rows 
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 6 });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const a = s.enqueue(request([[1, 10], [2, 20]]));
   const b = s.enqueue(request([[3, 30], [4, 40], [5, 50]]));
   const c = s.enqueue(request([[6, 60]]));
@@ -298,7 +304,8 @@ Deno.test("a full queue answers UNAVAILABLE at once", async () => {
   const inst = new FakeInstance(true);
   const stats = new VersionStats();
   const s = scheduler([inst], { maxBatchSize: 4, defaultQueuePolicy: policy({ maxQueueSize: 2 }) }, stats);
-  const busy = occupy(s); // executing: not in the queue
+  const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue // executing: not in the queue
   const queued = [s.enqueue(request([[1]])), s.enqueue(request([[2]]))];
   await assertRejects(() => s.enqueue(request([[3]])), ServerError, {
     message: "Cannot infer 'fake': exceeds maximum queue size 2",
@@ -317,6 +324,7 @@ Deno.test("a higher priority request runs before lower priority requests queued 
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 1, priorityLevels: 2, defaultPriorityLevel: 2 });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const order: number[] = [];
   const track = (v: number, params: Record<string, ParamValue>) =>
     s.enqueue(request([[v]], params)).then((r) => order.push(rowsOf(r)[0]![0]! / 2));
@@ -334,6 +342,7 @@ Deno.test("priorities batch within a level in arrival order", async () => {
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 2, priorityLevels: 3 }); // default level: 2
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const ps = [
     s.enqueue(request([[1]], { priority: 3 })),
     s.enqueue(request([[2]])),
@@ -379,7 +388,8 @@ Deno.test("REJECT answers a request whose timeout expires in the queue while the
     { maxBatchSize: 4, defaultQueuePolicy: policy({ defaultTimeoutMicroseconds: 20_000 }) },
     stats,
   );
-  const busy = occupy(s); // executing requests do not time out
+  const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue // executing requests do not time out
   await assertRejects(() => s.enqueue(request([[1]])), ServerError, {
     message: "Cannot infer 'fake': request timeout expired",
     code: "UNAVAILABLE",
@@ -404,6 +414,7 @@ Deno.test("the timeout parameter shortens the default only where allow_timeout_o
     ]),
   });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const outcomes: string[] = [];
   const track = (name: string, params: Record<string, ParamValue>) =>
     s.enqueue(request([[1]], params)).then(
@@ -443,6 +454,7 @@ Deno.test("DELAY moves expired requests behind the others of their level instead
     defaultQueuePolicy: delay,
   });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const ps = [
     s.enqueue(request([[1]], { timeout: 10_000 })), // expires: behind 2 and 3, ahead of level 2
     s.enqueue(request([[2]])),
@@ -466,7 +478,11 @@ Deno.test("preserve_ordering answers in arrival order when a later batch finishe
     const b = new FakeInstance(true);
     const s = scheduler([a, b], { maxBatchSize: 4, preserveOrdering });
     const order: number[] = [];
-    const ps = [1, 2].map((v) => s.enqueue(request([[v]])).then((r) => order.push(rowsOf(r)[0]![0]! / 2)));
+    const ps: Promise<number>[] = [];
+    for (const v of [1, 2]) {
+      ps.push(s.enqueue(request([[v]])).then((r) => order.push(rowsOf(r)[0]![0]! / 2)));
+      await settle(); // dispatched alone, on its own instance
+    }
     const second = firsts(a)[0]?.[0] === 2 ? a : b;
     const first = second === a ? b : a;
     second.release();
@@ -483,6 +499,7 @@ Deno.test("a backend error fails every request of its batch and the next batch s
   const stats = new VersionStats();
   const s = scheduler([inst], { maxBatchSize: 2 }, stats);
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const failing = [s.enqueue(request([[1]])), s.enqueue(request([[2]]))];
   const next = s.enqueue(request([[3]]));
   inst.release(); // the first request succeeds
@@ -511,6 +528,7 @@ Deno.test("stop() waits for queued and executing requests, then refuses new ones
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 1 });
   const busy = occupy(s);
+  await settle(); // the batcher dispatches one event-loop turn after enqueue
   const queued = s.enqueue(request([[1]]));
   let stopped = false;
   const stopping = s.stop().then(() => (stopped = true));
@@ -533,7 +551,8 @@ Deno.test("statistics count inferences, executions, batch sizes and outcomes exa
   const inst = new FakeInstance(true);
   const stats = new VersionStats();
   const s = scheduler([inst], { maxBatchSize: 4, defaultQueuePolicy: policy({ maxQueueSize: 3 }) }, stats);
-  const busy = occupy(s); // batch of 1
+  const busy = occupy(s);
+  await settle(); // dispatched one event-loop turn after enqueue: a batch of 1
   const batch = [s.enqueue(request([[1]])), s.enqueue(request([[2], [3]])), s.enqueue(request([[4]]))];
   await assertRejects(() => s.enqueue(request([[5]])), ServerError, {
     message: "Cannot infer 'fake': exceeds maximum queue size 3",
@@ -544,6 +563,7 @@ Deno.test("statistics count inferences, executions, batch sizes and outcomes exa
   inst.release(); // batch of 4 (1 + 2 + 1)
   await Promise.all([busy, ...batch]);
   const failing = s.enqueue(request([[6], [7]])); // batch of 2, fails
+  await settle();
   inst.failNext = new Error("boom");
   inst.release();
   await assertRejects(() => failing, ServerError, { message: "boom", code: "INTERNAL" });
@@ -555,4 +575,16 @@ Deno.test("statistics count inferences, executions, batch sizes and outcomes exa
     [4, 2, 4],
   );
   assertEquals(stats.failures, { REJECTED: 1, CANCELED: 0, BACKEND: 1, OTHER: 0 });
+});
+
+Deno.test("without a queue delay, requests that arrive in the same turn run as one batch on a free instance", async () => {
+  const a = new FakeInstance();
+  const b = new FakeInstance();
+  const s = scheduler([a, b], { maxBatchSize: 8 });
+  const ps = [1, 2, 3].map((v) => s.enqueue(request([[v]])));
+  // Nothing runs before the event loop turns; then one batch of three, not three executions.
+  assertEquals(a.batches.length + b.batches.length, 0);
+  const answers = await Promise.all(ps);
+  assertEquals([...firsts(a), ...firsts(b)], [[1, 2, 3]]);
+  assertEquals(answers.map(rowsOf), [[[2]], [[4]], [[6]]]);
 });
