@@ -220,6 +220,70 @@ class InlineRunner implements SessionRunner {
   }
 }
 
+/** The native session class of onnxruntime-node's binding (what its public InferenceSession wraps). */
+interface NativeSession {
+  loadModel(path: string, options: ort.InferenceSession.SessionOptions): void;
+  run(
+    feeds: Record<string, ort.Tensor>,
+    fetches: Record<string, null>,
+    options: Record<string, unknown>,
+  ): Record<string, ort.Tensor>;
+  readonly inputMetadata: readonly { name: string }[];
+  dispose(): void;
+}
+
+let nativeBinding: { InferenceSession: new () => NativeSession } | null | undefined;
+
+/**
+ * onnxruntime-node's native binding, used directly on the hot path: its public `run` defers every call with
+ * setImmediate and re-validates feeds the server has already validated (26 µs against 16 µs a run of
+ * `simple`). Null where the binding cannot be loaded this way; the public API is then used.
+ */
+async function loadNativeBinding(): Promise<{ InferenceSession: new () => NativeSession } | null> {
+  if (nativeBinding !== undefined) return nativeBinding;
+  try {
+    const mod = await import("onnxruntime-node/dist/binding.js") as {
+      binding: { InferenceSession: new () => NativeSession };
+      initOrt: () => void;
+    };
+    mod.initOrt();
+    nativeBinding = typeof mod.binding?.InferenceSession === "function" ? mod.binding : null;
+  } catch {
+    nativeBinding = null;
+  }
+  return nativeBinding;
+}
+
+/** A session run synchronously through the native binding on the server's thread. */
+class NativeRunner implements SessionRunner {
+  #session: NativeSession;
+  readonly inputNames: readonly string[];
+  constructor(session: NativeSession) {
+    this.#session = session;
+    this.inputNames = session.inputMetadata.map((m) => m.name);
+  }
+  run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
+    try {
+      const input: Record<string, ort.Tensor> = {};
+      for (const f of feeds) input[f.name] = toOrtTensor(f);
+      const want: Record<string, null> = {};
+      for (const name of fetches) want[name] = null;
+      const results = this.#session.run(input, want, {});
+      return Promise.resolve(fetches.map((name) => {
+        const v = results[name];
+        if (!v) throw new Error(`no output '${name}'`);
+        return { name, type: v.type, data: v.data as ArrayBufferView | string[], dims: v.dims.map(Number) };
+      }));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+  close(): Promise<void> {
+    this.#session.dispose();
+    return Promise.resolve();
+  }
+}
+
 /** A session on a worker thread of its own, so that instances of a model run truly at the same time. */
 class WorkerRunner implements SessionRunner {
   #worker: Worker;
@@ -416,6 +480,17 @@ export const onnxRuntimeBackend: Backend = {
       } catch (err) {
         throw invalidArg(`Cannot load ONNX model '${modelPathOf(ctx)}': ${(err as Error).message}`);
       }
+    }
+    const native = await loadNativeBinding();
+    if (native) {
+      const session = new native.InferenceSession();
+      try {
+        session.loadModel(modelPathOf(ctx), options);
+      } catch (err) {
+        const msg = err instanceof Error ? err.message : String(err);
+        throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${modelPathOf(ctx)}': ${msg}`);
+      }
+      return new OrtInstance(new NativeRunner(session), config);
     }
     return new OrtInstance(new InlineRunner(await openSession(modelPathOf(ctx), options)), config);
   },

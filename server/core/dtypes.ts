@@ -357,6 +357,29 @@ export function toJsonValues(dt: Datatype, data: TensorData): unknown[] {
 }
 
 /**
+ * Tensor contents as the text of a flat JSON array, the same text `JSON.stringify(toJsonValues(...))` gives,
+ * written straight from the typed array where the values allow it (the hot path of JSON responses).
+ * @param dt the datatype
+ * @param data the tensor contents
+ */
+export function toJsonText(dt: Datatype, data: TensorData): string {
+  if (
+    dt === "BYTES" || dt === "BOOL" || dt === "FP16" || dt === "BF16" || dt === "INT64" || dt === "UINT64"
+  ) {
+    return JSON.stringify(toJsonValues(dt, data));
+  }
+  const view = typedView(dt, data as Uint8Array) as Int32Array | Float32Array;
+  if (dt === "FP32" || dt === "FP64") {
+    for (let i = 0; i < view.length; i++) {
+      const x = view[i]!;
+      // Non-finite values and -0 need toJsonValues' handling.
+      if (!Number.isFinite(x) || (x === 0 && 1 / x < 0)) return JSON.stringify(toJsonValues(dt, data));
+    }
+  }
+  return `[${view.join(",")}]`;
+}
+
+/**
  * Serializes BYTES elements as the binary extension does: each element a 4-byte little-endian length, then
  * its bytes.
  * @param elements the elements

@@ -17,6 +17,7 @@ import {
   numberToHalf,
   serializeBytes,
   toConfigType,
+  toJsonText,
   toJsonValues,
   typedView,
   utf8Decode,
@@ -521,4 +522,37 @@ Deno.test("utf8Encode and utf8Decode convert strings, invalid bytes becoming U+F
   assertEquals(utf8Encode("é€"), bytes(0xc3, 0xa9, 0xe2, 0x82, 0xac));
   assertEquals(utf8Decode(bytes(0xc3, 0xa9)), "é");
   assertEquals(utf8Decode(bytes(0x61, 0xff)), "a\ufffd");
+});
+
+Deno.test("toJsonText writes the same text as JSON.stringify of toJsonValues for every datatype", () => {
+  const cases: [Datatype, unknown[]][] = [
+    ["INT8", [-128, 0, 127]],
+    ["UINT8", [0, 255]],
+    ["INT16", [-32768, 5]],
+    ["UINT16", [65535]],
+    ["INT32", [-2147483648, 2147483647, 0]],
+    ["UINT32", [4294967295, 1]],
+    ["INT64", [-(2 ** 53) + 1, 7]],
+    ["UINT64", [2 ** 53 - 1]],
+    ["FP32", [0.1, -2.5, 1e-7, 3.4e38]],
+    ["FP32", [0, -0, 1]],
+    ["FP64", [0.1, Number.MAX_VALUE, -1e-300]],
+    ["FP16", [1, -2, 65504]],
+    ["BF16", [1, -2]],
+    ["BOOL", [true, false]],
+    ["BYTES", ["a", "", "grüße"]],
+    ["INT32", []],
+  ];
+  for (const [dt, values] of cases) {
+    const data = fromJsonValues(dt, values, "x");
+    assertEquals(
+      toJsonText(dt, data),
+      JSON.stringify(toJsonValues(dt, data)),
+      `${dt} ${JSON.stringify(values)}`,
+    );
+  }
+  const fp32 = bytesOf(new Float32Array([0.1, -0, 2]));
+  assertEquals(toJsonText("FP32", fp32), "[0.10000000149011612,-0.0,2]");
+  assertEquals(toJsonText("FP64", bytesOf(new Float64Array([NaN, Infinity]))), "[null,null]");
+  assertEquals(toJsonText("INT32", bytesOf(new Int32Array([1, -2, 3]))), "[1,-2,3]");
 });

@@ -15,7 +15,7 @@ import {
   parseJsonExact,
   serializeBytes,
   type TensorData,
-  toJsonValues,
+  toJsonText,
   utf8Decode,
   utf8Encode,
 } from "../../core/dtypes.ts";
@@ -257,28 +257,37 @@ export function encodeInferResponse(
   shmOutputs?: Map<string, Record<string, ParamValue>>,
 ): EncodedResponse {
   const chunks: Uint8Array[] = [];
+  // The JSON text is written piece by piece: the tensor data arrays straight from their typed arrays.
   const outputs = response.outputs.map((t) => {
     const inShm = shmOutputs?.get(t.name);
-    if (inShm) return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: inShm };
+    if (inShm) {
+      return JSON.stringify({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: inShm });
+    }
     const flag = requested.find((r) => r.name === t.name)?.parameters.binary_data;
     const binary = flag === undefined ? binaryOutput : flag === true;
     if (binary) {
       const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
       chunks.push(bytes);
-      return {
+      return JSON.stringify({
         name: t.name,
         datatype: t.datatype,
         shape: t.shape,
         parameters: { binary_data_size: bytes.byteLength },
-      };
+      });
     }
-    return { name: t.name, datatype: t.datatype, shape: t.shape, data: toJsonValues(t.datatype, t.data) };
+    return `{"name":${JSON.stringify(t.name)},"datatype":"${t.datatype}","shape":${
+      JSON.stringify(t.shape)
+    },"data":${toJsonText(t.datatype, t.data)}}`;
   });
-  const head: Record<string, unknown> = { model_name: response.model, model_version: response.version };
-  if (response.id) head.id = response.id;
-  if (Object.keys(response.parameters).length > 0) head.parameters = response.parameters;
-  head.outputs = outputs;
-  const json = utf8Encode(JSON.stringify(head));
+  let text = `{"model_name":${JSON.stringify(response.model)},"model_version":${
+    JSON.stringify(response.version)
+  }`;
+  if (response.id) text += `,"id":${JSON.stringify(response.id)}`;
+  if (Object.keys(response.parameters).length > 0) {
+    text += `,"parameters":${JSON.stringify(response.parameters)}`;
+  }
+  text += `,"outputs":[${outputs.join(",")}]}`;
+  const json = utf8Encode(text);
   if (chunks.length === 0) return { body: json, headerLength: undefined };
   const total = json.byteLength + chunks.reduce((n, c) => n + c.byteLength, 0);
   const body = new Uint8Array(total);
