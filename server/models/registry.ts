@@ -464,10 +464,11 @@ export class ModelRegistry {
       }
       return mv;
     }
-    const ready = [...entry.versions.values()].filter((v) => v.state === "READY").sort((a, b) =>
-      b.version - a.version
-    );
-    if (ready[0]) return ready[0];
+    let best: ModelVersion | undefined;
+    for (const v of entry.versions.values()) {
+      if (v.state === "READY" && (!best || v.version > best.version)) best = v;
+    }
+    if (best) return best;
     const reason = reasonsOf(entry).join("; ");
     throw notFound(
       `Request for unknown model: '${name}' has no available versions${reason ? `: ${reason}` : ""}`,
