@@ -63,6 +63,23 @@ export interface BatchingOptions {
   defaultQueuePolicy: QueuePolicy;
   /** Policies by level (`priority_queue_policy`). */
   priorityQueuePolicy: Map<number, QueuePolicy>;
+  /**
+   * Holds every request until this many are queued, then schedules normally (0: no hold). For tests that
+   * assert exact batches; the server takes it from the environment variable `DINFER_DELAY_SCHEDULER`.
+   */
+  delayUntilQueued: number;
+}
+
+/** The `DINFER_DELAY_SCHEDULER` hold (see BatchingOptions.delayUntilQueued); 0 when unset or invalid. */
+export function delayFromEnvironment(): number {
+  let v: string | undefined;
+  try {
+    v = Deno.env.get("DINFER_DELAY_SCHEDULER");
+  } catch {
+    return 0; // no permission to read the environment
+  }
+  const n = Number(v ?? "0");
+  return Number.isSafeInteger(n) && n > 0 ? n : 0;
 }
 
 /** A policy that never times out and never fills up. */
@@ -147,6 +164,7 @@ export class PoolScheduler implements Scheduler {
       defaultPriorityLevel: options?.defaultPriorityLevel || Math.ceil(levels / 2) || 1,
       defaultQueuePolicy: options?.defaultQueuePolicy ?? OPEN_POLICY,
       priorityQueuePolicy: options?.priorityQueuePolicy ?? new Map(),
+      delayUntilQueued: options?.delayUntilQueued ?? delayFromEnvironment(),
     };
     this.#levels = Array.from({ length: 2 * levels }, () => []);
   }
@@ -281,6 +299,10 @@ export class PoolScheduler implements Scheduler {
   }
 
   #pump(): void {
+    if (this.#options.delayUntilQueued > 0) {
+      if (this.#queued < this.#options.delayUntilQueued) return;
+      this.#options.delayUntilQueued = 0; // the hold is released once, then scheduling is normal
+    }
     const now = performance.now();
     this.#expire(now);
     while (this.#free.length > 0 && this.#queued > 0) {

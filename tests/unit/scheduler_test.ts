@@ -14,6 +14,7 @@ import { modelStatistics, VersionStats } from "../../server/metrics/stats.ts";
 import type { BatchModel } from "../../server/scheduler/batch.ts";
 import {
   type BatchingOptions,
+  delayFromEnvironment,
   OPEN_POLICY,
   PoolScheduler,
   type QueuePolicy,
@@ -127,7 +128,7 @@ function scheduler(
   options: Partial<BatchingOptions> = {},
   stats?: VersionStats,
 ): PoolScheduler {
-  return new PoolScheduler(MODEL, instances, options, stats);
+  return new PoolScheduler(MODEL, instances, { delayUntilQueued: 0, ...options }, stats);
 }
 
 /** Holds a single held instance busy with request [[0]] and returns its promise. */
@@ -587,4 +588,27 @@ Deno.test("without a queue delay, requests that arrive in the same turn run as o
   const answers = await Promise.all(ps);
   assertEquals([...firsts(a), ...firsts(b)], [[1, 2, 3]]);
   assertEquals(answers.map(rowsOf), [[[2]], [[4]], [[6]]]);
+});
+
+Deno.test("DINFER_DELAY_SCHEDULER-style hold: nothing runs until N requests are queued, then exact batches", async () => {
+  const inst = new FakeInstance();
+  const s = scheduler([inst], { maxBatchSize: 4, delayUntilQueued: 6 });
+  const ps = [1, 2, 3, 4, 5].map((v) => s.enqueue(request([[v]])));
+  await settle();
+  assertEquals(inst.batches.length, 0);
+  ps.push(s.enqueue(request([[6]])));
+  await Promise.all(ps);
+  assertEquals(firsts(inst), [[1, 2, 3, 4], [5, 6]]);
+});
+
+Deno.test("the hold comes from DINFER_DELAY_SCHEDULER when the options leave it out", () => {
+  Deno.env.set("DINFER_DELAY_SCHEDULER", "3");
+  try {
+    assertEquals(delayFromEnvironment(), 3);
+    Deno.env.set("DINFER_DELAY_SCHEDULER", "x");
+    assertEquals(delayFromEnvironment(), 0);
+  } finally {
+    Deno.env.delete("DINFER_DELAY_SCHEDULER");
+  }
+  assertEquals(delayFromEnvironment(), 0);
 });
