@@ -16,6 +16,7 @@ import { sessionOptions } from "../server/backends/onnxruntime.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
 import { httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
+import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODEL_DIR = `${ROOT}examples/models/simple`;
@@ -684,6 +685,10 @@ async function main(args: string[]): Promise<void> {
     );
   }
 
+  console.log(`\nBatching: MLP 784-1024-1024-10, 64 connections of single-sample binary requests ...`);
+  const mlp = await measureMlp(flags.durationS, flags.warmupS);
+  console.log(mlpMarkdown(mlp));
+
   let profile: ProfileSummary | undefined;
   if (flags.profile) {
     console.log(`\nProfiling the server under JSON load at 16 connections ...`);
@@ -797,6 +802,7 @@ ${derived}
 
 ${targets}
 ${wrong ? "\nSome responses were errors or wrong (see the table): the targets count as not met.\n" : ""}
+${mlpMarkdown(mlp)}
 ## gRPC
 
 The gRPC points use \`bench/grpc_load.ts\`: ModelInfer with raw contents through an \`@grpc/grpc-js\` client

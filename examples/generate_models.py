@@ -675,6 +675,60 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
     check("simple_dyna_sequence", got == [11, 18, 23, 26, 28, 28, 1029], f"running sums, END adds CORRID {got}")
 
 
+# --------------------------------------------------------------------------------------------------
+# bench/models: the MLP of the batching benchmark
+# --------------------------------------------------------------------------------------------------
+
+BENCH = ROOT / "bench" / "models"
+
+
+def gen_bench_mlp() -> None:
+    """An MLP 784-1024-1024-10 (FP32, ReLU, fixed random weights) for `./dinfer bench --mlp`; two configs
+    over the same file: `mlp` with dynamic batching, `mlp_nobatch` without (its version folder is a link)."""
+    rng = np.random.default_rng(7)
+    sizes = [784, 1024, 1024, 10]
+    inits, nodes, prev = [], [], "input"
+    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
+        w = (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+        b = np.zeros(n_out, dtype=np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"mm{i}"]))
+        out = "logits" if i == len(sizes) - 2 else f"h{i}"
+        nodes.append(helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"a{i}" if out != "logits" else out]))
+        if out != "logits":
+            nodes.append(helper.make_node("Relu", [f"a{i}"], [out]))
+        prev = out
+    graph = helper.make_graph(nodes, "mlp", [tensor("input", TensorProto.FLOAT, ["batch", 784])],
+                              [tensor("logits", TensorProto.FLOAT, ["batch", 10])], initializer=inits)
+    d = BENCH / "mlp"
+    path = write_model(d, 1, make_model(graph, "MLP 784-1024-1024-10 with fixed random weights (benchmark)"))
+    io = {"in": [{"name": "input", "data_type": "TYPE_FP32", "dims": [784]}],
+          "out": [{"name": "logits", "data_type": "TYPE_FP32", "dims": [10]}]}
+    write_text(d / "config.pbtxt", config_text(
+        "mlp", 64, io["in"], io["out"], "MLP 784-1024-1024-10 for the batching benchmark, with dynamic batching.",
+        extra="dynamic_batching { }\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n"))
+    nb = BENCH / "mlp_nobatch"
+    nb.mkdir(parents=True, exist_ok=True)
+    link = nb / "1"
+    if not link.is_symlink():
+        if link.exists():
+            import shutil
+            shutil.rmtree(link)
+        link.symlink_to("../mlp/1", target_is_directory=True)
+    write_text(nb / "config.pbtxt", config_text(
+        "mlp_nobatch", 64, io["in"], io["out"],
+        "The same MLP (version folder linked to mlp/1) without dynamic batching: one request per run.",
+        extra="instance_group [ { count: 1 kind: KIND_CPU } ]\n"))
+    x = rng.standard_normal((4, 784)).astype(np.float32)
+    y = session(path).run(["logits"], {"input": x})[0]
+    ref = x
+    for i in range(3):
+        ref = ref @ numpy_helper.to_array(inits[2 * i]) + numpy_helper.to_array(inits[2 * i + 1])
+        if i < 2:
+            ref = np.maximum(ref, 0)
+    check("bench mlp", y.shape == (4, 10) and np.allclose(y, ref, atol=1e-4), "784-1024-1024-10 matches numpy")
+
+
 def main() -> int:
     print(f"numpy {np.__version__}, onnx {onnx.__version__}, onnxruntime {ort.__version__}; "
           f"opset {OPSET}, ir_version {IR_VERSION}")
@@ -690,6 +744,7 @@ def main() -> int:
     gen_optional_input()
     gen_versioned()
     gen_bad_model()
+    gen_bench_mlp()
 
     print("\nfiles written:")
     for p in WRITTEN:
