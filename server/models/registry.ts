@@ -26,7 +26,7 @@ import {
   versionFileNames,
 } from "../repository/repository.ts";
 import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
-import type { StepModel } from "../scheduler/ensemble.ts";
+import { ensembleSteps, type StepModel } from "../scheduler/ensemble.ts";
 import type { TraceManager } from "../trace/trace.ts";
 import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
 
@@ -142,6 +142,8 @@ export class ModelRegistry {
   #backends: Map<string, Backend>;
   #models = new Map<string, ModelEntry>();
   #locks = new Map<string, Promise<void>>();
+  /** Ensembles whose composing models are being loaded (guards against cycles). */
+  #composing = new Set<string>();
   /** The temporary repositories of uploaded models, removed when no version needs them any more. */
   #uploads = new Set<string>();
 
@@ -248,6 +250,7 @@ export class ModelRegistry {
       if (!location) {
         throw invalidArg(`Cannot load '${name}': no model folder of that name in the model repositories`);
       }
+      await this.#loadComposing(name, location, override);
       const entry = await this.#build(name, location, duplicate, override);
       const serving = [...entry.versions.values()].some((v) => v.state === "READY");
       if (upload && (!serving || entry !== this.#models.get(name))) await this.#discard(location);
@@ -269,9 +272,44 @@ export class ModelRegistry {
    * @param name the model name
    * @throws ServerError NOT_FOUND when no model of that name is known or in the repositories
    */
-  unloadModel(name: string): Promise<void> {
+  async unloadModel(name: string, options: { unloadDependents?: boolean } = {}): Promise<void> {
     this.#assertExplicit("unload", name);
-    return this.retireModel(name);
+    const config = this.#models.get(name)?.config;
+    await this.retireModel(name);
+    if (options.unloadDependents && config?.platform === "ensemble") {
+      // The composing models of an ensemble go with it (`unload_dependents`).
+      for (const step of new Set(ensembleSteps(config).map((s) => s.model_name))) {
+        if (step !== name) await this.retireModel(step).catch(() => {});
+      }
+    }
+  }
+
+  /**
+   * Before an ensemble loads (explicit loads, polls), loads the composing models that are not ready yet, as
+   * Triton does; a composing model that fails leaves the ensemble to fail with its own reason.
+   */
+  async #loadComposing(
+    name: string,
+    location: ModelLocation,
+    override: Record<string, unknown> | undefined,
+  ): Promise<void> {
+    let raw: Record<string, unknown>;
+    try {
+      raw = override ?? await readConfigFile(location.dir, name);
+    } catch {
+      return; // the load itself reports the config error
+    }
+    const sched = raw.ensemble_scheduling as { step?: { model_name?: string }[] } | undefined;
+    if (raw.platform !== "ensemble" || !sched?.step) return;
+    this.#composing.add(name);
+    try {
+      for (const model of new Set(sched.step.map((st) => st.model_name ?? ""))) {
+        if (!model || this.#composing.has(model) || this.isReady(model, "")) continue;
+        await this.reloadModel(model).catch(() => {});
+      }
+    } finally {
+      this.#composing.delete(name);
+    }
   }
 
   /**

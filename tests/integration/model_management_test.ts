@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { StartupError } from "../../server/server.ts";
 import { EXAMPLES, FIXTURES, pythonPath, ROOT, startTestServer } from "../helpers.ts";
 import { type Answer, call, copyDir, get, inferJson, outputsOf } from "./_http.ts";
+import { pythonJson } from "./_python.ts";
 
 const X = [1, -2, 0.5, 4];
 const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
@@ -876,4 +877,69 @@ Deno.test("tritonclient.http and .grpc: load_model, unload_model, get_model_repo
   if (out.code !== 0) console.error(text);
   assert.equal(out.code, 0, `pytest exited with ${out.code}; its output is above`);
   assert.match(text, /\b12 passed\b/);
+});
+
+Deno.test("explicit mode: loading an ensemble loads its composing models; unload_dependents unloads them", async () => {
+  const ENSEMBLES = `${ROOT}tests/fixtures/ensembles`;
+  await using s = await startTestServer([
+    `--model-repository=${FIXTURES}`,
+    `--model-repository=${ENSEMBLES}`,
+    "--model-control-mode=explicit",
+    "--strict-readiness=false",
+    "--allow-grpc=true",
+  ]);
+  const state = async (name: string) => {
+    const rows = await index(s.url) as { name: string; state?: string; reason?: string }[];
+    const row = rows.find((r) => r.name === name);
+    return row?.state ? `${row.state}${row.reason ? ` (${row.reason})` : ""}` : "not loaded";
+  };
+  assert.equal(await state("add_sub_fp32_nobatch"), "not loaded");
+  const loaded = await load(s.url, "ens_add_sub");
+  assert.equal(loaded.status, 200, JSON.stringify(loaded.json));
+  assert.equal(await state("add_sub_fp32_nobatch"), "READY");
+  const r = await inferJson(s.url, "ens_add_sub", {
+    inputs: [
+      { name: "IN0", datatype: "FP32", shape: [4], data: [1, 2, 3, 4] },
+      { name: "IN1", datatype: "FP32", shape: [4], data: [0.5, 0.5, 0.5, 0.5] },
+    ],
+    outputs: [{ name: "OUT_A" }],
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.json));
+  assert.deepEqual(outputsOf(r).map((o) => o.data), [[2, 4, 6, 8]]);
+
+  // A plain unload leaves the composing model serving.
+  assert.equal((await unload(s.url, "ens_add_sub")).status, 200);
+  assert.equal(await state("ens_add_sub"), "UNAVAILABLE (unloaded)");
+  assert.equal(await state("add_sub_fp32_nobatch"), "READY");
+
+  // With unload_dependents the composing model goes too.
+  assert.equal((await load(s.url, "ens_add_sub")).status, 200);
+  const bad = await post(s.url, "/v2/repository/models/ens_add_sub/unload", {
+    parameters: { unload_dependents: "yes" },
+  });
+  assert.equal(bad.status, 400);
+  assert.deepEqual(bad.json, {
+    error: "Cannot unload 'ens_add_sub': parameter 'unload_dependents' must be a boolean",
+  });
+  const gone = await post(s.url, "/v2/repository/models/ens_add_sub/unload", {
+    parameters: { unload_dependents: true },
+  });
+  assert.equal(gone.status, 200, JSON.stringify(gone.json));
+  assert.equal(await state("ens_add_sub"), "UNAVAILABLE (unloaded)");
+  assert.equal(await state("add_sub_fp32_nobatch"), "UNAVAILABLE (unloaded)");
+
+  // The same over gRPC with tritonclient: load_model, then unload_model(unload_dependents=True).
+  const seen = await pythonJson(
+    `
+import json, os, tritonclient.grpc as g
+c = g.InferenceServerClient(os.environ["URL"])
+c.load_model("ens_add_sub")
+a = [c.is_model_ready("ens_add_sub"), c.is_model_ready("add_sub_fp32_nobatch")]
+c.unload_model("ens_add_sub", unload_dependents=True)
+b = [c.is_model_ready("ens_add_sub"), c.is_model_ready("add_sub_fp32_nobatch")]
+print(json.dumps([a, b]))
+`,
+    { URL: `127.0.0.1:${s.server.grpcPort}` },
+  );
+  assert.deepEqual(seen, [[true, true], [false, false]]);
 });

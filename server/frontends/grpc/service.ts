@@ -161,7 +161,11 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     return {};
   });
   unary("RepositoryModelUnload", async (r) => {
-    await registry.unloadModel(String(r.model_name ?? ""));
+    const params = (r.parameters ?? {}) as Record<string, Record<string, unknown>>;
+    const dependents = params.unload_dependents;
+    await registry.unloadModel(String(r.model_name ?? ""), {
+      unloadDependents: dependents?.parameter_choice === "bool_param" && dependents.bool_param === true,
+    });
     return {};
   });
   unary("LogSettings", (r) => {

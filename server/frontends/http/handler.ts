@@ -368,7 +368,11 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
           );
         }
         if (parts[4] === "unload") {
-          await registry.unloadModel(model);
+          const dependents = (params as Record<string, unknown>).unload_dependents ?? false;
+          if (typeof dependents !== "boolean") {
+            throw invalidArg(`Cannot unload '${model}': parameter 'unload_dependents' must be a boolean`);
+          }
+          await registry.unloadModel(model, { unloadDependents: dependents });
           return new Response(null, { status: 200 });
         }
         const files = new Map<string, Uint8Array>();
