@@ -84,6 +84,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   } catch (err) {
     throw new StartupError((err as Error).message);
   }
+  let metrics: ReturnType<typeof createMetrics> | undefined;
   const registry = new ModelRegistry({
     traces,
     repositories,
@@ -107,6 +108,14 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     await registry.close();
     const reasons = [...failures.entries()].map(([n, r]) => `'${n}': ${r}`).join("; ");
     throw new StartupError(`Cannot start: failed to load all models (${reasons})`);
+  }
+  if (options.allowMetrics) {
+    try {
+      metrics = createMetrics(registry, { cpu: options.allowCpuMetrics, config: options.metricsConfig });
+    } catch (err) {
+      await registry.close();
+      throw new StartupError((err as Error).message);
+    }
   }
   const poller = options.modelControlMode === "poll"
     ? await startPoller(registry, repositories, options.repositoryPollSecs, (m) => log.info(m))
@@ -186,7 +195,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       hostname: options.metricsAddress,
       signal: abort.signal,
       onListen: () => {},
-    }, createMetricsHandler(createMetrics(registry, { cpu: options.allowCpuMetrics })));
+    }, createMetricsHandler(metrics!));
     metricsAddr = metricsServer.addr;
     log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
   }

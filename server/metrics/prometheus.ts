@@ -7,12 +7,61 @@
 
 import client from "prom-client";
 import type { ModelRegistry } from "../models/registry.ts";
-import type { FailureReason, VersionStats } from "./stats.ts";
+import { invalidArg } from "../core/errors.ts";
+import { type FailureReason, setLatencyObserver, type VersionStats } from "./stats.ts";
 
 /** What the metrics endpoint reports. */
 export interface MetricsOptions {
   /** Report CPU utilization and memory. */
   cpu: boolean;
+  /** `--metrics-config` entries: counter_latencies, summary_latencies, histogram_latencies, summary_quantiles. */
+  config?: readonly string[];
+}
+
+/** The `--metrics-config` settings. */
+export interface MetricsConfig {
+  counterLatencies: boolean;
+  summaryLatencies: boolean;
+  histogramLatencies: boolean;
+  /** Summary quantiles (Triton's `summary_quantiles=0.5:0.05,0.9:0.01,...`; the error part is accepted). */
+  quantiles: number[];
+}
+
+/**
+ * Reads `--metrics-config` entries.
+ * @param entries `key=value` strings
+ * @throws ServerError INVALID_ARG naming a bad entry
+ */
+export function parseMetricsConfig(entries: readonly string[]): MetricsConfig {
+  const out: MetricsConfig = {
+    counterLatencies: true,
+    summaryLatencies: false,
+    histogramLatencies: false,
+    quantiles: [0.5, 0.9, 0.95, 0.99],
+  };
+  const bool = (k: string, v: string) => {
+    if (v !== "true" && v !== "false") {
+      throw invalidArg(`Bad --metrics-config '${k}=${v}': expected true or false`);
+    }
+    return v === "true";
+  };
+  for (const entry of entries) {
+    const i = entry.indexOf("=");
+    const k = entry.slice(0, i), v = entry.slice(i + 1);
+    if (k === "counter_latencies") out.counterLatencies = bool(k, v);
+    else if (k === "summary_latencies") out.summaryLatencies = bool(k, v);
+    else if (k === "histogram_latencies") out.histogramLatencies = bool(k, v);
+    else if (k === "summary_quantiles") {
+      out.quantiles = v.split(",").map((q) => {
+        const n = Number(q.split(":")[0]);
+        if (!(n > 0 && n < 1)) {
+          throw invalidArg(`Bad --metrics-config '${entry}': quantile '${q}' is not in (0, 1)`);
+        }
+        return n;
+      });
+    } else throw invalidArg(`Bad --metrics-config '${entry}': unknown setting '${k}'`);
+  }
+  return out;
 }
 
 type Labels = { model: string; version: string };
@@ -52,6 +101,51 @@ class CpuSampler {
 export function createMetrics(models: ModelRegistry, options: MetricsOptions): client.Registry {
   const registry = new client.Registry();
   const labelNames = ["model", "version"] as const;
+  const mc = parseMetricsConfig(options.config ?? []);
+  setLatencyObserver(undefined);
+  if (mc.summaryLatencies || mc.histogramLatencies) {
+    const names = [
+      ["request", "nv_inference_request_summary_us", "Summary of inference request duration in microseconds"],
+      ["queue", "nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds"],
+      [
+        "computeInput",
+        "nv_inference_compute_input_summary_us",
+        "Summary of compute input duration in microseconds",
+      ],
+      [
+        "computeInfer",
+        "nv_inference_compute_infer_summary_us",
+        "Summary of compute inference duration in microseconds",
+      ],
+      [
+        "computeOutput",
+        "nv_inference_compute_output_summary_us",
+        "Summary of compute output duration in microseconds",
+      ],
+    ] as const;
+    const summaries = mc.summaryLatencies
+      ? names.map(([key, name, help]) =>
+        [
+          key,
+          new client.Summary({ name, help, labelNames, percentiles: mc.quantiles, registers: [registry] }),
+        ] as const
+      )
+      : [];
+    const histogram = mc.histogramLatencies
+      ? new client.Histogram({
+        name: "nv_inference_first_response_histogram_ms",
+        help: "Duration from request to first response in milliseconds",
+        labelNames,
+        buckets: [1, 5, 10, 50, 100, 500, 1000, 5000],
+        registers: [registry],
+      })
+      : undefined;
+    setLatencyObserver((model, version, l) => {
+      const labels = { model, version };
+      for (const [key, summary] of summaries) summary.observe(labels, l[key] / 1000);
+      histogram?.observe(labels, l.request / 1e6);
+    });
+  }
   const perVersion = (each: (stats: VersionStats) => number) =>
     function (this: client.Counter<"model" | "version"> | client.Gauge<"model" | "version">) {
       this.reset();
@@ -95,31 +189,33 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
     "Number of model executions performed (does not include cached requests)",
     (s) => s.executionCount,
   );
-  counter(
-    "nv_inference_request_duration_us",
-    "Cumulative inference request duration in microseconds (includes cached requests)",
-    (s) => Math.round(s.success.ns / usToNs),
-  );
-  counter(
-    "nv_inference_queue_duration_us",
-    "Cumulative inference queuing duration in microseconds (includes cached requests)",
-    (s) => Math.round(s.queue.ns / usToNs),
-  );
-  counter(
-    "nv_inference_compute_input_duration_us",
-    "Cumulative compute input duration in microseconds (does not include cached requests)",
-    (s) => Math.round(s.computeInput.ns / usToNs),
-  );
-  counter(
-    "nv_inference_compute_infer_duration_us",
-    "Cumulative compute inference duration in microseconds (does not include cached requests)",
-    (s) => Math.round(s.computeInfer.ns / usToNs),
-  );
-  counter(
-    "nv_inference_compute_output_duration_us",
-    "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-    (s) => Math.round(s.computeOutput.ns / usToNs),
-  );
+  if (mc.counterLatencies) {
+    counter(
+      "nv_inference_request_duration_us",
+      "Cumulative inference request duration in microseconds (includes cached requests)",
+      (s) => Math.round(s.success.ns / usToNs),
+    );
+    counter(
+      "nv_inference_queue_duration_us",
+      "Cumulative inference queuing duration in microseconds (includes cached requests)",
+      (s) => Math.round(s.queue.ns / usToNs),
+    );
+    counter(
+      "nv_inference_compute_input_duration_us",
+      "Cumulative compute input duration in microseconds (does not include cached requests)",
+      (s) => Math.round(s.computeInput.ns / usToNs),
+    );
+    counter(
+      "nv_inference_compute_infer_duration_us",
+      "Cumulative compute inference duration in microseconds (does not include cached requests)",
+      (s) => Math.round(s.computeInfer.ns / usToNs),
+    );
+    counter(
+      "nv_inference_compute_output_duration_us",
+      "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+      (s) => Math.round(s.computeOutput.ns / usToNs),
+    );
+  }
   new client.Gauge({
     name: "nv_inference_pending_request_count",
     help: "Instantaneous number of pending requests awaiting execution per-model.",

@@ -45,8 +45,44 @@ function zero(): Duration {
   return { count: 0, ns: 0 };
 }
 
+/** The durations of one successful request, in nanoseconds. */
+export interface RequestLatencies {
+  request: number;
+  queue: number;
+  computeInput: number;
+  computeInfer: number;
+  computeOutput: number;
+}
+
+/** Called for every successful request when latency summaries or histograms are on. */
+export type LatencyObserver = (model: string, version: string, latencies: RequestLatencies) => void;
+
+let latencyObserver: LatencyObserver | undefined;
+
+/**
+ * Sets (or clears) the observer of per-request latencies (the metrics' summaries and histograms).
+ * @param observer the observer, or undefined
+ */
+export function setLatencyObserver(observer: LatencyObserver | undefined): void {
+  latencyObserver = observer;
+}
+
 /** Statistics of one model version. */
 export class VersionStats {
+  /** The model name and version, for the latency observer ("" when unnamed). */
+  readonly model: string;
+  readonly version: string;
+
+  /**
+   * Creates empty statistics.
+   * @param model the model name
+   * @param version the version
+   */
+  constructor(model = "", version = "") {
+    this.model = model;
+    this.version = version;
+  }
+
   /** Milliseconds since the epoch of the last completed inference; 0 before any. */
   lastInference = 0;
   /** Inferences (batch items) that succeeded. */
@@ -98,6 +134,15 @@ export class VersionStats {
     add(this.computeInput, t.inputEnd - t.start);
     add(this.computeInfer, t.inferEnd - t.inputEnd);
     add(this.computeOutput, t.outputEnd - t.inferEnd);
+    if (latencyObserver && this.model) {
+      latencyObserver(this.model, this.version, {
+        request: end - received,
+        queue: t.start - received,
+        computeInput: t.inputEnd - t.start,
+        computeInfer: t.inferEnd - t.inputEnd,
+        computeOutput: t.outputEnd - t.inferEnd,
+      });
+    }
   }
 
   /**

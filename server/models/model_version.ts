@@ -51,7 +51,7 @@ export class ModelVersion {
   #scheduler: Scheduler | undefined;
   #instances: BackendInstance[] = [];
   /** Inference statistics. */
-  readonly stats: VersionStats = new VersionStats();
+  readonly stats: VersionStats;
 
   /**
    * Creates a version in state LOADING; `load` makes it READY or UNAVAILABLE.
@@ -62,6 +62,7 @@ export class ModelVersion {
     this.name = config.name;
     this.version = version;
     this.config = config;
+    this.stats = new VersionStats(config.name, String(version));
   }
 
   /** The signature requests are validated against. */

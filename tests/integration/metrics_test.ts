@@ -379,3 +379,43 @@ Deno.test("--allow-metrics=false serves no metrics port; --allow-cpu-metrics=fal
   assert.equal(notFound.status, 404);
   await notFound.body?.cancel();
 });
+
+Deno.test("--metrics-config: latency summaries and the first-response histogram count every request; counters can go", async () => {
+  await using s = await startTestServer([
+    "--metrics-config=summary_latencies=true",
+    "--metrics-config=histogram_latencies=true",
+    "--metrics-config=counter_latencies=false",
+    "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
+  ]);
+  for (let i = 0; i < 3; i++) assert.equal((await inferJson(s.url, "simple", SIMPLE_REQUEST)).status, 200);
+  const m = await scrape(s);
+  const labels = { model: "simple", version: "1" };
+  for (
+    const name of [
+      "nv_inference_request_summary_us",
+      "nv_inference_queue_summary_us",
+      "nv_inference_compute_input_summary_us",
+      "nv_inference_compute_infer_summary_us",
+      "nv_inference_compute_output_summary_us",
+    ]
+  ) {
+    assert.equal(m.types.get(name), "summary", name);
+    assert.equal(metric(m, `${name}_count`, labels), 3, name);
+    assert.ok(metric(m, `${name}_sum`, labels) > 0, name);
+    assert.deepEqual(
+      m.samples.filter((x) => x.name === name && x.labels.model === "simple").map((x) => x.labels.quantile),
+      ["0.5", "0.99"],
+    );
+  }
+  assert.equal(m.types.get("nv_inference_first_response_histogram_ms"), "histogram");
+  assert.equal(metric(m, "nv_inference_first_response_histogram_ms_count", labels), 3);
+  assert.deepEqual([...m.types.keys()].filter((n) => n.endsWith("_duration_us")), []);
+  assert.equal(metric(m, "nv_inference_request_success", labels), 3);
+});
+
+Deno.test("a bad --metrics-config stops the start with one line naming it", async () => {
+  await assert.rejects(
+    () => startTestServer(["--metrics-config=summary_latencies=maybe"]),
+    { message: "Bad --metrics-config 'summary_latencies=maybe': expected true or false" },
+  );
+});
