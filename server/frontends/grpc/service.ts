@@ -86,6 +86,27 @@ function codec(type: protobuf.Type, plainEncode: boolean) {
   };
 }
 
+type Codec = ReturnType<typeof codec>;
+
+/** A method definition of a service: its path, streaming flags and (de)serializers. */
+function method(
+  path: string,
+  request: Codec,
+  response: Codec,
+  streaming = false,
+): grpc.MethodDefinition<unknown, unknown> {
+  return {
+    path,
+    requestStream: streaming,
+    responseStream: streaming,
+    requestSerialize: request.serialize,
+    requestDeserialize: request.deserialize,
+    responseSerialize: response.serialize,
+    responseDeserialize: response.deserialize,
+    originalName: path.slice(path.lastIndexOf("/") + 1),
+  } as grpc.MethodDefinition<unknown, unknown>;
+}
+
 function grpcError(err: unknown): Partial<grpc.StatusObject> {
   const e = toServerError(err);
   return { code: grpcStatus(e.code), details: e.message };
@@ -104,16 +125,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const unary = (name: string, impl: Unary, plainResponse = false) => {
     const req = codec(lookupType(`${name}Request`), false);
     const res = codec(lookupType(`${name}Response`), plainResponse);
-    service[name] = {
-      path: `/${SERVICE}/${name}`,
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: req.serialize,
-      requestDeserialize: req.deserialize,
-      responseSerialize: res.serialize,
-      responseDeserialize: res.deserialize,
-      originalName: name,
-    } as grpc.MethodDefinition<unknown, unknown>;
+    service[name] = method(`/${SERVICE}/${name}`, req, res);
     handlers[name] = (
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
       callback: grpc.sendUnaryData<Record<string, unknown>>,
@@ -269,16 +281,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       }
     }
   };
-  service.ModelInfer = {
-    path: `/${SERVICE}/ModelInfer`,
-    requestStream: false,
-    responseStream: false,
-    requestSerialize: inferReqCodec.serialize,
-    requestDeserialize: inferReqCodec.deserialize,
-    responseSerialize: inferResCodec.serialize,
-    responseDeserialize: inferResCodec.deserialize,
-    originalName: "ModelInfer",
-  } as grpc.MethodDefinition<unknown, unknown>;
+  service.ModelInfer = method(`/${SERVICE}/ModelInfer`, inferReqCodec, inferResCodec);
   handlers.ModelInfer = (
     call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
     callback: grpc.sendUnaryData<Record<string, unknown>>,
@@ -287,16 +290,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   };
 
   const streamRes = codec(lookupType("ModelStreamInferResponse"), true);
-  service.ModelStreamInfer = {
-    path: `/${SERVICE}/ModelStreamInfer`,
-    requestStream: true,
-    responseStream: true,
-    requestSerialize: inferReqCodec.serialize,
-    requestDeserialize: inferReqCodec.deserialize,
-    responseSerialize: streamRes.serialize,
-    responseDeserialize: streamRes.deserialize,
-    originalName: "ModelStreamInfer",
-  } as grpc.MethodDefinition<unknown, unknown>;
+  service.ModelStreamInfer = method(`/${SERVICE}/ModelStreamInfer`, inferReqCodec, streamRes, true);
   handlers.ModelStreamInfer = (
     call: grpc.ServerDuplexStream<Record<string, unknown>, Record<string, unknown>>,
   ) => {
@@ -351,16 +345,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const healthReq = codec(lookupType(".grpc.health.v1.HealthCheckRequest"), false);
   const healthRes = codec(lookupType(".grpc.health.v1.HealthCheckResponse"), false);
   server.addService({
-    Check: {
-      path: "/grpc.health.v1.Health/Check",
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: healthReq.serialize,
-      requestDeserialize: healthReq.deserialize,
-      responseSerialize: healthRes.serialize,
-      responseDeserialize: healthRes.deserialize,
-      originalName: "Check",
-    } as grpc.MethodDefinition<unknown, unknown>,
+    Check: method("/grpc.health.v1.Health/Check", healthReq, healthRes),
   }, {
     Check: (
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
