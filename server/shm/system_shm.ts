@@ -16,7 +16,7 @@ import {
   type TensorData,
 } from "../core/dtypes.ts";
 import { invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
-import type { InferResponse, ParamValue, RequestedOutput, Tensor } from "../core/types.ts";
+import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../core/types.ts";
 
 /** A registered region as the status endpoints report it. */
 export interface RegionStatus {
@@ -267,6 +267,59 @@ export class SystemSharedMemory {
   close(): void {
     for (const r of this.#regions.values()) r.file.close();
     this.#regions.clear();
+  }
+}
+
+/** Reads an input's contents from shared memory (what the frontends' decoders call). */
+export type ShmReader = (loc: ShmLocation, datatype: Datatype, shape: number[], what: string) => TensorData;
+
+/**
+ * The shared-memory side of one inference request, the same for every frontend: the reader its decoder uses,
+ * then `run`, which keeps every region the request names in use while it runs and writes its outputs there.
+ */
+export class ShmRequest {
+  #shm: SystemSharedMemory | undefined;
+  #regions: string[] = [];
+  /** The reader for the decoder; undefined where the server has no shared memory. */
+  readonly reader: ShmReader | undefined;
+
+  /**
+   * Starts the shared-memory side of a request.
+   * @param shm the server's regions, if any
+   */
+  constructor(shm: SystemSharedMemory | undefined) {
+    this.#shm = shm;
+    this.reader = shm
+      ? (loc, datatype, shape, what) => {
+        this.#regions.push(loc.region);
+        return shm.readTensor(loc, datatype, shape, what);
+      }
+      : undefined;
+  }
+
+  /**
+   * Runs the decoded request with its regions in use and writes the outputs that name a region.
+   * @param request the decoded request
+   * @param infer runs it
+   * @returns the response and the parameters of the outputs written to shared memory
+   */
+  async run(
+    request: InferRequest,
+    infer: (r: InferRequest) => Promise<InferResponse>,
+  ): Promise<{ response: InferResponse; shmOutputs: Map<string, Record<string, ParamValue>> | undefined }> {
+    const shm = this.#shm;
+    for (const o of request.outputs) {
+      const r = o.parameters.shared_memory_region;
+      if (typeof r === "string") this.#regions.push(r);
+    }
+    if (!shm || this.#regions.length === 0) return { response: await infer(request), shmOutputs: undefined };
+    const release = shm.use(this.#regions);
+    try {
+      const response = await infer(request);
+      return { response, shmOutputs: shm.writeOutputs(response, request.outputs) };
+    } finally {
+      release();
+    }
   }
 }
 

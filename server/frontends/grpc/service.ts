@@ -13,8 +13,7 @@ import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { nowNs } from "../../metrics/stats.ts";
 import type { TraceManager } from "../../trace/trace.ts";
-import type { CudaSharedMemory, SystemSharedMemory } from "../../shm/system_shm.ts";
-import type { ShmReader } from "../http/infer_codec.ts";
+import { type CudaSharedMemory, ShmRequest, type SystemSharedMemory } from "../../shm/system_shm.ts";
 import {
   decodeModelInferRequest,
   encodeModelInferResponse,
@@ -253,26 +252,12 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const shm = options.shm;
   const infer = async (msg: Record<string, unknown>) => {
     const received = nowNs();
-    const regions: string[] = [];
-    const reader: ShmReader | undefined = shm
-      ? (loc, datatype, shape, what) => {
-        regions.push(loc.region);
-        return shm.readTensor(loc, datatype, shape, what);
-      }
-      : undefined;
-    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, reader);
-    for (const o of request.outputs) {
-      if (typeof o.parameters.shared_memory_region === "string") {
-        regions.push(o.parameters.shared_memory_region);
-      }
-    }
-    const release = regions.length > 0 ? shm?.use(regions) : undefined;
+    const session = new ShmRequest(shm);
+    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
     try {
-      const response = await registry.infer(request);
-      const shmOutputs = regions.length > 0 ? shm?.writeOutputs(response, request.outputs) : undefined;
+      const { response, shmOutputs } = await session.run(request, (r) => registry.infer(r));
       return encodeModelInferResponse(response, shmOutputs);
     } finally {
-      release?.();
       const trace = request.trace;
       if (trace) {
         trace.mark("GRPC_WAITREAD_END", received);

@@ -10,8 +10,8 @@ import type { Logger } from "../../logging.ts";
 import { nowNs } from "../../metrics/stats.ts";
 import type { TraceManager } from "../../trace/trace.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
-import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH, type ShmReader } from "./infer_codec.ts";
-import type { CudaSharedMemory, SystemSharedMemory } from "../../shm/system_shm.ts";
+import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
+import { type CudaSharedMemory, ShmRequest, type SystemSharedMemory } from "../../shm/system_shm.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions {
@@ -203,14 +203,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     }
     const body = await readBody(request, options.maxInputSize);
     const recvEnd = nowNs();
-    const regions: string[] = [];
-    const shm = options.shm;
-    const reader: ShmReader | undefined = shm
-      ? (loc, datatype, shape, what) => {
-        regions.push(loc.region);
-        return shm.readTensor(loc, datatype, shape, what);
-      }
-      : undefined;
+    const shm = new ShmRequest(options.shm);
     const decoded = decodeInferRequest(body, headerLength, { model, version }, (bytes) => {
       const mv = registry.resolve(model, version);
       const inputs = mv.config.input;
@@ -238,19 +231,11 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
         dims[dims.indexOf(-1)] = bytes / size;
       }
       return { name: spec.name, datatype, shape: [...batch, ...dims] };
-    }, reader);
-    for (const o of decoded.request.outputs) {
-      if (typeof o.parameters.shared_memory_region === "string") {
-        regions.push(o.parameters.shared_memory_region);
-      }
-    }
-    const release = regions.length > 0 ? shm?.use(regions) : undefined;
+    }, shm.reader);
     let response, shmOutputs;
     try {
-      response = await registry.infer(decoded.request);
-      shmOutputs = regions.length > 0 ? shm?.writeOutputs(response, decoded.request.outputs) : undefined;
+      ({ response, shmOutputs } = await shm.run(decoded.request, (r) => registry.infer(r)));
     } finally {
-      release?.();
       const trace = decoded.request.trace;
       if (trace) {
         trace.mark("HTTP_RECV_START", recvStart);

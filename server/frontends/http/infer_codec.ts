@@ -14,7 +14,6 @@ import {
   isDatatype,
   parseJsonExact,
   serializeBytes,
-  type TensorData,
   toJsonText,
   utf8Decode,
   utf8Encode,
@@ -22,10 +21,7 @@ import {
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { shapeText } from "../../core/validate.ts";
-import { type ShmLocation, shmLocation } from "../../shm/system_shm.ts";
-
-/** Reads an input's contents from shared memory. */
-export type ShmReader = (loc: ShmLocation, datatype: Datatype, shape: number[], what: string) => TensorData;
+import { shmLocation, type ShmReader } from "../../shm/system_shm.ts";
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
