@@ -5,6 +5,7 @@
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import { assertEquals, assertRejects } from "../assert.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { InferResponse, ParamValue, Tensor } from "../../server/core/types.ts";
@@ -105,8 +106,11 @@ function rowsOf(response: InferResponse): number[][] {
 }
 
 /** Lets every pending promise callback and zero-delay timer run. */
-function settle(): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, 0));
+async function settle(): Promise<void> {
+  // The batcher dispatches from a setImmediate callback: an immediate queued now runs after it (FIFO), and a
+  // timer then lets the microtasks of the dispatch and of any execution that finished run too.
+  await new Promise((resolve) => setImmediate(resolve));
+  await new Promise((resolve) => setTimeout(resolve, 0));
 }
 
 /** Waits `ms` milliseconds (only to let a timer of the scheduler pass, never as a pass criterion). */
