@@ -335,13 +335,13 @@ export class CudaSharedMemory {
     this.#allowed = allowed;
   }
 
-  /** Refuses: no CUDA device is available to open IPC handles on. */
+  /** Refuses: this build opens no CUDA IPC handles (see README, "What does not work yet"). */
   register(name: string): never {
     if (!this.#allowed) {
       throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
     }
     throw unavailable(
-      `Cannot register CUDA shared memory region '${name}': no CUDA device is available to this server`,
+      `Cannot register CUDA shared memory region '${name}': CUDA shared memory is not available in this server (no CUDA IPC path to a GPU)`,
     );
   }
 

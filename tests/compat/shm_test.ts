@@ -126,7 +126,8 @@ Deno.test("shared memory with --allow-client-shm=true", async (t) => {
     assert.deepEqual(r, {
       status: 503,
       json: {
-        error: "Cannot register CUDA shared memory region 'gpu': no CUDA device is available to this server",
+        error:
+          "Cannot register CUDA shared memory region 'gpu': CUDA shared memory is not available in this server (no CUDA IPC path to a GPU)",
       },
     });
     assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/status`), { status: 200, json: [] });

@@ -620,7 +620,7 @@ def test_cuda_shared_memory_is_unavailable_without_a_gpu(proto):
         proto,
         lambda: proto.client.register_cuda_shared_memory("gpu", b"\0" * 64, 0, 64),
         "UNAVAILABLE",
-        "Cannot register CUDA shared memory region 'gpu': no CUDA device is available to this server",
+        "Cannot register CUDA shared memory region 'gpu': CUDA shared memory is not available in this server (no CUDA IPC path to a GPU)",
     )
     assert proto.cuda_status() == []
     expect_error(
