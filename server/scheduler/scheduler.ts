@@ -7,6 +7,7 @@
 
 import { setImmediate } from "node:timers";
 import { invalidArg, toServerError, unavailable } from "../core/errors.ts";
+import { arrivingTogether } from "../core/load.ts";
 import type { InferResponse, ParamValue } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
@@ -68,6 +69,8 @@ export interface BatchingOptions {
    * assert exact batches; the server takes it from the environment variable `DINFER_DELAY_SCHEDULER`.
    */
   delayUntilQueued: number;
+  /** Whether requests are arriving together (default: the frontends' arrivals per event-loop turn). */
+  together: () => boolean;
 }
 
 /** The `DINFER_DELAY_SCHEDULER` hold (see BatchingOptions.delayUntilQueued); 0 when unset or invalid. */
@@ -165,6 +168,7 @@ export class PoolScheduler implements Scheduler {
       defaultQueuePolicy: options?.defaultQueuePolicy ?? OPEN_POLICY,
       priorityQueuePolicy: options?.priorityQueuePolicy ?? new Map(),
       delayUntilQueued: options?.delayUntilQueued ?? delayFromEnvironment(),
+      together: options?.together ?? arrivingTogether,
     };
     this.#levels = Array.from({ length: 2 * levels }, () => []);
   }
@@ -218,7 +222,10 @@ export class PoolScheduler implements Scheduler {
       });
       this.#queued++;
       if (deadline !== Infinity) this.#arm(deadline - performance.now());
-      if (this.#options.maxBatchSize > 1 && this.#options.maxQueueDelayMicroseconds === 0) this.#pumpSoon();
+      // Without a queue delay, requests arriving together wait one event-loop turn to run as one batch; a
+      // request that arrives alone runs at once.
+      const batching = this.#options.maxBatchSize > 1 && this.#options.maxQueueDelayMicroseconds === 0;
+      if (batching && this.#options.together()) this.#pumpSoon();
       else this.#pump();
     });
   }

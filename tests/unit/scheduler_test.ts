@@ -12,6 +12,7 @@ import type { InferResponse, ParamValue, Tensor } from "../../server/core/types.
 import type { ValidatedRequest } from "../../server/core/validate.ts";
 import type { BackendInstance } from "../../server/backends/backend.ts";
 import { modelStatistics, VersionStats } from "../../server/metrics/stats.ts";
+import { arrivingTogether, requestArrived } from "../../server/core/load.ts";
 import type { BatchModel } from "../../server/scheduler/batch.ts";
 import {
   type BatchingOptions,
@@ -132,7 +133,13 @@ function scheduler(
   options: Partial<BatchingOptions> = {},
   stats?: VersionStats,
 ): PoolScheduler {
-  return new PoolScheduler(MODEL, instances, { delayUntilQueued: 0, ...options }, stats);
+  // Requests count as arriving together (the batcher gathers them for one turn) unless a test says otherwise.
+  return new PoolScheduler(
+    MODEL,
+    instances,
+    { delayUntilQueued: 0, together: () => true, ...options },
+    stats,
+  );
 }
 
 /** Holds a single held instance busy with request [[0]] and returns its promise. */
@@ -582,16 +589,22 @@ Deno.test("statistics count inferences, executions, batch sizes and outcomes exa
   assertEquals(stats.failures, { REJECTED: 1, CANCELED: 0, BACKEND: 1, OTHER: 0 });
 });
 
-Deno.test("without a queue delay, requests that arrive in the same turn run as one batch on a free instance", async () => {
+Deno.test("without a queue delay, requests arriving together wait one turn and run as one batch", async () => {
   const a = new FakeInstance();
   const b = new FakeInstance();
-  const s = scheduler([a, b], { maxBatchSize: 8 });
-  const ps = [1, 2, 3].map((v) => s.enqueue(request([[v]])));
-  // Nothing runs before the event loop turns; then one batch of three, not three executions.
-  assertEquals(a.batches.length + b.batches.length, 0);
+  let together = false;
+  const s = scheduler([a, b], { maxBatchSize: 8, together: () => together });
+  // Arriving alone: it leaves at once.
+  const lone = s.enqueue(request([[1]]));
+  assertEquals([...firsts(a), ...firsts(b)], [[1]]);
+  await lone;
+  // Arriving together: they wait one event-loop turn, then leave as one batch.
+  together = true;
+  const ps = [2, 3, 4].map((v) => s.enqueue(request([[v]])));
+  assertEquals([...firsts(a), ...firsts(b)], [[1]]);
   const answers = await Promise.all(ps);
-  assertEquals([...firsts(a), ...firsts(b)], [[1, 2, 3]]);
-  assertEquals(answers.map(rowsOf), [[[2]], [[4]], [[6]]]);
+  assertEquals([...firsts(a), ...firsts(b)].sort((x, y) => x[0]! - y[0]!), [[1], [2, 3, 4]]);
+  assertEquals(answers.map(rowsOf), [[[4]], [[6]], [[8]]]);
 });
 
 Deno.test("DINFER_DELAY_SCHEDULER-style hold: nothing runs until N requests are queued, then exact batches", async () => {
@@ -615,4 +628,26 @@ Deno.test("the hold comes from DINFER_DELAY_SCHEDULER when the options leave it 
     Deno.env.delete("DINFER_DELAY_SCHEDULER");
   }
   assertEquals(delayFromEnvironment(), 0);
+});
+
+Deno.test("arrivals are counted per event-loop turn: one alone is not 'together', two are", async () => {
+  // A known start whatever ran before: a turn with one arrival.
+  await new Promise((r) => setImmediate(r));
+  requestArrived();
+  await new Promise((r) => setImmediate(r));
+  assertEquals(arrivingTogether(), false);
+  requestArrived();
+  assertEquals(arrivingTogether(), false);
+  requestArrived();
+  assertEquals(arrivingTogether(), true);
+  await new Promise((r) => setImmediate(r));
+  // The last turn with arrivals had two: the next arrival still counts as together.
+  assertEquals(arrivingTogether(), true);
+  requestArrived();
+  assertEquals(arrivingTogether(), true);
+  await new Promise((r) => setImmediate(r));
+  // That turn had one: a lone arrival now runs at once.
+  requestArrived();
+  assertEquals(arrivingTogether(), false);
+  await new Promise((r) => setImmediate(r));
 });

@@ -12,6 +12,7 @@ import { lookupType } from "../../core/protos.ts";
 import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { nowNs } from "../../metrics/stats.ts";
+import { requestArrived } from "../../core/load.ts";
 import type { TraceManager } from "../../trace/trace.ts";
 import { type CudaSharedMemory, ShmRequest, type SystemSharedMemory } from "../../shm/system_shm.ts";
 import {
@@ -251,6 +252,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const inferResCodec = codec(inferRes, true);
   const shm = options.shm;
   const infer = async (msg: Record<string, unknown>) => {
+    requestArrived();
     const received = nowNs();
     const session = new ShmRequest(shm);
     const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);

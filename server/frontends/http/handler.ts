@@ -8,6 +8,7 @@ import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
 import type { Logger } from "../../logging.ts";
 import { nowNs } from "../../metrics/stats.ts";
+import { requestArrived } from "../../core/load.ts";
 import type { TraceManager } from "../../trace/trace.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
@@ -188,6 +189,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
 
   async function infer(request: Request, model: string, version: string): Promise<Response> {
+    requestArrived();
     const recvStart = nowNs();
     // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
     registry.resolve(model, version);
