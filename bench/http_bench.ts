@@ -14,7 +14,7 @@ import * as ort from "onnxruntime-node";
 import { fileURLToPath } from "node:url";
 import { sessionOptions } from "../server/backends/onnxruntime.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
-import { httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
 
@@ -280,13 +280,6 @@ interface ChildServer {
   exitCode(): number | undefined;
   stop(): Promise<void>;
   log(): string;
-}
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
 }
 
 async function startChildServer(denoArgs: string[], serverArgs: string[]): Promise<ChildServer> {

@@ -84,6 +84,14 @@ const LF = 10;
  * @param body the body (empty for none)
  * @returns the request bytes
  */
+/** A loopback port that was free a moment ago (bound to port 0, then closed). */
+export function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
 export function httpRequest(
   head: { method: string; path: string; host: string; headers?: Record<string, string> },
   body: Uint8Array = new Uint8Array(0),

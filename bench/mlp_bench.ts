@@ -10,7 +10,7 @@ import * as ort from "onnxruntime-node";
 import { fileURLToPath } from "node:url";
 import { sessionOptions } from "../server/backends/onnxruntime.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
-import { httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODELS = `${ROOT}bench/models`;
@@ -74,13 +74,6 @@ function check(r: SampledResponse): string | undefined {
   if (!m) return "no Inference-Header-Content-Length";
   const hl = Number(m[1]);
   return r.body.byteLength - hl === 40 ? undefined : `${r.body.byteLength - hl} bytes of logits, expected 40`;
-}
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
 }
 
 /**

@@ -16,6 +16,17 @@ export const EXAMPLES: string = fileURLToPath(new URL("../examples/models", impo
 /** The test fixture repository. */
 export const FIXTURES: string = fileURLToPath(new URL("./fixtures/models", import.meta.url));
 
+/**
+ * Ports that were free a moment ago (bound to port 0, then closed), for servers started as processes.
+ * @param n how many
+ */
+export function freePorts(n: number): number[] {
+  const listeners = Array.from({ length: n }, () => Deno.listen({ hostname: "127.0.0.1", port: 0 }));
+  const ports = listeners.map((l) => (l.addr as Deno.NetAddr).port);
+  for (const l of listeners) l.close();
+  return ports;
+}
+
 /** A server started for a test. */
 export interface TestServer {
   /** The running server. */

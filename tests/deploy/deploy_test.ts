@@ -10,7 +10,7 @@
 import { dirname, join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
-import { EXAMPLES, pythonPath, ROOT, startTestServer } from "../helpers.ts";
+import { EXAMPLES, freePorts, pythonPath, ROOT, startTestServer } from "../helpers.ts";
 
 /** The Kubernetes version the manifests are validated against (a schema set kubernetes-validate ships). */
 const KUBERNETES_VERSION = "1.37.0";
@@ -519,16 +519,9 @@ Deno.test("the HEALTHCHECK command passes against a ready server and fails when 
   assert(down.code !== 0, "exits non-zero when the server is down");
 });
 
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = listener.addr.port;
-  listener.close();
-  return port;
-}
-
 Deno.test("the ENTRYPOINT's Deno permissions serve, infer and export the autoscaling metric", async () => {
   const ep = entrypoint(stage("cpu"));
-  const [http, grpc, metrics] = [freePort(), freePort(), freePort()];
+  const [http, grpc, metrics] = freePorts(3);
   const args = ep.slice(1).map((a) =>
     a === "/app/main.ts"
       ? join(ROOT, "main.ts")

@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { EXAMPLES, FIXTURES, ROOT } from "../helpers.ts";
+import { EXAMPLES, FIXTURES, freePorts, ROOT } from "../helpers.ts";
 
 const decoder = new TextDecoder();
 
@@ -28,14 +28,6 @@ async function run(args: string[]): Promise<{ code: number; stdout: string; stde
     if (out.signal !== null && attempt < 3) continue;
     return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
   }
-}
-
-/** Ports that were free a moment ago (bound to port 0, then closed). */
-function freePorts(n: number): number[] {
-  const listeners = Array.from({ length: n }, () => Deno.listen({ hostname: "127.0.0.1", port: 0 }));
-  const ports = listeners.map((l) => (l.addr as Deno.NetAddr).port);
-  for (const l of listeners) l.close();
-  return ports;
 }
 
 function lines(text: string): string[] {

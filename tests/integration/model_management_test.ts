@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { tmpdir } from "node:os";
 import { StartupError } from "../../server/server.ts";
-import { EXAMPLES, FIXTURES, pythonPath, ROOT, startTestServer } from "../helpers.ts";
+import { EXAMPLES, FIXTURES, freePorts, pythonPath, ROOT, startTestServer } from "../helpers.ts";
 import { type Answer, call, copyDir, get, inferJson, outputsOf } from "./_http.ts";
 import { pythonJson } from "./_python.ts";
 
@@ -717,14 +717,6 @@ Deno.test("--strict-readiness and --exit-on-error with a model that fails to loa
 });
 
 const decoder = new TextDecoder();
-
-/** Ports that were free a moment ago (bound to port 0, then closed). */
-function freePorts(n: number): number[] {
-  const listeners = Array.from({ length: n }, () => Deno.listen({ hostname: "127.0.0.1", port: 0 }));
-  const ports = listeners.map((l) => (l.addr as Deno.NetAddr).port);
-  for (const l of listeners) l.close();
-  return ports;
-}
 
 /** Whether a new TCP connection to the port is refused. */
 async function refused(port: number): Promise<boolean> {
