@@ -5,6 +5,7 @@
 
 import { fileURLToPath } from "node:url";
 import type { ServerOptions } from "./cli.ts";
+import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpHandler } from "./frontends/http/handler.ts";
 import { Logger } from "./logging.ts";
@@ -131,19 +132,19 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   let grpcServer: GrpcServer | undefined;
   let grpcPort: number | undefined;
 
+  const frontend: FrontendOptions = {
+    serverName: options.id,
+    serverVersion: VERSION,
+    extensions: EXTENSIONS,
+    strictReadiness: options.strictReadiness,
+    isStopping: () => stopping,
+    logger: log,
+    shm,
+    cudaShm,
+    traces,
+  };
   if (options.allowHttp) {
-    const handler = createHttpHandler(registry, {
-      serverName: options.id,
-      serverVersion: VERSION,
-      extensions: EXTENSIONS,
-      maxInputSize: options.httpMaxInputSize,
-      strictReadiness: options.strictReadiness,
-      isStopping: () => stopping,
-      logger: log,
-      shm,
-      cudaShm,
-      traces,
-    });
+    const handler = createHttpHandler(registry, { ...frontend, maxInputSize: options.httpMaxInputSize });
     httpServer = Deno.serve({
       port: options.httpPort,
       hostname: options.httpAddress,
@@ -156,17 +157,9 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   if (options.allowGrpc) {
     try {
       grpcServer = await startGrpcServer(registry, {
+        ...frontend,
         address: options.grpcAddress,
         port: options.grpcPort,
-        serverName: options.id,
-        serverVersion: VERSION,
-        extensions: EXTENSIONS,
-        strictReadiness: options.strictReadiness,
-        isStopping: () => stopping,
-        logger: log,
-        shm,
-        cudaShm,
-        traces,
         keepaliveTimeMs: options.grpcKeepaliveTimeMs,
         keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
         keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,

@@ -9,12 +9,11 @@ import * as grpc from "@grpc/grpc-js";
 import type * as protobuf from "protobufjs";
 import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
 import { lookupType } from "../../core/protos.ts";
-import type { Logger } from "../../logging.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { nowNs } from "../../metrics/stats.ts";
 import { requestArrived } from "../../core/load.ts";
-import type { TraceManager } from "../../trace/trace.ts";
-import { type CudaSharedMemory, ShmRequest, type SystemSharedMemory } from "../../shm/system_shm.ts";
+import { ShmRequest } from "../../shm/system_shm.ts";
+import { type FrontendOptions, serverReady } from "../frontend.ts";
 import {
   decodeModelInferRequest,
   encodeModelInferResponse,
@@ -23,27 +22,11 @@ import {
 } from "./infer_codec.ts";
 
 /** What the gRPC frontend serves and how. */
-export interface GrpcOptions {
+export interface GrpcOptions extends FrontendOptions {
   /** Listen address. */
   address: string;
   /** Listen port; 0 picks a free one. */
   port: number;
-  /** The server name and version of ServerMetadata. */
-  serverName: string;
-  serverVersion: string;
-  /** The protocol extensions this server implements. */
-  extensions: string[];
-  /** Whether readiness needs every model ready. */
-  strictReadiness: boolean;
-  /** Whether the server is shutting down. */
-  isStopping?: () => boolean;
-  /** The server's logger (LogSettings). */
-  logger?: Logger;
-  /** The trace extension. */
-  traces?: TraceManager;
-  /** System and CUDA shared-memory regions. */
-  shm?: SystemSharedMemory;
-  cudaShm?: CudaSharedMemory;
   /** Keepalive and message settings. */
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
@@ -118,7 +101,7 @@ function grpcError(err: unknown): Partial<grpc.StatusObject> {
  * @param options address, limits, TLS
  */
 export async function startGrpcServer(registry: ModelRegistry, options: GrpcOptions): Promise<GrpcServer> {
-  const ready = () => !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
+  const ready = () => serverReady(registry, options);
   const service: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   const handlers: grpc.UntypedServiceImplementation = {};
 

@@ -6,36 +6,17 @@
 
 import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
-import type { Logger } from "../../logging.ts";
 import { nowNs } from "../../metrics/stats.ts";
 import { requestArrived } from "../../core/load.ts";
-import type { TraceManager } from "../../trace/trace.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
-import { type CudaSharedMemory, ShmRequest, type SystemSharedMemory } from "../../shm/system_shm.ts";
+import { ShmRequest } from "../../shm/system_shm.ts";
+import { type FrontendOptions, serverReady } from "../frontend.ts";
 
 /** What the HTTP frontend serves and how. */
-export interface HttpOptions {
-  /** The server name in `GET /v2`. */
-  serverName: string;
-  /** The server version in `GET /v2`. */
-  serverVersion: string;
-  /** The protocol extensions this server implements. */
-  extensions: string[];
+export interface HttpOptions extends FrontendOptions {
   /** The largest request body accepted, in bytes (`--http-max-input-size`). */
   maxInputSize: number;
-  /** Whether readiness needs every model ready (`--strict-readiness`). */
-  strictReadiness: boolean;
-  /** Whether the server is shutting down (readiness then answers not ready). */
-  isStopping?: () => boolean;
-  /** The server's logger (the logging extension; verbose level 1 logs every request). */
-  logger?: Logger;
-  /** System shared-memory regions. */
-  shm?: SystemSharedMemory;
-  /** The trace extension. */
-  traces?: TraceManager;
-  /** CUDA shared-memory regions. */
-  cudaShm?: CudaSharedMemory;
 }
 
 /** An HTTP request handler. */
@@ -185,9 +166,6 @@ async function compressed(body: Uint8Array, encoding: "gzip" | "deflate"): Promi
  * @returns the handler
  */
 export function createHttpHandler(registry: ModelRegistry, options: HttpOptions): Handler {
-  const serverReady = () =>
-    !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
-
   async function infer(request: Request, model: string, version: string): Promise<Response> {
     requestArrived();
     const recvStart = nowNs();
@@ -296,7 +274,9 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     }
     if (parts[1] === "health" && parts.length === 3 && method === "GET") {
       if (parts[2] === "live") return new Response(null, { status: 200 });
-      if (parts[2] === "ready") return new Response(null, { status: serverReady() ? 200 : 400 });
+      if (parts[2] === "ready") {
+        return new Response(null, { status: serverReady(registry, options) ? 200 : 400 });
+      }
     }
     if (parts[1] === "models" && parts[2] === "stats" && parts.length === 3 && method === "GET") {
       return json({ model_stats: registry.statistics("", "") });

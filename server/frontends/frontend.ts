@@ -1,0 +1,41 @@
+/**
+ * What the HTTP and gRPC frontends share: the server's identity, its extensions and services, and the one
+ * readiness rule both answer with.
+ * @module
+ */
+
+import type { Logger } from "../logging.ts";
+import type { ModelRegistry } from "../models/registry.ts";
+import type { CudaSharedMemory, SystemSharedMemory } from "../shm/system_shm.ts";
+import type { TraceManager } from "../trace/trace.ts";
+
+/** The options every frontend takes. */
+export interface FrontendOptions {
+  /** The server name of server metadata (`--id`). */
+  serverName: string;
+  /** The server version of server metadata. */
+  serverVersion: string;
+  /** The protocol extensions this server implements. */
+  extensions: string[];
+  /** Whether readiness needs every model ready (`--strict-readiness`). */
+  strictReadiness: boolean;
+  /** Whether the server is shutting down (readiness then answers not ready). */
+  isStopping?: () => boolean;
+  /** The server's logger (the logging extension; verbose level 1 logs every HTTP request). */
+  logger?: Logger;
+  /** System shared-memory regions. */
+  shm?: SystemSharedMemory;
+  /** CUDA shared-memory regions. */
+  cudaShm?: CudaSharedMemory;
+  /** The trace extension. */
+  traces?: TraceManager;
+}
+
+/**
+ * Whether the server is ready: not shutting down and, with strict readiness, every model ready.
+ * @param registry the models
+ * @param options the frontend options
+ */
+export function serverReady(registry: ModelRegistry, options: FrontendOptions): boolean {
+  return !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
+}
