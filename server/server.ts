@@ -8,6 +8,7 @@ import type { ServerOptions } from "./cli.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpHandler } from "./frontends/http/handler.ts";
+import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { ModelRegistry } from "./models/registry.ts";
@@ -76,8 +77,9 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     format: options.logFormat,
     file: options.logFile,
   });
+  // Absolute, so that models started in their own folder (Python stubs) find their files.
   const repositories = options.modelRepositories.length > 0
-    ? options.modelRepositories
+    ? options.modelRepositories.map((r) => resolvePath(r))
     : [EXAMPLE_REPOSITORY];
   let traces: TraceManager;
   try {
@@ -92,6 +94,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     autoComplete: options.autoCompleteConfig,
     backendConfig: options.backendConfig,
     controlMode: options.modelControlMode,
+    logger: log,
   });
   let toLoad: string[] | undefined;
   if (options.modelControlMode === "explicit") {

@@ -43,8 +43,9 @@ export interface TestServer {
 /**
  * Starts a real server on free loopback ports (HTTP and metrics; gRPC off unless flags turn it on).
  * @param flags extra command-line flags, e.g. `["--model-repository=...", "--strict-readiness=false"]`
+ * @param log the server log; by default one that logs nothing
  */
-export async function startTestServer(flags: string[] = []): Promise<TestServer> {
+export async function startTestServer(flags: string[] = [], log?: Logger): Promise<TestServer> {
   const base = [
     "--http-port=0",
     "--metrics-port=0",
@@ -61,7 +62,7 @@ export async function startTestServer(flags: string[] = []): Promise<TestServer>
   const given = new Set(flags.map((f) => f.split("=")[0]));
   const defaults = base.filter((f) => !given.has(f.split("=")[0]));
   const options = parseCommandLine([...defaults, ...flags]) as ServerOptions;
-  const logger = new Logger({
+  const logger = log ?? new Logger({
     info: false,
     warning: false,
     error: false,

@@ -16,6 +16,11 @@ export interface BackendRequest {
   id: string;
   /** The request parameters (sequence_id among them). */
   parameters: Record<string, ParamValue>;
+  /**
+   * Set for requests to decoupled models: takes each response (outputs by name, an error, or undefined for a
+   * final flag alone) as the model sends it; the last call has `final` set.
+   */
+  send?: (outputs: Map<string, Tensor> | Error | undefined, final: boolean) => void;
 }
 
 /** Where a model version lives and how an instance of it is placed. */
@@ -52,7 +57,8 @@ export interface BackendInstance {
    * `execute(requests)`), each answered with its outputs or its own error. When present, the scheduler uses it
    * instead of concatenating the batch for `execute`.
    * @param requests the requests of the batch
-   * @returns one entry per request: its outputs by name, or the error for that request alone
+   * @returns one entry per request: its outputs by name, or the error for that request alone; for a request
+   *   with `send` (decoupled models) an empty map says the model took it, and its responses go to `send`
    */
   executeRequests?(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]>;
   /** Frees the instance's runtime resources. */

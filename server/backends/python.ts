@@ -30,11 +30,14 @@ import {
   unsupported,
 } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
-import type { InferRequest, InferResponse, ParamValue, Tensor } from "../core/types.ts";
+import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
+import type { Logger } from "../logging.ts";
 import type { Backend, BackendInstance, BackendRequest, InstanceContext } from "./backend.ts";
 
 /** Runs a request on any model of the server (BLS calls from a model). */
 export type InferFn = (request: InferRequest) => Promise<InferResponse>;
+/** Runs a request on any model and streams its responses (decoupled BLS calls). */
+export type InferStreamFn = (request: InferRequest, sink: ResponseSink) => Promise<void>;
 
 const STUB_PATH = fileURLToPath(new URL("./python/stub.py", import.meta.url));
 const ALIGN = 64;
@@ -109,6 +112,17 @@ interface TensorDesc {
   nbytes: number;
 }
 
+/** One response of a decoupled request, sent by the stub whenever the model sends it. */
+interface StubStreamResponse {
+  op: "response";
+  id: number;
+  index: number;
+  flags: number;
+  file?: string;
+  outputs?: TensorDesc[];
+  error?: { message: string; code: string };
+}
+
 /** What the stub answers for one request. */
 interface StubResponse {
   outputs?: TensorDesc[];
@@ -122,8 +136,11 @@ type StubMessage =
   | { op: "result"; id: number; responses: StubResponse[] }
   | { op: "error"; id: number; message: string; trace: string }
   | { op: "finalized" }
+  | StubStreamResponse
+  | { op: "log"; level: number; message: string }
   | {
     op: "bls";
+    decoupled?: boolean;
     id: number;
     model: string;
     version: string;
@@ -198,6 +215,30 @@ interface StubOptions {
   config: ModelConfig;
   ctx: InstanceContext;
   infer: InferFn | undefined;
+  inferStream: InferStreamFn | undefined;
+  logger: Logger | undefined;
+}
+
+/** Whether a file name is one the stub made for us in the shared-memory folder, with the given prefix. */
+function stubFile(path: string, prefix: string): boolean {
+  const base = path.split("/").pop() ?? "";
+  return path === join(shmDir(), base) && base.startsWith(prefix) && !base.includes("..");
+}
+
+/** Reads the tensors of a file the other side wrote, then removes the file. */
+function takeTensors(path: string, descs: readonly TensorDesc[], what: string): Map<string, Tensor> {
+  const out = new Map<string, Tensor>();
+  try {
+    using file = Deno.openSync(path, { read: true });
+    for (const d of descs) out.set(d.name, readTensor(file, d, `output '${d.name}' of ${what}`));
+  } finally {
+    try {
+      Deno.removeSync(path);
+    } catch {
+      // Gone already.
+    }
+  }
+  return out;
 }
 
 interface Pending {
@@ -218,6 +259,8 @@ class Stub {
   #writes: Promise<void> = Promise.resolve();
   #nextId = 0;
   #pending = new Map<number, Pending>();
+  /** The response senders of decoupled requests that have not sent their final flag, by `<execute>:<index>`. */
+  #senders = new Map<string, NonNullable<BackendRequest["send"]>>();
   #control: Pending | undefined;
   /** Why the stub is gone; undefined while it runs. */
   exitReason: string | undefined;
@@ -328,6 +371,9 @@ class Stub {
     const err = internal(`Cannot run ${this.#what}: ${why}`);
     for (const p of this.#pending.values()) p.reject(err);
     this.#pending.clear();
+    const senders = [...this.#senders.values()];
+    this.#senders.clear();
+    for (const send of senders) send(err, true);
     this.#control?.reject(err);
     this.#control = undefined;
   }
@@ -377,8 +423,12 @@ class Stub {
       const p = this.#pending.get(msg.id);
       this.#pending.delete(msg.id);
       p?.resolve(msg);
+    } else if (msg.op === "response") {
+      this.#response(msg);
+    } else if (msg.op === "log") {
+      this.#log(msg.level, msg.message);
     } else if (msg.op === "bls") {
-      this.#bls(msg).catch(() => {});
+      (msg.decoupled ? this.#blsStream(msg) : this.#bls(msg)).catch(() => {});
     } else {
       const c = this.#control;
       this.#control = undefined;
@@ -386,31 +436,116 @@ class Stub {
     }
   }
 
+  /** A response of a decoupled request: read its tensors and hand it to the request's sender. */
+  #response(msg: StubStreamResponse): void {
+    const key = `${msg.id}:${msg.index}`;
+    const send = this.#senders.get(key);
+    const final = (msg.flags & 1) !== 0;
+    if (final) this.#senders.delete(key);
+    let out: Map<string, Tensor> | Error | undefined;
+    try {
+      if (msg.error) out = errorOf(msg.error);
+      else if (msg.file !== undefined) {
+        if (!stubFile(msg.file, "dinfer-resp-")) throw internal(`bad response file '${msg.file}'`);
+        out = takeTensors(msg.file, msg.outputs ?? [], this.#what);
+      }
+    } catch (err) {
+      out = internal(`Cannot read a response of ${this.#what}: ${(err as Error).message}`);
+    }
+    send?.(out, final);
+  }
+
+  #log(level: number, message: string): void {
+    const log = this.#opts.logger;
+    const line = `${this.#opts.config.name}: ${message}`;
+    if (!log) {
+      console.error(line);
+    } else if (level === 1) log.warning(line);
+    else if (level === 2) log.error(line);
+    else if (level === 3) log.verbose(1, line);
+    else log.info(line);
+  }
+
+  /** The request a BLS message describes, with its inputs read from the stub's file. */
+  #blsRequest(msg: Extract<StubMessage, { op: "bls" }>, file: Deno.FsFile): InferRequest {
+    const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`));
+    const parameters: Record<string, ParamValue> = {};
+    for (const [k, v] of Object.entries(msg.parameters ?? {})) {
+      if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
+    }
+    return {
+      model: msg.model,
+      version: msg.version,
+      id: msg.request_id,
+      inputs,
+      outputs: msg.outputs.map((name) => ({ name, classification: 0, parameters: {} })),
+      parameters,
+    };
+  }
+
+  /** A decoupled BLS call: each response goes back in its own file, the last one flagged final. */
+  async #blsStream(msg: Extract<StubMessage, { op: "bls" }>): Promise<void> {
+    const reply = (extra: Record<string, unknown>) => this.#send({ op: "bls_stream", id: msg.id, ...extra });
+    const failed = (err: unknown) => {
+      const e = err instanceof ServerError ? err : internal(String((err as Error)?.message ?? err));
+      return { code: e.code, message: e.message };
+    };
+    if (!stubFile(msg.file, "dinfer-bls-")) {
+      await reply({
+        final: true,
+        error: { code: "INVALID_ARG", message: `Cannot run BLS: bad file '${msg.file}'` },
+      });
+      return;
+    }
+    let request: InferRequest;
+    try {
+      if (!this.#opts.inferStream) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
+      using file = Deno.openSync(msg.file, { read: true });
+      request = this.#blsRequest(msg, file);
+    } catch (err) {
+      await reply({ final: true, error: failed(err) });
+      return;
+    }
+    let n = 0;
+    let finalSent = false;
+    try {
+      await this.#opts.inferStream(request, (response, final) => {
+        finalSent ||= final;
+        if (response === undefined) {
+          this.#send({ op: "bls_stream", id: msg.id, final }).catch(() => {});
+        } else if (response instanceof Error) {
+          this.#send({ op: "bls_stream", id: msg.id, final, error: failed(response) }).catch(() => {});
+        } else {
+          const path = join(shmDir(), `dinfer-blsr-${Deno.pid}-${msg.id}-${n++}-${crypto.randomUUID()}`);
+          try {
+            using file = Deno.openSync(path, { read: true, write: true, create: true, truncate: true });
+            const { descs } = writeTensors(file, 0, response.outputs, 0);
+            this.#send({ op: "bls_stream", id: msg.id, final, file: path, outputs: descs }).catch(() => {});
+          } catch (err) {
+            Deno.remove(path).catch(() => {});
+            this.#send({ op: "bls_stream", id: msg.id, final, error: failed(err) }).catch(() => {});
+          }
+        }
+      });
+    } catch (err) {
+      await reply({ final: true, error: failed(err) });
+      return;
+    }
+    if (!finalSent) await reply({ final: true });
+  }
+
   async #bls(msg: Extract<StubMessage, { op: "bls" }>): Promise<void> {
     const reply = (extra: Record<string, unknown>) => this.#send({ op: "bls_result", id: msg.id, ...extra });
     const infer = this.#opts.infer;
     // The stub names a file it created beside our shared file; refuse anything else.
-    const base = msg.file.split("/").pop() ?? "";
-    if (msg.file !== join(shmDir(), base) || !base.startsWith("dinfer-bls-")) {
+    if (!stubFile(msg.file, "dinfer-bls-")) {
       await reply({ error: { code: "INVALID_ARG", message: `Cannot run BLS: bad file '${msg.file}'` } });
       return;
     }
     try {
       if (!infer) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
       using file = await Deno.open(msg.file, { read: true, write: true });
-      const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`));
-      const parameters: Record<string, ParamValue> = {};
-      for (const [k, v] of Object.entries(msg.parameters ?? {})) {
-        if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
-      }
-      const response = await infer({
-        model: msg.model,
-        version: msg.version,
-        id: msg.request_id,
-        inputs,
-        outputs: msg.outputs.map((name) => ({ name, classification: 0, parameters: {} })),
-        parameters,
-      });
+      const response = await infer(this.#blsRequest(msg, file));
       const size = (await file.stat()).size;
       const { descs } = writeTensors(file, 0, response.outputs, size);
       await reply({ outputs: descs });
@@ -451,6 +586,9 @@ class Stub {
       };
     });
     const id = this.#nextId++;
+    requests.forEach((r, i) => {
+      if (r.send) this.#senders.set(`${id}:${i}`, r.send);
+    });
     let timer: ReturnType<typeof setTimeout> | undefined;
     const answer = new Promise<StubMessage>((resolve, reject) => {
       this.#pending.set(id, { resolve, reject });
@@ -466,17 +604,28 @@ class Stub {
     let msg: StubMessage;
     try {
       msg = await answer;
+    } catch (err) {
+      requests.forEach((_, i) => this.#senders.delete(`${id}:${i}`));
+      throw err;
     } finally {
       clearTimeout(timer);
     }
-    if (msg.op === "error") throw internal(`Cannot run ${this.#what}: ${msg.message}`);
-    if (msg.op !== "result") throw internal(`Cannot run ${this.#what}: unexpected stub answer '${msg.op}'`);
+    if (msg.op !== "result") {
+      // The request failed as a whole: its senders take nothing more.
+      requests.forEach((_, i) => this.#senders.delete(`${id}:${i}`));
+      if (msg.op === "error") throw internal(`Cannot run ${this.#what}: ${msg.message}`);
+      throw internal(`Cannot run ${this.#what}: unexpected stub answer '${msg.op}'`);
+    }
     return requests.map((_, i) => {
       const response = msg.responses[i];
       if (!response) {
+        this.#senders.delete(`${id}:${i}`);
         return internal(`Cannot run ${this.#what}: execute() returned no response for request ${i}`);
       }
-      if (response.error) return errorOf(response.error);
+      if (response.error) {
+        this.#senders.delete(`${id}:${i}`);
+        return errorOf(response.error);
+      }
       const out = new Map<string, Tensor>();
       for (const d of response.outputs ?? []) {
         out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`));
@@ -598,13 +747,25 @@ export class PythonBackend implements Backend {
   /** The model file. */
   readonly defaultModelFilename = "model.py";
   #infer: InferFn | undefined;
+  #inferStream: InferStreamFn | undefined;
+  #logger: Logger | undefined;
 
   /**
    * Lets models call back into the server (`pb_utils.InferenceRequest.exec`).
    * @param infer runs a request on any model
+   * @param inferStream runs a request and streams its responses (`exec(decoupled=True)`)
    */
-  bindInfer(infer: InferFn): void {
+  bindInfer(infer: InferFn, inferStream?: InferStreamFn): void {
     this.#infer = infer;
+    this.#inferStream = inferStream;
+  }
+
+  /**
+   * Sends the models' `pb_utils.Logger` lines to the server log.
+   * @param logger the server log
+   */
+  bindLogger(logger: Logger): void {
+    this.#logger = logger;
   }
 
   /** Runs the model class's `auto_complete_config` in a short-lived stub. */
@@ -648,12 +809,6 @@ export class PythonBackend implements Backend {
 
   /** Starts a stub for the instance and runs the model's `initialize`. */
   async createInstance(config: ModelConfig, ctx: InstanceContext): Promise<BackendInstance> {
-    const policy = config.model_transaction_policy as { decoupled?: boolean } | undefined;
-    if (policy?.decoupled) {
-      throw unsupported(
-        `Cannot load '${config.name}': decoupled Python models (model_transaction_policy { decoupled: true }) are not supported yet`,
-      );
-    }
     for (const o of config.output) {
       if (!fromConfigType(o.data_type)) {
         throw invalidArg(`Cannot load '${config.name}': output '${o.name}' has no valid data_type`);
@@ -664,6 +819,8 @@ export class PythonBackend implements Backend {
       config,
       ctx,
       infer: this.#infer,
+      inferStream: this.#inferStream,
+      logger: this.#logger,
     };
     const timeoutMs = executeTimeoutMs(config, ctx.backendConfig);
     return new PythonInstance(opts, await Stub.start(opts), timeoutMs);

@@ -4,6 +4,7 @@
  */
 
 import type { Datatype, TensorData } from "./dtypes.ts";
+import type { ServerError } from "./errors.ts";
 import type { Trace } from "../trace/trace.ts";
 
 /** A request or response parameter value (KServe v2 parameters; gRPC InferParameter). */
@@ -47,7 +48,15 @@ export interface InferRequest {
   parameters: Record<string, ParamValue>;
   /** The trace of a sampled request (set by the registry; the frontend ends it). */
   trace?: Trace;
+  /**
+   * Where the responses of a request to a decoupled model go (see Registry.inferStream): each response or
+   * error as the model sends it, `undefined` for a final flag without a response.
+   */
+  stream?: ResponseSink;
 }
+
+/** Receives the responses of one request to a decoupled model; `final` is set on the last call. */
+export type ResponseSink = (response: InferResponse | ServerError | undefined, final: boolean) => void;
 
 /** The answer to one InferRequest. */
 export interface InferResponse {

@@ -5,7 +5,7 @@
 
 import { join } from "node:path";
 import { type Datatype, fromConfigType } from "../core/dtypes.ts";
-import { unavailable } from "../core/errors.ts";
+import { invalidArg, unavailable } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
 import { type ModelSignature, validateRequest } from "../core/validate.ts";
@@ -63,6 +63,11 @@ export class ModelVersion {
     this.version = version;
     this.config = config;
     this.stats = new VersionStats(config.name, String(version));
+  }
+
+  /** Whether the model is decoupled (`model_transaction_policy { decoupled: true }`): its requests stream. */
+  get decoupled(): boolean {
+    return (this.config.model_transaction_policy as { decoupled?: boolean } | undefined)?.decoupled === true;
   }
 
   /** The signature requests are validated against. */
@@ -175,6 +180,11 @@ export class ModelVersion {
       return Promise.reject(
         unavailable(`Cannot infer '${this.name}': version ${this.version} is ${this.state}`),
       );
+    }
+    if (this.decoupled && !request.stream) {
+      return Promise.reject(invalidArg(
+        `Cannot infer '${this.name}': the model is decoupled (model_transaction_policy); its responses stream over gRPC ModelStreamInfer`,
+      ));
     }
     const received = nowNs();
     try {

@@ -6,7 +6,7 @@
 import { join } from "node:path";
 import { invalidArg, notFound, ServerError, unavailable, unsupported } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
-import type { InferRequest, InferResponse } from "../core/types.ts";
+import type { InferRequest, InferResponse, ResponseSink } from "../core/types.ts";
 import type { Backend, InstanceContext } from "../backends/backend.ts";
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
 import { tensorRtBackend } from "../backends/tensorrt.ts";
@@ -28,6 +28,7 @@ import {
 import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
 import { ensembleSteps, type StepModel } from "../scheduler/ensemble.ts";
 import type { TraceManager } from "../trace/trace.ts";
+import type { Logger } from "../logging.ts";
 import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
 
 /** Model metadata as the protocol reports it. */
@@ -53,6 +54,8 @@ export interface RegistryOptions {
   traces?: TraceManager;
   /** The model control mode; the repository extension's load and unload need `explicit`. */
   controlMode?: "none" | "poll" | "explicit";
+  /** The server log, where models' own log lines (pb_utils.Logger) go. */
+  logger?: Logger;
 }
 
 /** A model known to the registry. */
@@ -156,7 +159,10 @@ export class ModelRegistry {
     this.#backends = options.backends ?? defaultBackends();
     // Python models call back into this registry (BLS).
     for (const b of this.#backends.values()) {
-      if (b instanceof PythonBackend) b.bindInfer((r) => this.infer(r));
+      if (b instanceof PythonBackend) {
+        b.bindInfer((r) => this.infer(r), (r, sink) => this.inferStream(r, sink));
+        if (options.logger) b.bindLogger(options.logger);
+      }
     }
   }
 
@@ -442,7 +448,8 @@ export class ModelRegistry {
     if (versions.length === 0) throw unavailable(`Cannot load '${name}': no version folders found`);
     const lookup = (model: string, version: number): StepModel | undefined => {
       try {
-        return this.resolve(model, version > 0 ? String(version) : "").signature;
+        const mv = this.resolve(model, version > 0 ? String(version) : "");
+        return { ...mv.signature, decoupled: mv.decoupled };
       } catch {
         return undefined;
       }
@@ -600,6 +607,40 @@ export class ModelRegistry {
     trace.mark("REQUEST_START");
     trace.recordTensors("TENSOR_QUEUE_INPUT", request.inputs);
     return mv.infer(request).finally(() => trace.mark("REQUEST_END"));
+  }
+
+  /**
+   * Runs a request and hands its responses to `sink` as they come: the one response of an ordinary model, or
+   * any number of responses of a decoupled model, the last call with `final` set.
+   * @param request the decoded request
+   * @param sink receives the responses
+   * @returns resolves after the final response; rejects when the request fails as a whole (then only the
+   *   responses the model sent before the failure reached the sink)
+   */
+  async inferStream(request: InferRequest, sink: ResponseSink): Promise<void> {
+    const mv = this.resolve(request.model, request.version);
+    if (!mv.decoupled) {
+      sink(await this.infer(request), true);
+      return;
+    }
+    let open = true;
+    let finish!: () => void;
+    const done = new Promise<void>((resolve) => (finish = resolve));
+    request.stream = (response, final) => {
+      if (!open) return;
+      if (final) {
+        open = false;
+        finish();
+      }
+      sink(response, final);
+    };
+    try {
+      await this.infer(request);
+    } catch (err) {
+      open = false;
+      throw err;
+    }
+    await done;
   }
 
   /**

@@ -71,23 +71,50 @@ function traceExecution(
   });
 }
 
+/**
+ * Builds a request's response from the outputs the backend produced.
+ * @param partial leave out requested outputs the backend did not produce (a decoupled model's responses may
+ *   carry any subset); otherwise a missing output is an error
+ */
 function respond(
   model: BatchModel,
   r: ValidatedRequest,
   outputs: (name: string) => Tensor | undefined,
+  partial = false,
 ): InferResponse {
-  return {
-    model: model.name,
-    version: model.version,
-    id: r.request.id,
-    outputs: r.outputs.map((o) => {
-      const t = outputs(o.name);
-      if (!t) throw internal(`Cannot run '${model.name}': the backend produced no output '${o.name}'`);
-      return o.classification > 0
+  const tensors: Tensor[] = [];
+  for (const o of r.outputs) {
+    const t = outputs(o.name);
+    if (!t) {
+      if (partial) continue;
+      throw internal(`Cannot run '${model.name}': the backend produced no output '${o.name}'`);
+    }
+    tensors.push(
+      o.classification > 0
         ? classify(t, o.classification, model.batched, model.outputs.get(o.name)?.labels)
-        : t;
-    }),
-    parameters: {},
+        : t,
+    );
+  }
+  return { model: model.name, version: model.version, id: r.request.id, outputs: tensors, parameters: {} };
+}
+
+/** The `send` of a request to a decoupled model: turns each backend response into the request's response. */
+function streamTo(
+  model: BatchModel,
+  r: ValidatedRequest,
+): ((outputs: Map<string, Tensor> | Error | undefined, final: boolean) => void) | undefined {
+  const stream = r.request.stream;
+  if (!stream) return undefined;
+  return (out, final) => {
+    if (out === undefined) return stream(undefined, final);
+    if (out instanceof Error) return stream(toServerError(out), final);
+    let response: InferResponse | ServerError;
+    try {
+      response = respond(model, r, (name) => out.get(name), true);
+    } catch (err) {
+      response = toServerError(err);
+    }
+    stream(response, final);
   };
 }
 
@@ -103,6 +130,7 @@ async function executeSeparately(
     outputNames: r.outputs.map((o) => o.name),
     id: r.request.id,
     parameters: r.request.parameters,
+    send: streamTo(model, r),
   }));
   const total = requests.reduce((n, r) => n + r.batchSize, 0);
   const inputEnd = nowNs();
@@ -115,6 +143,8 @@ async function executeSeparately(
     }
     if (out instanceof Error) return toServerError(out);
     try {
+      // A decoupled model's request answers through its stream; the response here only says it ran.
+      if (r.request.stream) return respond(model, r, () => undefined, true);
       return respond(model, r, (name) => out.get(name));
     } catch (err) {
       return toServerError(err);
@@ -186,5 +216,7 @@ export async function executeBatch(
   });
   const times = { batchSize: total, start, inputEnd, inferEnd, outputEnd: nowNs() };
   traceExecution(requests, responses, times);
+  // A backend without separate requests answers a decoupled model's request with exactly one response.
+  requests.forEach((r, i) => r.request.stream?.(responses[i], true));
   return { responses, times };
 }

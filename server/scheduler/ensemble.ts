@@ -24,6 +24,8 @@ export interface EnsembleStep {
 /** What the ensemble checks need to know of a composing model. */
 export interface StepModel {
   maxBatchSize: number;
+  /** Whether the model is decoupled (its responses stream; an ensemble step needs exactly one). */
+  decoupled?: boolean;
   inputs: TensorSpec[];
   outputs: TensorSpec[];
 }
@@ -71,6 +73,11 @@ export function checkEnsemble(
   const models = steps.map((s, i) => {
     const m = lookup(s.model_name, s.model_version);
     if (!m) fail(`step ${i} uses model '${s.model_name}', which is not loaded`);
+    if (m!.decoupled) {
+      fail(
+        `step ${i} uses model '${s.model_name}', which is decoupled; ensemble steps need one response per request`,
+      );
+    }
     if (config.max_batch_size > 0 && m!.maxBatchSize < config.max_batch_size) {
       fail(
         `step ${i} model '${s.model_name}' has max_batch_size ${

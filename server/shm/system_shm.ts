@@ -15,8 +15,15 @@ import {
   serializeBytes,
   type TensorData,
 } from "../core/dtypes.ts";
-import { invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
-import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../core/types.ts";
+import { invalidArg, notFound, ServerError, toServerError, unavailable } from "../core/errors.ts";
+import type {
+  InferRequest,
+  InferResponse,
+  ParamValue,
+  RequestedOutput,
+  ResponseSink,
+  Tensor,
+} from "../core/types.ts";
 
 /** A registered region as the status endpoints report it. */
 export interface RegionStatus {
@@ -308,15 +315,57 @@ export class ShmRequest {
     infer: (r: InferRequest) => Promise<InferResponse>,
   ): Promise<{ response: InferResponse; shmOutputs: Map<string, Record<string, ParamValue>> | undefined }> {
     const shm = this.#shm;
-    for (const o of request.outputs) {
-      const r = o.parameters.shared_memory_region;
-      if (typeof r === "string") this.#regions.push(r);
-    }
+    this.#outputRegions(request);
     if (!shm || this.#regions.length === 0) return { response: await infer(request), shmOutputs: undefined };
     const release = shm.use(this.#regions);
     try {
       const response = await infer(request);
       return { response, shmOutputs: shm.writeOutputs(response, request.outputs) };
+    } finally {
+      release();
+    }
+  }
+
+  #outputRegions(request: InferRequest): void {
+    for (const o of request.outputs) {
+      const r = o.parameters.shared_memory_region;
+      if (typeof r === "string") this.#regions.push(r);
+    }
+  }
+
+  /**
+   * Like `run` for a request whose responses stream (a decoupled model): each response's outputs that name a
+   * region are written there before the response goes to `sink`.
+   * @param request the decoded request
+   * @param infer runs it, streaming its responses
+   * @param sink receives each response (or error), the outputs written to shared memory, and the final flag
+   */
+  async runStream(
+    request: InferRequest,
+    infer: (r: InferRequest, sink: ResponseSink) => Promise<void>,
+    sink: (
+      response: InferResponse | ServerError | undefined,
+      shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
+      final: boolean,
+    ) => void,
+  ): Promise<void> {
+    const shm = this.#shm;
+    this.#outputRegions(request);
+    if (!shm || this.#regions.length === 0) {
+      return await infer(request, (response, final) => sink(response, undefined, final));
+    }
+    const release = shm.use(this.#regions);
+    try {
+      await infer(request, (response, final) => {
+        if (response === undefined || response instanceof Error) return sink(response, undefined, final);
+        let written: Map<string, Record<string, ParamValue>> | undefined;
+        try {
+          written = shm.writeOutputs(response, request.outputs);
+        } catch (err) {
+          return sink(toServerError(err), undefined, final);
+        }
+        sink(response, written, final);
+      });
     } finally {
       release();
     }

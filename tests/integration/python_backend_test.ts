@@ -7,7 +7,8 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { EXAMPLES, pythonPath, startTestServer, type TestServer } from "../helpers.ts";
+import { EXAMPLES, pythonPath, ROOT, startTestServer, type TestServer } from "../helpers.ts";
+import { Logger } from "../../server/logging.ts";
 import {
   binaryOutputs,
   bytesOf,
@@ -22,13 +23,13 @@ import {
 
 const PYTHON_MODELS = fileURLToPath(new URL("../fixtures/python_models", import.meta.url));
 
-function startPythonServer(repositories: string[], flags: string[] = []): Promise<TestServer> {
+function startPythonServer(repositories: string[], flags: string[] = [], log?: Logger): Promise<TestServer> {
   return startTestServer([
     ...repositories.map((r) => `--model-repository=${r}`),
     `--backend-config=python,python-executable=${pythonPath()}`,
     "--strict-readiness=false",
     ...flags,
-  ]);
+  ], log);
 }
 
 function fp32(name: string, shape: number[], data: number[]) {
@@ -198,15 +199,43 @@ Deno.test("python backend runs Triton-style model.py files", async (t) => {
     const r = await inferJson(s.url, "crash_py", { inputs: [int32("ACTION", [1], [0])] });
     assert.equal(r.status, 200, JSON.stringify(r.json));
   });
+});
 
-  await t.step("a decoupled model is refused at load with a clear reason", async () => {
-    const index = await fetch(`${s.url}/v2/repository/index`, { method: "POST" }).then((r) => r.json());
-    const row = (index as { name: string; state: string; reason: string }[]).find((e) =>
-      e.name === "decoupled_py"
-    );
-    assert.equal(row?.state, "UNAVAILABLE");
-    assert.match(row!.reason, /decoupled Python models .* are not supported yet/);
+Deno.test("decoupled Python models stream through tritonclient; their Logger lines reach the server log", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-decoupled-" });
+  const logFile = `${dir}/server.log`;
+  const logger = new Logger({
+    info: true,
+    warning: true,
+    error: true,
+    verbose: 0,
+    format: "default",
+    file: logFile,
   });
+  try {
+    await using s = await startPythonServer([PYTHON_MODELS, EXAMPLES], ["--allow-grpc=true"], logger);
+    const out = await new Deno.Command(pythonPath(), {
+      args: ["-m", "pytest", "-q", "-rxXfE", "-p", "no:cacheprovider", "tests/compat/test_decoupled.py"],
+      cwd: ROOT,
+      stdout: "piped",
+      stderr: "piped",
+      env: {
+        PYTHONDONTWRITEBYTECODE: "1",
+        DINFER_GRPC_URL: `127.0.0.1:${s.server.grpcPort}`,
+        DINFER_HTTP_URL: s.httpHost,
+      },
+    }).output();
+    const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+    if (out.code !== 0) console.error(text);
+    assert.equal(out.code, 0, "pytest tests/compat/test_decoupled.py failed; its output is above");
+    assert.match(text, /\d+ passed/);
+    const lines = (await Deno.readTextFile(logFile)).split("\n").filter((l) => l.includes("repeat_py took"));
+    assert.ok(lines.length > 0, "no pb_utils.Logger line in the server log");
+    assert.match(lines[0]!, /^I\d{4} \d\d:\d\d:\d\d\.\d{3} \d+ repeat_py: repeat_py took 1 request\(s\)$/);
+  } finally {
+    logger.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("python backend passes Triton's initialize args, moves 16 MB tensors and finalizes on unload", async () => {

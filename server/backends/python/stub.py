@@ -170,13 +170,23 @@ class Connection:
                 msg = json.loads(body)
                 if msg.get("op") == "bls_result":
                     self._finish_bls(msg)
+                elif msg.get("op") == "bls_stream":
+                    self._stream_bls(msg)
                 else:
                     self.commands.put(msg)
         finally:
             self.commands.put(None)
 
-    def bls(self, request):
-        future = concurrent.futures.Future()
+    def _new_file(self, prefix):
+        with self.pending_lock:
+            self.next_id += 1
+            n = self.next_id
+        return os.path.join(self.shm_dir, f"{prefix}-{os.getpid()}-{n}-{threading.get_ident()}")
+
+    def bls(self, request, decoupled=False):
+        """Sends a BLS request; returns a Future of its response, or for `decoupled` a queue of responses that
+        ends with None."""
+        future = queue.Queue() if decoupled else concurrent.futures.Future()
         with self.pending_lock:
             self.next_id += 1
             call_id = self.next_id
@@ -203,9 +213,49 @@ class Connection:
                 "outputs": list(request.requested_output_names()),
                 "inputs": descs,
                 "file": path,
+                "decoupled": decoupled,
             }
         )
         return future
+
+    def _stream_bls(self, msg):
+        with self.pending_lock:
+            if msg.get("final"):
+                responses, shared = self.pending.pop(msg["id"], (None, None))
+            else:
+                responses, shared = self.pending.get(msg["id"], (None, None))
+        if responses is None:
+            return
+        if shared is not None and msg.get("final"):
+            shared.close()
+            try:
+                os.unlink(shared.path)
+            except OSError:
+                pass
+        try:
+            if msg.get("error"):
+                err = msg["error"]
+                code = getattr(pb_utils.TritonError, err.get("code", "INTERNAL"), pb_utils.TritonError.INTERNAL)
+                responses.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(err["message"], code)))
+            elif msg.get("file"):
+                path = msg["file"]
+                base = os.path.basename(path)
+                if os.path.dirname(path) != self.shm_dir or not base.startswith("dinfer-blsr-"):
+                    raise ValueError(f"bad response file '{path}'")
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                finally:
+                    os.unlink(path)
+                tensors = [pb_utils.Tensor(d["name"], read_tensor(data, d, copy=True), d["datatype"]) for d in msg["outputs"]]
+                responses.put(pb_utils.InferenceResponse(output_tensors=tensors))
+            elif msg.get("final"):
+                # A final flag alone: an empty response, as for any decoupled model.
+                responses.put(pb_utils.InferenceResponse())
+        except Exception as e:  # noqa: BLE001
+            responses.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
+        if msg.get("final"):
+            responses.put(None)
 
     def _finish_bls(self, msg):
         with self.pending_lock:
@@ -234,7 +284,32 @@ class Connection:
                 pass
 
     def send_response(self, request, response, flags):
-        raise pb_utils.TritonModelException("Cannot send a response: decoupled models are not supported by dinfer")
+        """Sends one response of a decoupled request; its tensors go in a file of their own."""
+        if request._key is None:
+            raise pb_utils.TritonModelException("Cannot send a response: the request did not come from the server")
+        exec_id, index = request._key
+        msg = {"op": "response", "id": exec_id, "index": index, "flags": int(flags)}
+        if response is not None:
+            if response.has_error():
+                msg["error"] = error_of(response.error())
+            elif response.output_tensors():
+                path = self._new_file("dinfer-resp")
+                shared = SharedFile(path, create=True)
+                try:
+                    msg["outputs"] = write_tensors(shared, 0, response.output_tensors())
+                except Exception:
+                    shared.close()
+                    os.unlink(path)
+                    raise
+                shared.mm = None
+                shared.close()
+                msg["file"] = path
+            else:
+                msg["outputs"] = []
+        self.send(msg)
+
+    def log(self, level, message):
+        self.send({"op": "log", "level": int(level), "message": str(message)})
 
 
 def error_of(err):
@@ -251,6 +326,7 @@ def serve(socket_path, model_path, shm_path):
     shared = SharedFile(shm_path)
     model = None
     name = ""
+    decoupled = False
     loop = asyncio.new_event_loop()
 
     while True:
@@ -262,6 +338,8 @@ def serve(socket_path, model_path, shm_path):
             args = msg["args"]
             name = args["model_name"]
             pb_utils.Logger.model_name = name
+            config = json.loads(args["model_config"])
+            decoupled = bool((config.get("model_transaction_policy") or {}).get("decoupled"))
             try:
                 module = load_module(model_path)
                 model = module.TritonPythonModel()
@@ -276,7 +354,7 @@ def serve(socket_path, model_path, shm_path):
                 return
         elif op == "execute":
             try:
-                conn.send({"op": "result", "id": msg["id"], "responses": execute(model, loop, shared, msg)})
+                conn.send({"op": "result", "id": msg["id"], "responses": execute(model, loop, shared, msg, decoupled)})
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
                     raise
@@ -300,24 +378,34 @@ def serve(socket_path, model_path, shm_path):
             return
 
 
-def execute(model, loop, shared, msg):
+def execute(model, loop, shared, msg, decoupled):
     mm = shared.ensure(msg["shm_size"])
     requests = []
-    for r in msg["requests"]:
-        inputs = [pb_utils.Tensor(d["name"], read_tensor(mm, d), d["datatype"]) for d in r["inputs"]]
-        requests.append(
-            pb_utils.InferenceRequest(
-                inputs=inputs,
-                requested_output_names=r["outputs"],
-                request_id=r["id"],
-                correlation_id=r["correlation_id"],
-                flags=r["flags"],
-                parameters=r["parameters"],
-            )
+    for index, r in enumerate(msg["requests"]):
+        # A decoupled model may read its inputs after execute returns, when the server reuses the shared
+        # file for the next call: its inputs are copies.
+        inputs = [pb_utils.Tensor(d["name"], read_tensor(mm, d, copy=decoupled), d["datatype"]) for d in r["inputs"]]
+        request = pb_utils.InferenceRequest(
+            inputs=inputs,
+            requested_output_names=r["outputs"],
+            request_id=r["id"],
+            correlation_id=r["correlation_id"],
+            flags=r["flags"],
+            parameters=r["parameters"],
         )
+        request._decoupled = decoupled
+        request._key = (msg["id"], index)
+        requests.append(request)
     result = model.execute(requests)
     if inspect.isawaitable(result):
         result = loop.run_until_complete(result)
+    if decoupled:
+        if result is not None:
+            raise pb_utils.TritonModelException(
+                "the model is decoupled: execute() must return None and send responses through "
+                "request.get_response_sender()"
+            )
+        return [{} for _ in requests]
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")

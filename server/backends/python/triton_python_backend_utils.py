@@ -195,6 +195,12 @@ class ResponseSender:
     def send(self, response=None, flags=0):
         if self._closed:
             raise TritonModelException("Cannot send a response: the response sender is already closed")
+        if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            raise TritonModelException(
+                "Cannot send a response: give an InferenceResponse, or flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(f"Cannot send a {type(response).__name__}: expected an InferenceResponse")
         if _server is None:
             raise TritonModelException("Cannot send a response outside a model stub")
         _server.send_response(self._request, response, flags)
@@ -283,20 +289,59 @@ class InferenceRequest:
         return self._sender
 
     def exec(self, decoupled=False):
-        """Runs this request on `model_name` in the server and returns its InferenceResponse."""
-        if decoupled:
-            raise TritonModelException("Cannot exec: decoupled BLS calls are not supported by dinfer")
+        """Runs this request on `model_name` in the server and returns its InferenceResponse; with
+        `decoupled=True`, an iterator over the responses of a decoupled model (a final flag sent alone arrives
+        as an empty response)."""
         if _server is None:
             raise TritonModelException("Cannot exec: BLS calls need the server")
+        if decoupled:
+            return _ResponseIterator(_server.bls(self, decoupled=True))
         return _server.bls(self).result()
 
     def async_exec(self, decoupled=False):
         """Like exec, as an awaitable, so that several calls run at the same time."""
-        if decoupled:
-            raise TritonModelException("Cannot exec: decoupled BLS calls are not supported by dinfer")
         if _server is None:
             raise TritonModelException("Cannot exec: BLS calls need the server")
+        if decoupled:
+            responses = _ResponseIterator(_server.bls(self, decoupled=True))
+
+            async def started():
+                return responses
+
+            return started()
         return asyncio.wrap_future(_server.bls(self))
+
+
+class _ResponseIterator:
+    """The responses of a decoupled BLS call, as they arrive; iterate with `for` or `async for`."""
+
+    def __init__(self, responses):
+        self._responses = responses
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        response = self._responses.get()
+        if response is None:
+            self._done = True
+            raise StopIteration
+        return response
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self._done:
+            raise StopAsyncIteration
+        response = await asyncio.get_running_loop().run_in_executor(None, self._responses.get)
+        if response is None:
+            self._done = True
+            raise StopAsyncIteration
+        return response
 
 
 def get_input_tensor_by_name(request, name):
@@ -319,6 +364,13 @@ def _config_entry(model_config, key, name):
         if entry.get("name") == name:
             return entry
     return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    """Whether the model config (a dict or JSON string) makes the model decoupled."""
+    if isinstance(model_config, str):
+        model_config = json.loads(model_config)
+    return bool((model_config.get("model_transaction_policy") or {}).get("decoupled", False))
 
 
 def get_input_config_by_name(model_config, name):
@@ -389,13 +441,16 @@ class LogLevel:
 
 
 class Logger:
-    """Writes to the server's standard error, as the stub's output goes there."""
+    """Writes to the server's log (to standard error outside a running model, e.g. in auto_complete_config)."""
 
     model_name = ""
     verbose = False
 
     @staticmethod
     def log(message, level=LogLevel.INFO):
+        if _server is not None:
+            _server.log(level, message)
+            return
         if level == LogLevel.VERBOSE and not Logger.verbose:
             return
         tag = {0: "I", 1: "W", 2: "E", 3: "V"}.get(level, "I")

@@ -13,6 +13,7 @@ import type { ModelRegistry } from "../../models/registry.ts";
 import { nowNs } from "../../metrics/stats.ts";
 import { requestArrived } from "../../core/load.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
+import type { InferRequest } from "../../core/types.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import {
   decodeModelInferRequest,
@@ -234,6 +235,22 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const inferReqCodec = codec(inferReq, false);
   const inferResCodec = codec(inferRes, true);
   const shm = options.shm;
+  /** Whether a request names a decoupled model (false when the model is unknown: the infer path says so). */
+  const decoupled = (msg: Record<string, unknown>): boolean => {
+    try {
+      return registry.resolve(String(msg.model_name ?? ""), String(msg.model_version ?? "")).decoupled;
+    } catch {
+      return false;
+    }
+  };
+  const endTrace = (request: InferRequest, received: number) => {
+    const trace = request.trace;
+    if (trace) {
+      trace.mark("GRPC_WAITREAD_END", received);
+      trace.mark("GRPC_SEND_START");
+      trace.end();
+    }
+  };
   const infer = async (msg: Record<string, unknown>) => {
     requestArrived();
     const received = nowNs();
@@ -243,12 +260,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       const { response, shmOutputs } = await session.run(request, (r) => registry.infer(r));
       return encodeModelInferResponse(response, shmOutputs);
     } finally {
-      const trace = request.trace;
-      if (trace) {
-        trace.mark("GRPC_WAITREAD_END", received);
-        trace.mark("GRPC_SEND_START");
-        trace.end();
-      }
+      endTrace(request, received);
     }
   };
   service.ModelInfer = method(`/${SERVICE}/ModelInfer`, inferReqCodec, inferResCodec);
@@ -256,45 +268,108 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
     callback: grpc.sendUnaryData<Record<string, unknown>>,
   ) => {
+    if (decoupled(call.request)) {
+      callback(
+        grpcError(unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")),
+      );
+      return;
+    }
     infer(call.request).then((r) => callback(null, r), (err) => callback(grpcError(err)));
   };
+
+  /** A stream message carrying an error for the request `msg`. */
+  const streamError = (msg: Record<string, unknown>, err: unknown) => ({
+    error_message: toServerError(err).message,
+    infer_response: {
+      model_name: msg.model_name ?? "",
+      model_version: msg.model_version ?? "",
+      id: typeof msg.id === "string" ? msg.id : "",
+    },
+  });
+  /**
+   * Runs a request to a decoupled model, writing each response as the model sends it. Every response carries
+   * `triton_final_response`; a final flag sent alone becomes an empty response only when the request asks
+   * for it with `triton_enable_empty_final_response`.
+   */
+  const inferDecoupled = async (
+    msg: Record<string, unknown>,
+    write: (out: Record<string, unknown>) => void,
+  ) => {
+    requestArrived();
+    const received = nowNs();
+    const session = new ShmRequest(shm);
+    let request: InferRequest | undefined;
+    try {
+      request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
+      const wantsEmptyFinal = request.parameters.triton_enable_empty_final_response === true;
+      const req = request;
+      await session.runStream(
+        req,
+        (r, sink) => registry.inferStream(r, sink),
+        (response, shmOutputs, final) => {
+          if (response instanceof Error) {
+            write(streamError(msg, response));
+            if (final && wantsEmptyFinal) write(emptyFinal(req));
+            return;
+          }
+          if (response === undefined) {
+            if (final && wantsEmptyFinal) write(emptyFinal(req));
+            return;
+          }
+          response.parameters.triton_final_response = final;
+          write({ error_message: "", infer_response: encodeModelInferResponse(response, shmOutputs) });
+        },
+      );
+    } catch (err) {
+      write(streamError(msg, err));
+    } finally {
+      if (request) endTrace(request, received);
+    }
+  };
+  const emptyFinal = (request: InferRequest) => ({
+    error_message: "",
+    infer_response: {
+      model_name: request.model,
+      model_version: request.version,
+      id: request.id,
+      parameters: { triton_final_response: { bool_param: true } },
+    },
+  });
 
   const streamRes = codec(lookupType("ModelStreamInferResponse"), true);
   service.ModelStreamInfer = method(`/${SERVICE}/ModelStreamInfer`, inferReqCodec, streamRes, true);
   handlers.ModelStreamInfer = (
     call: grpc.ServerDuplexStream<Record<string, unknown>, Record<string, unknown>>,
   ) => {
-    // Requests of one stream run concurrently; responses are written in request order.
+    // Requests of one stream run concurrently. Responses of ordinary models are written in request order;
+    // those of decoupled models as the model sends them.
     let last: Promise<void> = Promise.resolve();
-    let ended = false;
+    const streaming = new Set<Promise<void>>();
+    const write = (out: Record<string, unknown>) => {
+      if (!call.cancelled && !call.writableEnded) call.write(out);
+    };
     call.on("data", (msg: Record<string, unknown>) => {
-      const answer = infer(msg).then(
-        (infer_response) => ({ error_message: "", infer_response }),
-        (err) => {
-          const e = toServerError(err);
-          const id = typeof msg.id === "string" ? msg.id : "";
-          return {
-            error_message: e.message,
-            infer_response: {
-              model_name: msg.model_name ?? "",
-              model_version: msg.model_version ?? "",
-              id,
-            },
-          };
-        },
-      );
-      last = last.then(async () => {
-        const out = await answer;
-        if (!call.cancelled) call.write(out);
-      });
+      if (decoupled(msg)) {
+        const running = inferDecoupled(msg, write);
+        streaming.add(running);
+        running.finally(() => streaming.delete(running));
+        return;
+      }
+      const answer = infer(msg).then((infer_response) => {
+        infer_response.parameters = {
+          ...(infer_response.parameters as Record<string, unknown>),
+          triton_final_response: { bool_param: true },
+        };
+        return { error_message: "", infer_response };
+      }, (err) => streamError(msg, err));
+      last = last.then(async () => write(await answer));
     });
-    call.on("end", () => {
-      ended = true;
-      last.then(() => call.end());
+    call.on("end", async () => {
+      await last;
+      while (streaming.size > 0) await Promise.all([...streaming]);
+      if (!call.writableEnded) call.end();
     });
-    call.on("error", () => {
-      if (!ended) ended = true;
-    });
+    call.on("error", () => {});
   };
 
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];

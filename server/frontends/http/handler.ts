@@ -170,7 +170,9 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     requestArrived();
     const recvStart = nowNs();
     // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
-    registry.resolve(model, version);
+    if (registry.resolve(model, version).decoupled) {
+      throw unsupported("HTTP end point doesn't support models with decoupled transaction policy");
+    }
     const hl = request.headers.get(HEADER_LENGTH);
     let headerLength: number | undefined;
     if (hl !== null) {
