@@ -13,7 +13,9 @@ import { Logger } from "./logging.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import { type Poller, startPoller } from "./repository/poller.ts";
-import { CudaSharedMemory, SystemSharedMemory } from "./shm/system_shm.ts";
+import { SystemSharedMemory } from "./shm/system_shm.ts";
+import { CudaSharedMemory } from "./shm/cuda_shm.ts";
+import { trtShimPath } from "../ffi/trtshim.ts";
 import { TraceManager } from "./trace/trace.ts";
 
 /** The server's version, reported in server metadata. */
@@ -126,7 +128,12 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     : undefined;
   let stopping = false;
   const shm = new SystemSharedMemory(options.allowClientShm);
-  const cudaShm = new CudaSharedMemory(options.allowClientShm);
+  const cudaShm = new CudaSharedMemory(
+    options.allowClientShm,
+    trtShimPath(options.backendConfig.tensorrt ?? {}),
+    (name) => shm.has(name),
+  );
+  shm.otherKind = (name) => cudaShm.has(name);
   const abort = new AbortController();
   let httpServer: Deno.HttpServer<Deno.NetAddr> | undefined;
   let metricsServer: Deno.HttpServer<Deno.NetAddr> | undefined;
@@ -225,6 +232,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
       }
       shm.close();
+      cudaShm.close();
       traces.flush();
       log.info("Stopped");
       if (!logger) log.close();

@@ -6,7 +6,8 @@
 
 import type { Logger } from "../logging.ts";
 import type { ModelRegistry } from "../models/registry.ts";
-import type { CudaSharedMemory, SystemSharedMemory } from "../shm/system_shm.ts";
+import type { SystemSharedMemory } from "../shm/system_shm.ts";
+import type { CudaSharedMemory } from "../shm/cuda_shm.ts";
 import type { TraceManager } from "../trace/trace.ts";
 
 /** The options every frontend takes. */

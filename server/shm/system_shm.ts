@@ -2,7 +2,7 @@
  * The system shared-memory extension: clients register POSIX shared-memory objects (`shm_open` names, which
  * Linux keeps under /dev/shm) as named regions; inputs are read from and outputs written straight into them.
  * Every access is checked against the region's bounds; a region used by a running request cannot be
- * unregistered. CUDA shared memory needs a GPU and answers UNAVAILABLE where none is found.
+ * unregistered. CUDA regions (server/shm/cuda_shm.ts) share the request side (`ShmRequest`).
  * @module
  */
 
@@ -24,6 +24,7 @@ import type {
   ResponseSink,
   Tensor,
 } from "../core/types.ts";
+import type { CudaSharedMemory } from "./cuda_shm.ts";
 
 /** A registered region as the status endpoints report it. */
 export interface RegionStatus {
@@ -93,6 +94,14 @@ export class SystemSharedMemory {
     this.#dir = dir;
   }
 
+  /** Whether a name is a region of another kind (CUDA): region names are one namespace. */
+  otherKind: (name: string) => boolean = () => false;
+
+  /** Whether a system region of that name is registered. */
+  has(name: string): boolean {
+    return this.#regions.has(name);
+  }
+
   #checkAllowed(): void {
     if (!this.#allowed) {
       throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
@@ -110,7 +119,7 @@ export class SystemSharedMemory {
     this.#checkAllowed();
     const where = `Cannot register shared memory region '${name}'`;
     if (!name) throw invalidArg(`${where}: the region needs a name`);
-    if (this.#regions.has(name)) {
+    if (this.#regions.has(name) || this.otherKind(name)) {
       throw new ServerError("ALREADY_EXISTS", `${where}: a region of that name is already registered`);
     }
     const base = key.startsWith("/") ? key.slice(1) : key;
@@ -280,28 +289,109 @@ export class SystemSharedMemory {
 /** Reads an input's contents from shared memory (what the frontends' decoders call). */
 export type ShmReader = (loc: ShmLocation, datatype: Datatype, shape: number[], what: string) => TensorData;
 
+/** An input whose contents a CUDA region holds: copied in before the request runs. */
+interface PendingCopy {
+  loc: ShmLocation;
+  datatype: Datatype;
+  shape: number[];
+  what: string;
+}
+
+type Written = Map<string, Record<string, ParamValue>>;
+
 /**
  * The shared-memory side of one inference request, the same for every frontend: the reader its decoder uses,
- * then `run`, which keeps every region the request names in use while it runs and writes its outputs there.
+ * then `run`, which keeps every region the request names in use while it runs, copies inputs out of CUDA
+ * regions before it runs and writes its outputs into their regions after.
  */
 export class ShmRequest {
   #shm: SystemSharedMemory | undefined;
+  #cuda: CudaSharedMemory | undefined;
   #regions: string[] = [];
+  /** Placeholder contents of inputs in CUDA regions, replaced by the copies before the request runs. */
+  #pending = new Map<TensorData, PendingCopy>();
   /** The reader for the decoder; undefined where the server has no shared memory. */
   readonly reader: ShmReader | undefined;
 
   /**
    * Starts the shared-memory side of a request.
-   * @param shm the server's regions, if any
+   * @param shm the server's system regions, if any
+   * @param cuda the server's CUDA regions, if any
    */
-  constructor(shm: SystemSharedMemory | undefined) {
+  constructor(shm: SystemSharedMemory | undefined, cuda?: CudaSharedMemory) {
     this.#shm = shm;
+    this.#cuda = cuda;
     this.reader = shm
       ? (loc, datatype, shape, what) => {
         this.#regions.push(loc.region);
+        if (cuda?.has(loc.region)) {
+          cuda.checkRead(loc, what);
+          if (datatype !== "BYTES") checkByteSize(loc.byteSize, datatype, shape, what);
+          const placeholder = new Uint8Array(0);
+          this.#pending.set(placeholder, { loc, datatype, shape, what });
+          return placeholder;
+        }
         return shm.readTensor(loc, datatype, shape, what);
       }
       : undefined;
+  }
+
+  #outputRegions(request: InferRequest): void {
+    for (const o of request.outputs) {
+      const r = o.parameters.shared_memory_region;
+      if (typeof r === "string") this.#regions.push(r);
+    }
+  }
+
+  #use(): () => void {
+    const a = this.#shm!.use(this.#regions);
+    const b = this.#cuda?.use(this.#regions);
+    return () => {
+      a();
+      b?.();
+    };
+  }
+
+  /** Copies the inputs that CUDA regions hold into the request. */
+  async #copyIn(request: InferRequest): Promise<void> {
+    if (this.#pending.size === 0) return;
+    for (const t of request.inputs) {
+      const p = this.#pending.get(t.data);
+      if (!p) continue;
+      const bytes = await this.#cuda!.read(p.loc, p.what);
+      t.data = p.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(p.shape), p.what) : bytes;
+    }
+  }
+
+  /** Writes a response's outputs that name a region; returns their parameters by output name. */
+  async #write(response: InferResponse, request: InferRequest): Promise<Written> {
+    const cuda = this.#cuda;
+    const inCuda = (o: RequestedOutput) => {
+      const r = o.parameters.shared_memory_region;
+      return typeof r === "string" && cuda !== undefined && cuda.has(r);
+    };
+    const written = this.#shm!.writeOutputs(response, request.outputs.filter((o) => !inCuda(o)));
+    for (const o of request.outputs) {
+      if (!inCuda(o)) continue;
+      const what = `output '${o.name}'`;
+      const loc = shmLocation(o.parameters, what)!;
+      const t = response.outputs.find((x) => x.name === o.name);
+      if (!t) continue;
+      const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
+      if (bytes.byteLength > loc.byteSize) {
+        throw invalidArg(
+          `Cannot write ${what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${loc.byteSize}`,
+        );
+      }
+      await cuda!.write(loc, bytes, what);
+      const params: Record<string, ParamValue> = {
+        shared_memory_region: loc.region,
+        shared_memory_byte_size: bytes.byteLength,
+      };
+      if (loc.offset) params.shared_memory_offset = loc.offset;
+      written.set(o.name, params);
+    }
+    return written;
   }
 
   /**
@@ -313,29 +403,24 @@ export class ShmRequest {
   async run(
     request: InferRequest,
     infer: (r: InferRequest) => Promise<InferResponse>,
-  ): Promise<{ response: InferResponse; shmOutputs: Map<string, Record<string, ParamValue>> | undefined }> {
-    const shm = this.#shm;
+  ): Promise<{ response: InferResponse; shmOutputs: Written | undefined }> {
     this.#outputRegions(request);
-    if (!shm || this.#regions.length === 0) return { response: await infer(request), shmOutputs: undefined };
-    const release = shm.use(this.#regions);
+    if (!this.#shm || this.#regions.length === 0) {
+      return { response: await infer(request), shmOutputs: undefined };
+    }
+    const release = this.#use();
     try {
+      await this.#copyIn(request);
       const response = await infer(request);
-      return { response, shmOutputs: shm.writeOutputs(response, request.outputs) };
+      return { response, shmOutputs: await this.#write(response, request) };
     } finally {
       release();
     }
   }
 
-  #outputRegions(request: InferRequest): void {
-    for (const o of request.outputs) {
-      const r = o.parameters.shared_memory_region;
-      if (typeof r === "string") this.#regions.push(r);
-    }
-  }
-
   /**
    * Like `run` for a request whose responses stream (a decoupled model): each response's outputs that name a
-   * region are written there before the response goes to `sink`.
+   * region are written there before the response goes to `sink`, one response after the other.
    * @param request the decoded request
    * @param infer runs it, streaming its responses
    * @param sink receives each response (or error), the outputs written to shared memory, and the final flag
@@ -345,61 +430,43 @@ export class ShmRequest {
     infer: (r: InferRequest, sink: ResponseSink) => Promise<void>,
     sink: (
       response: InferResponse | ServerError | undefined,
-      shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
+      shmOutputs: Written | undefined,
       final: boolean,
     ) => void,
   ): Promise<void> {
-    const shm = this.#shm;
     this.#outputRegions(request);
-    if (!shm || this.#regions.length === 0) {
+    if (!this.#shm || this.#regions.length === 0) {
       return await infer(request, (response, final) => sink(response, undefined, final));
     }
-    const release = shm.use(this.#regions);
+    const release = this.#use();
+    let delivered: Promise<void> = Promise.resolve();
     try {
+      await this.#copyIn(request);
       await infer(request, (response, final) => {
-        if (response === undefined || response instanceof Error) return sink(response, undefined, final);
-        let written: Map<string, Record<string, ParamValue>> | undefined;
-        try {
-          written = shm.writeOutputs(response, request.outputs);
-        } catch (err) {
-          return sink(toServerError(err), undefined, final);
-        }
-        sink(response, written, final);
+        delivered = delivered.then(async () => {
+          if (response === undefined || response instanceof Error) return sink(response, undefined, final);
+          let written: Written;
+          try {
+            written = await this.#write(response, request);
+          } catch (err) {
+            return sink(toServerError(err), undefined, final);
+          }
+          sink(response, written, final);
+        });
       });
+      await delivered;
     } finally {
       release();
     }
   }
 }
 
-/** CUDA shared memory: there is no GPU runtime in this build, so registration is refused clearly. */
-export class CudaSharedMemory {
-  #allowed: boolean;
-
-  /**
-   * Creates the CUDA region registry.
-   * @param allowed whether clients may register regions (`--allow-client-shm`)
-   */
-  constructor(allowed: boolean) {
-    this.#allowed = allowed;
-  }
-
-  /** Refuses: this build opens no CUDA IPC handles (see README, "What does not work yet"). */
-  register(name: string): never {
-    if (!this.#allowed) {
-      throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
-    }
-    throw unavailable(
-      `Cannot register CUDA shared memory region '${name}': CUDA shared memory is not available in this server (no CUDA IPC path to a GPU)`,
+/** Checks that a region's byte size fits a tensor of fixed-size elements. */
+function checkByteSize(byteSize: number, datatype: Datatype, shape: number[], what: string): void {
+  const want = elementCount(shape) * elementSize(datatype);
+  if (want !== byteSize) {
+    throw invalidArg(
+      `Cannot read ${what}: shared_memory_byte_size is ${byteSize}, expected ${want} for shape [${shape}] of ${datatype}`,
     );
   }
-
-  /** The status: no CUDA region can exist. */
-  status(name: string): never[] {
-    if (name !== "") throw notFound(`Unknown CUDA shared memory region '${name}'`);
-    return [];
-  }
-
-  /** Unregistering is a no-op: no CUDA region can exist. */
-  unregister(_name: string): void {}
 }

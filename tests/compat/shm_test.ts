@@ -117,29 +117,32 @@ Deno.test("shared memory with --allow-client-shm=true", async (t) => {
     assert.match(text, /\d+ passed/);
   });
 
-  await t.step("CUDA registration answers 503 and CUDA status is an empty list", async () => {
-    const r = await call(`${srv.url}/v2/cudasharedmemory/region/gpu/register`, "POST", {
-      raw_handle: { b64: btoa("\0".repeat(64)) },
-      device_id: 0,
-      byte_size: 64,
-    });
-    assert.deepEqual(r, {
-      status: 503,
-      json: {
-        error:
-          "Cannot register CUDA shared memory region 'gpu': CUDA shared memory is not available in this server (no CUDA IPC path to a GPU)",
-      },
-    });
-    assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/status`), { status: 200, json: [] });
-    assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/region/gpu/status`), {
-      status: 404,
-      json: { error: "Unknown CUDA shared memory region 'gpu'" },
-    });
-    assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/unregister`, "POST"), {
-      status: 200,
-      json: null,
-    });
-  });
+  await t.step(
+    "CUDA registration of a GPU handle answers 503 with the mock shim, and CUDA status is an empty list",
+    async () => {
+      const r = await call(`${srv.url}/v2/cudasharedmemory/region/gpu/register`, "POST", {
+        raw_handle: { b64: btoa("\0".repeat(64)) },
+        device_id: 0,
+        byte_size: 64,
+      });
+      assert.deepEqual(r, {
+        status: 503,
+        json: {
+          error:
+            "Cannot register CUDA shared memory region 'gpu': CUDA is not available in this server: libtrtshim is the mock build (no CUDA), which cannot open this handle (Not a mock IPC handle)",
+        },
+      });
+      assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/status`), { status: 200, json: [] });
+      assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/region/gpu/status`), {
+        status: 404,
+        json: { error: "Unknown CUDA shared memory region 'gpu'" },
+      });
+      assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/unregister`, "POST"), {
+        status: 200,
+        json: null,
+      });
+    },
+  );
 
   await t.step("a region whose object was deleted after registration still serves", async () => {
     const obj = await shmObject(new Uint8Array([...int32Bytes(A), ...new Uint8Array(64)]));

@@ -203,9 +203,18 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     return {};
   });
   unary("CudaSharedMemoryStatus", (r) => ({
-    regions: Object.fromEntries(requireShm().cuda.status(String(r.name ?? "")).map((x) => [x, x])),
+    regions: Object.fromEntries(requireShm().cuda.status(String(r.name ?? "")).map((x) => [x.name, x])),
   }));
-  unary("CudaSharedMemoryRegister", (r) => requireShm().cuda.register(String(r.name ?? "")));
+  unary("CudaSharedMemoryRegister", (r) => {
+    const handle = r.raw_handle instanceof Uint8Array ? r.raw_handle : new Uint8Array(0);
+    requireShm().cuda.register(
+      String(r.name ?? ""),
+      handle,
+      longToNumber((r.device_id ?? 0) as number),
+      longToNumber((r.byte_size ?? 0) as number),
+    );
+    return {};
+  });
   unary("CudaSharedMemoryUnregister", (r) => {
     requireShm().cuda.unregister(String(r.name ?? ""));
     return {};
@@ -254,7 +263,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const infer = async (msg: Record<string, unknown>) => {
     requestArrived();
     const received = nowNs();
-    const session = new ShmRequest(shm);
+    const session = new ShmRequest(shm, options.cudaShm);
     const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
     try {
       const { response, shmOutputs } = await session.run(request, (r) => registry.infer(r));
@@ -297,7 +306,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   ) => {
     requestArrived();
     const received = nowNs();
-    const session = new ShmRequest(shm);
+    const session = new ShmRequest(shm, options.cudaShm);
     let request: InferRequest | undefined;
     try {
       request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);

@@ -185,7 +185,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     }
     const body = await readBody(request, options.maxInputSize);
     const recvEnd = nowNs();
-    const shm = new ShmRequest(options.shm);
+    const shm = new ShmRequest(options.shm, options.cudaShm);
     const decoded = decodeInferRequest(body, headerLength, { model, version }, (bytes) => {
       const mv = registry.resolve(model, version);
       const inputs = mv.config.input;
@@ -413,7 +413,31 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       const region = parts[2] === "region" ? parts[3] ?? "" : "";
       const action = parts[2] === "region" ? parts.slice(4).join("/") : parts.slice(2).join("/");
       if (action === "status" && method === "GET") return json(cuda.status(region));
-      if (action === "register" && method === "POST" && region) cuda.register(region);
+      if (action === "register" && method === "POST" && region) {
+        cuda.checkAllowed();
+        const body = await readJsonBody(
+          request,
+          options.maxInputSize,
+          `the CUDA register request for '${region}'`,
+        ) as { raw_handle?: { b64?: unknown }; device_id?: unknown; byte_size?: unknown };
+        const handle = body.raw_handle?.b64;
+        const { device_id, byte_size } = body;
+        if (typeof handle !== "string" || typeof device_id !== "number" || typeof byte_size !== "number") {
+          throw invalidArg(
+            `Cannot register CUDA shared memory region '${region}': the body needs 'raw_handle' ({"b64": string}), 'device_id' and 'byte_size' (numbers)`,
+          );
+        }
+        let raw: Uint8Array;
+        try {
+          raw = Uint8Array.from(atob(handle), (c) => c.charCodeAt(0));
+        } catch {
+          throw invalidArg(
+            `Cannot register CUDA shared memory region '${region}': raw_handle.b64 is not base64`,
+          );
+        }
+        cuda.register(region, raw, device_id, byte_size);
+        return new Response(null, { status: 200 });
+      }
       if (action === "unregister" && method === "POST") {
         cuda.unregister(region);
         return new Response(null, { status: 200 });

@@ -1,0 +1,264 @@
+/**
+ * The CUDA shared-memory extension: clients register device allocations of their own process by CUDA IPC
+ * handle (`cudaIpcGetMemHandle`), the server opens them through libtrtshim (`trtshim_ipc_open`) and copies
+ * inputs out of them and outputs into them on a stream of the region's device. Every access is checked against
+ * the region's bounds; a region used by a running request cannot be unregistered.
+ *
+ * Where the shim cannot be opened or sees no GPU, registration answers UNAVAILABLE saying which is missing.
+ * @module
+ */
+
+import { invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
+import { type IpcMapping, openTrtShim, type Stream, type TrtShim, TrtShimError } from "../../ffi/trtshim.ts";
+import type { ShmLocation } from "./system_shm.ts";
+
+/** The size of a CUDA IPC memory handle (`cudaIpcMemHandle_t`). */
+export const CUDA_IPC_HANDLE_SIZE = 64;
+
+/** A registered CUDA region as the status endpoints report it. */
+export interface CudaRegionStatus {
+  name: string;
+  device_id: number;
+  byte_size: number;
+}
+
+interface CudaRegion extends CudaRegionStatus {
+  mapping: IpcMapping;
+  stream: Stream;
+  inUse: number;
+}
+
+/** The registry of CUDA shared-memory regions. */
+export class CudaSharedMemory {
+  #allowed: boolean;
+  #shimPath: string;
+  #taken: (name: string) => boolean;
+  #regions = new Map<string, CudaRegion>();
+
+  /**
+   * Creates an empty registry.
+   * @param allowed whether clients may register regions (`--allow-client-shm`)
+   * @param shimPath where libtrtshim is (opened on the first registration)
+   * @param taken whether a name is already a region of another kind (system shared memory)
+   */
+  constructor(allowed: boolean, shimPath: string, taken: (name: string) => boolean = () => false) {
+    this.#allowed = allowed;
+    this.#shimPath = shimPath;
+    this.#taken = taken;
+  }
+
+  /** Throws UNAVAILABLE unless clients may use shared memory (`--allow-client-shm`). */
+  checkAllowed(): void {
+    if (!this.#allowed) {
+      throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
+    }
+  }
+
+  /** Whether a CUDA region of that name is registered. */
+  has(name: string): boolean {
+    return this.#regions.has(name);
+  }
+
+  #shim(where: string): TrtShim {
+    let shim: TrtShim;
+    try {
+      shim = openTrtShim(this.#shimPath);
+    } catch (err) {
+      throw unavailable(`${where}: CUDA is not available in this server: ${(err as Error).message}`);
+    }
+    return shim;
+  }
+
+  /**
+   * Registers a region.
+   * @param name the region name clients use in requests
+   * @param rawHandle the CUDA IPC memory handle (64 bytes)
+   * @param deviceId the GPU the allocation lives on
+   * @param byteSize the region's size
+   */
+  register(name: string, rawHandle: Uint8Array, deviceId: number, byteSize: number): void {
+    this.checkAllowed();
+    const where = `Cannot register CUDA shared memory region '${name}'`;
+    if (!name) throw invalidArg(`${where}: the region needs a name`);
+    if (this.#regions.has(name) || this.#taken(name)) {
+      throw new ServerError("ALREADY_EXISTS", `${where}: a region of that name is already registered`);
+    }
+    if (rawHandle.byteLength !== CUDA_IPC_HANDLE_SIZE) {
+      throw invalidArg(
+        `${where}: raw_handle has ${rawHandle.byteLength} bytes, a CUDA IPC handle has ${CUDA_IPC_HANDLE_SIZE}`,
+      );
+    }
+    if (!Number.isSafeInteger(deviceId) || deviceId < 0) {
+      throw invalidArg(`${where}: device_id must be a non-negative integer`);
+    }
+    if (!Number.isSafeInteger(byteSize) || byteSize < 0) {
+      throw invalidArg(`${where}: byte_size must be a non-negative integer`);
+    }
+    const shim = this.#shim(where);
+    const count = shim.deviceCount();
+    if (count === 0) throw unavailable(`${where}: CUDA is not available in this server: no GPU is visible`);
+    if (deviceId >= count) {
+      throw invalidArg(`${where}: device_id ${deviceId} is not a GPU of this server (it has ${count})`);
+    }
+    let mapping: IpcMapping;
+    try {
+      mapping = shim.ipcOpen(deviceId, rawHandle);
+    } catch (err) {
+      const message = (err as Error).message;
+      if (shim.buildKind() === "mock") {
+        // The mock's "GPU" is this process's memory: it opens only handles it exported itself.
+        throw unavailable(
+          `${where}: CUDA is not available in this server: libtrtshim is the mock build (no CUDA), which cannot open this handle (${message})`,
+        );
+      }
+      throw invalidArg(`${where}: cannot open the IPC handle: ${message}`);
+    }
+    let stream: Stream;
+    try {
+      stream = shim.createStream(deviceId);
+    } catch (err) {
+      mapping.close();
+      throw unavailable(`${where}: cannot create a stream on GPU ${deviceId}: ${(err as Error).message}`);
+    }
+    this.#regions.set(name, { name, device_id: deviceId, byte_size: byteSize, mapping, stream, inUse: 0 });
+  }
+
+  /**
+   * Unregisters one region, or every region when `name` is "".
+   * @param name the region name
+   */
+  unregister(name: string): void {
+    const targets = name === "" ? [...this.#regions.values()] : [this.#regions.get(name)];
+    if (name !== "" && !targets[0]) return; // unregistering an unknown region is not an error
+    for (const r of targets) {
+      if (r && r.inUse > 0) {
+        throw unavailable(
+          `Cannot unregister CUDA shared memory region '${r.name}': ${r.inUse} running requests use it`,
+        );
+      }
+    }
+    for (const r of targets) {
+      if (!r) continue;
+      this.#release(r);
+      this.#regions.delete(r.name);
+    }
+  }
+
+  #release(r: CudaRegion): void {
+    try {
+      r.stream.close();
+    } finally {
+      r.mapping.close();
+    }
+  }
+
+  /**
+   * The status of one region or of all of them.
+   * @param name the region name, "" for all
+   */
+  status(name: string): CudaRegionStatus[] {
+    const list = name === ""
+      ? [...this.#regions.values()]
+      : [this.#regions.get(name)].filter((r) => r !== undefined);
+    if (name !== "" && list.length === 0) throw notFound(`Unknown CUDA shared memory region '${name}'`);
+    return list.map((r) => ({ name: r.name, device_id: r.device_id, byte_size: r.byte_size }));
+  }
+
+  #region(loc: ShmLocation, what: string, size: number, action: "read" | "write"): CudaRegion {
+    this.checkAllowed();
+    const r = this.#regions.get(loc.region);
+    if (!r) throw invalidArg(`Cannot ${action} ${what}: unknown shared memory region '${loc.region}'`);
+    if (loc.offset + size > r.byte_size) {
+      throw invalidArg(
+        `Cannot ${action} ${what}: offset ${loc.offset} + ${size} bytes is beyond region '${loc.region}' of ${r.byte_size} bytes`,
+      );
+    }
+    return r;
+  }
+
+  /**
+   * Checks that a read is inside its region (at decode time, before any copy).
+   * @param loc where the contents are
+   * @param what names the tensor in error messages
+   */
+  checkRead(loc: ShmLocation, what: string): void {
+    this.#region(loc, what, loc.byteSize, "read");
+  }
+
+  /**
+   * Marks regions as used by a running request.
+   * @param names region names (names of other kinds are ignored)
+   * @returns a function that ends the use
+   */
+  use(names: Iterable<string>): () => void {
+    const rs = [...new Set(names)].map((n) => this.#regions.get(n)).filter((r) => r !== undefined);
+    for (const r of rs) r.inUse++;
+    return () => {
+      for (const r of rs) r.inUse--;
+    };
+  }
+
+  /**
+   * Copies bytes out of a region (device to pinned host memory, then into a new array).
+   * @param loc where the contents are
+   * @param what names the tensor in error messages
+   */
+  async read(loc: ShmLocation, what: string): Promise<Uint8Array> {
+    const r = this.#region(loc, what, loc.byteSize, "read");
+    if (loc.byteSize === 0) return new Uint8Array(0);
+    const shim = this.#shim(`Cannot read ${what}`);
+    const host = shim.mallocHost(loc.byteSize);
+    try {
+      r.stream.copyToHost(host, Deno.UnsafePointer.offset(r.mapping.pointer!, loc.offset), loc.byteSize);
+      await r.stream.synchronize();
+      return host.bytes.slice();
+    } catch (err) {
+      if (err instanceof ServerError && !(err instanceof TrtShimError)) throw err;
+      throw invalidArg(
+        `Cannot read ${what} from CUDA shared memory region '${loc.region}': ${(err as Error).message}`,
+      );
+    } finally {
+      host.close();
+    }
+  }
+
+  /**
+   * Copies bytes into a region.
+   * @param loc where to write (`byteSize` is the room the client gave)
+   * @param bytes the contents
+   * @param what names the tensor in error messages
+   */
+  async write(loc: ShmLocation, bytes: Uint8Array, what: string): Promise<void> {
+    const r = this.#region(loc, what, bytes.byteLength, "write");
+    if (bytes.byteLength === 0) return;
+    const shim = this.#shim(`Cannot write ${what}`);
+    const host = shim.mallocHost(bytes.byteLength);
+    try {
+      host.bytes.set(bytes);
+      r.stream.copyToDevice(
+        Deno.UnsafePointer.offset(r.mapping.pointer!, loc.offset),
+        host,
+        bytes.byteLength,
+      );
+      await r.stream.synchronize();
+    } catch (err) {
+      if (err instanceof ServerError && !(err instanceof TrtShimError)) throw err;
+      throw internalCopy(what, loc.region, err);
+    } finally {
+      host.close();
+    }
+  }
+
+  /** Closes every region. */
+  close(): void {
+    for (const r of this.#regions.values()) this.#release(r);
+    this.#regions.clear();
+  }
+}
+
+function internalCopy(what: string, region: string, err: unknown): ServerError {
+  return new ServerError(
+    "INTERNAL",
+    `Cannot write ${what} to CUDA shared memory region '${region}': ${(err as Error).message}`,
+  );
+}
