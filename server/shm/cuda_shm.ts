@@ -186,6 +186,15 @@ export class CudaSharedMemory {
   }
 
   /**
+   * Checks, when a request arrives, that an output's location is inside its region.
+   * @param loc where the output goes (`byteSize` is the room the client gave)
+   * @param what names the output in error messages
+   */
+  checkWrite(loc: ShmLocation, what: string): void {
+    this.#region(loc, what, loc.byteSize, "write");
+  }
+
+  /**
    * Marks regions as used by a running request.
    * @param names region names (names of other kinds are ignored)
    * @returns a function that ends the use

@@ -191,6 +191,15 @@ export class SystemSharedMemory {
   }
 
   /**
+   * Checks, when a request arrives, that an output's location is inside a registered region.
+   * @param loc where the output goes (`byteSize` is the room the client gave)
+   * @param what names the output in error messages
+   */
+  checkWrite(loc: ShmLocation, what: string): void {
+    this.#region(loc, what, loc.byteSize, "write");
+  }
+
+  /**
    * Marks regions as used by a running request.
    * @param names region names
    * @returns a function that ends the use
@@ -336,10 +345,16 @@ export class ShmRequest {
       : undefined;
   }
 
+  /** Notes the regions the outputs name, and checks them before the request runs. */
   #outputRegions(request: InferRequest): void {
     for (const o of request.outputs) {
-      const r = o.parameters.shared_memory_region;
-      if (typeof r === "string") this.#regions.push(r);
+      if (o.parameters.shared_memory_region === undefined) continue;
+      const what = `output '${o.name}'`;
+      const loc = shmLocation(o.parameters, what)!;
+      if (!this.#shm) throw invalidArg(`Cannot write ${what}: shared memory is not available`);
+      if (this.#cuda?.has(loc.region)) this.#cuda.checkWrite(loc, what);
+      else this.#shm.checkWrite(loc, what);
+      this.#regions.push(loc.region);
     }
   }
 

@@ -219,6 +219,29 @@ Deno.test({
             "Cannot read the inference request for 'simple', input 'INPUT0': offset 224 + 64 bytes is beyond region 'in' of 256 bytes",
         },
       });
+      // An output that does not fit its region is refused when the request arrives: the model never runs.
+      const count = async () =>
+        ((await call(`${srv.url}/v2/models/simple/stats`)).json as {
+          model_stats: { inference_count: number }[];
+        }).model_stats[0]!.inference_count;
+      const before = await count();
+      const out = await call(`${srv.url}/v2/models/simple/infer`, "POST", {
+        inputs: [
+          { name: "INPUT0", datatype: "INT32", shape: [1, 16], data: A },
+          { name: "INPUT1", datatype: "INT32", shape: [1, 16], data: B },
+        ],
+        outputs: [{
+          name: "OUTPUT0",
+          parameters: { shared_memory_region: "out", shared_memory_byte_size: 64, shared_memory_offset: 200 },
+        }],
+      });
+      assert.deepEqual(out, {
+        status: 400,
+        json: {
+          error: "Cannot write output 'OUTPUT0': offset 200 + 64 bytes is beyond region 'out' of 256 bytes",
+        },
+      });
+      assert.equal(await count(), before);
       // The region names are one namespace with system shared memory.
       const sys = await call(`${srv.url}/v2/systemsharedmemory/region/in/register`, "POST", {
         key: "/whatever",
