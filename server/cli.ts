@@ -100,7 +100,12 @@ export const FLAGS: Record<string, FlagSpec> = {
   "allow-metrics": { kind: "bool", default: "true", help: "Serve Prometheus metrics" },
   "allow-gpu-metrics": { kind: "bool", default: "true", help: "Report GPU metrics" },
   "allow-cpu-metrics": { kind: "bool", default: "true", help: "Report CPU metrics" },
-  "metrics-interval-ms": { kind: "int", default: "2000", min: 1, help: "Interval of the gauge updates, ms" },
+  "metrics-interval-ms": {
+    kind: "int",
+    default: "2000",
+    min: 1,
+    help: "Interval between samples of the CPU and GPU gauges, ms",
+  },
   "metrics-config": { kind: "list", help: "Metrics setting <key>=<value> (repeatable)" },
   "model-control-mode": {
     kind: "string",
@@ -167,7 +172,10 @@ export const FLAGS: Record<string, FlagSpec> = {
     choices: ["none", "low", "medium", "high"],
     help: "Compression of gRPC infer responses",
   },
-  "trace-config": { kind: "list", help: "Trace setting [<mode>,]<key>=<value> (repeatable)" },
+  "trace-config": {
+    kind: "list",
+    help: "Trace setting [<mode>,]<key>=<value>, mode triton or opentelemetry (repeatable)",
+  },
 };
 
 /** The help text listing every flag. */

@@ -10,7 +10,9 @@ import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpHandler } from "./frontends/http/handler.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
+import { openGpuReader } from "./metrics/gpu.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
+import { SystemSampler } from "./metrics/sampler.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import { type Poller, startPoller } from "./repository/poller.ts";
 import { SystemSharedMemory } from "./shm/system_shm.ts";
@@ -86,10 +88,12 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   let traces: TraceManager;
   try {
     traces = new TraceManager(options.traceConfig);
+    await traces.start();
   } catch (err) {
     throw new StartupError((err as Error).message);
   }
   let metrics: ReturnType<typeof createMetrics> | undefined;
+  let sampler: SystemSampler | undefined;
   const registry = new ModelRegistry({
     traces,
     repositories,
@@ -112,14 +116,24 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   }
   if (failures.size > 0 && options.exitOnError) {
     await registry.close();
+    await traces.close();
     const reasons = [...failures.entries()].map(([n, r]) => `'${n}': ${r}`).join("; ");
     throw new StartupError(`Cannot start: failed to load all models (${reasons})`);
   }
   if (options.allowMetrics) {
+    // CPU and GPU gauges are sampled every --metrics-interval-ms; GPUs are those the shim sees.
+    sampler = new SystemSampler({
+      intervalMs: options.metricsIntervalMs,
+      cpu: options.allowCpuMetrics,
+      gpu: options.allowGpuMetrics
+        ? openGpuReader({ tensorrtConfig: options.backendConfig.tensorrt })
+        : undefined,
+    });
     try {
-      metrics = createMetrics(registry, { cpu: options.allowCpuMetrics, config: options.metricsConfig });
+      metrics = createMetrics(registry, { config: options.metricsConfig, sampler });
     } catch (err) {
       await registry.close();
+      await traces.close();
       throw new StartupError((err as Error).message);
     }
   }
@@ -183,6 +197,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     } catch (err) {
       abort.abort();
       await registry.close();
+      await traces.close();
       throw new StartupError(
         `Cannot start the gRPC service on ${options.grpcAddress}:${options.grpcPort}: ${
           (err as Error).message
@@ -201,6 +216,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     }, createMetricsHandler(metrics!));
     metricsAddr = metricsServer.addr;
     log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
+    sampler?.start();
   }
 
   let resolveFinished: () => void = () => {};
@@ -233,7 +249,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       }
       shm.close();
       cudaShm.close();
-      traces.flush();
+      sampler?.stop();
+      await traces.close();
       log.info("Stopped");
       if (!logger) log.close();
       resolveFinished();

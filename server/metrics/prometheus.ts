@@ -1,21 +1,26 @@
 /**
  * Prometheus metrics with Triton's names and labels, served on `--metrics-port` at `/metrics`. Inference
  * metrics are read from each model version's statistics at scrape time, so the hot path only updates plain
- * numbers.
+ * numbers; CPU and GPU gauges report the last sample of a SystemSampler (every `--metrics-interval-ms`).
  * @module
  */
 
 import client from "prom-client";
 import type { ModelRegistry } from "../models/registry.ts";
 import { invalidArg } from "../core/errors.ts";
+import type { GpuSample } from "./gpu.ts";
+import type { SystemSampler } from "./sampler.ts";
 import { type FailureReason, setLatencyObserver, type VersionStats } from "./stats.ts";
 
 /** What the metrics endpoint reports. */
 export interface MetricsOptions {
-  /** Report CPU utilization and memory. */
-  cpu: boolean;
   /** `--metrics-config` entries: counter_latencies, summary_latencies, histogram_latencies, summary_quantiles. */
   config?: readonly string[];
+  /**
+   * The sampled CPU and GPU readings (`--metrics-interval-ms`): CPU gauges when it samples the CPU, GPU
+   * gauges (label `gpu_uuid`) when it has GPUs. Without it neither is reported.
+   */
+  sampler?: SystemSampler;
 }
 
 /** The `--metrics-config` settings. */
@@ -65,32 +70,6 @@ export function parseMetricsConfig(entries: readonly string[]): MetricsConfig {
 }
 
 type Labels = { model: string; version: string };
-
-/** CPU utilization from /proc/stat, as the busy share of all CPU time between two readings. */
-class CpuSampler {
-  #last: { busy: number; total: number } | undefined = this.#read();
-
-  #read(): { busy: number; total: number } | undefined {
-    try {
-      const line = Deno.readTextFileSync("/proc/stat").split("\n")[0] ?? "";
-      const v = line.trim().split(/\s+/).slice(1).map(Number);
-      const idle = (v[3] ?? 0) + (v[4] ?? 0);
-      const total = v.reduce((a, b) => a + b, 0);
-      return { busy: total - idle, total };
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** The utilization (0..1) since the previous call. */
-  sample(): number {
-    const now = this.#read();
-    const last = this.#last;
-    this.#last = now;
-    if (!now || !last || now.total === last.total) return 0;
-    return (now.busy - last.busy) / (now.total - last.total);
-  }
-}
 
 /**
  * Creates the metrics registry over the model registry.
@@ -235,33 +214,41 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
     registers: [registry],
     collect: perVersion((s) => s.loadSeconds),
   });
-  if (options.cpu) {
-    const cpu = new CpuSampler();
-    new client.Gauge({
-      name: "nv_cpu_utilization",
-      help: "CPU utilization rate [0.0 - 1.0]",
-      registers: [registry],
-      collect() {
-        this.set(cpu.sample());
-      },
-    });
-    new client.Gauge({
-      name: "nv_cpu_memory_total_bytes",
-      help: "CPU total memory (RAM), in bytes",
-      registers: [registry],
-      collect() {
-        this.set(Deno.systemMemoryInfo().total);
-      },
-    });
-    new client.Gauge({
-      name: "nv_cpu_memory_used_bytes",
-      help: "CPU used memory (RAM), in bytes",
-      registers: [registry],
-      collect() {
-        const m = Deno.systemMemoryInfo();
-        this.set(m.total - m.available);
-      },
-    });
+  const sampler = options.sampler;
+  if (sampler?.cpuEnabled) {
+    const cpuGauge = (name: string, help: string, value: (c: NonNullable<SystemSampler["cpu"]>) => number) =>
+      new client.Gauge({
+        name,
+        help,
+        registers: [registry],
+        collect() {
+          this.reset();
+          if (sampler.cpu) this.set(value(sampler.cpu));
+        },
+      });
+    cpuGauge("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", (c) => c.utilization);
+    cpuGauge("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", (c) => c.memoryTotalBytes);
+    cpuGauge("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", (c) => c.memoryUsedBytes);
+  }
+  if (sampler?.gpuEnabled) {
+    const gpuGauge = (name: string, help: string, value: (g: GpuSample) => number | undefined) =>
+      new client.Gauge({
+        name,
+        help,
+        labelNames: ["gpu_uuid"] as const,
+        registers: [registry],
+        collect() {
+          this.reset();
+          for (const g of sampler.gpus) {
+            const v = value(g);
+            if (v !== undefined) this.set({ gpu_uuid: g.uuid }, v);
+          }
+        },
+      });
+    // Power usage, power limit and energy consumption are not in the shim's ABI: not reported.
+    gpuGauge("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", (g) => g.utilization);
+    gpuGauge("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", (g) => g.memoryTotalBytes);
+    gpuGauge("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", (g) => g.memoryUsedBytes);
   }
   return registry;
 }

@@ -1,15 +1,91 @@
 /**
- * The trace extension (Triton's `triton` trace mode): sampled requests record Triton's timestamps (and, at
- * level TENSORS, their input and output tensors) and are written as a JSON array to `trace_file`, every
- * `log_frequency` traces to `<trace_file>.<n>` or, with 0, when the server stops. Settings are global with
- * per-model overrides, changed through `/v2[/models/{m}]/trace/setting` or gRPC TraceSetting.
+ * The trace extension. Sampled requests record Triton's timestamps (and, at level TENSORS in `triton` mode,
+ * their input and output tensors). In `triton` mode (the default) they are written to `trace_file` in
+ * Triton's JSON trace format, every `log_frequency` traces to `<trace_file>.<n>` or, with 0, when the server
+ * stops. In `opentelemetry` mode (`--trace-config=mode=opentelemetry`) each trace becomes OpenTelemetry spans
+ * exported over OTLP/HTTP (./opentelemetry.ts). Settings are global with per-model overrides, changed through
+ * `/v2[/models/{m}]/trace/setting` or gRPC TraceSetting.
  * @module
  */
 
-import { type Datatype, toJsonValues } from "../core/dtypes.ts";
+import {
+  bf16ToNumber,
+  type Datatype,
+  halfToNumber,
+  type TensorData,
+  typedView,
+  utf8Decode,
+} from "../core/dtypes.ts";
 import { invalidArg } from "../core/errors.ts";
 import type { Tensor } from "../core/types.ts";
 import { nowNs } from "../metrics/stats.ts";
+
+/** Where traces go: a Triton JSON file or OpenTelemetry spans. */
+export type TraceMode = "triton" | "opentelemetry";
+
+/** The `--trace-config=opentelemetry,<key>=<value>` settings (Triton's names and defaults). */
+export interface OpenTelemetrySettings {
+  /** The OTLP/HTTP traces endpoint (`url`). */
+  url: string;
+  /** Resource attributes (`resource=<key>=<value>`, repeatable) over the defaults (`service.name` `dinfer`). */
+  resource: Record<string, string>;
+  /** Batch span processor queue size (`bsp_max_queue_size`; else OTEL_BSP_MAX_QUEUE_SIZE, 2048). */
+  bspMaxQueueSize: number;
+  /** Milliseconds between two exports (`bsp_schedule_delay`; else OTEL_BSP_SCHEDULE_DELAY, 5000). */
+  bspScheduleDelay: number;
+  /** Most spans per export (`bsp_max_export_batch_size`; else OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512). */
+  bspMaxExportBatchSize: number;
+}
+
+/** Receives the finished traces in opentelemetry mode. */
+export interface TraceSink {
+  /** Turns a finished trace into spans and queues them for export. */
+  export(trace: Trace): void;
+  /** Exports what is queued and stops. */
+  shutdown(): Promise<void>;
+}
+
+/** One tensor recorded at level TENSORS, as Triton writes it: values and dims as comma-separated text. */
+export interface TraceTensor {
+  /** TENSOR_QUEUE_INPUT or TENSOR_BACKEND_OUTPUT. */
+  activity: string;
+  name: string;
+  dtype: Datatype;
+  shape: string;
+  data: string;
+}
+
+/** A float as C++ streams write it by default (`%g`, six significant digits), as Triton's trace file has it. */
+function formatFloat(x: number): string {
+  if (Number.isNaN(x)) return "nan";
+  if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
+  if (x === 0) return Object.is(x, -0) ? "-0" : "0";
+  const [mantissa, exponent] = x.toExponential(5).split("e");
+  const e = Number(exponent);
+  const strip = (t: string) => (t.includes(".") ? t.replace(/\.?0+$/, "") : t);
+  if (e < -4 || e >= 6) {
+    return `${strip(mantissa!)}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
+  }
+  return strip(x.toFixed(5 - e));
+}
+
+/**
+ * Tensor contents as the `data` text of a trace file: values separated by commas, BOOL as 1 and 0, floats
+ * with six significant digits, each BYTES element in double quotes.
+ * @param dt the datatype
+ * @param data the contents
+ */
+export function traceDataText(dt: Datatype, data: TensorData): string {
+  if (dt === "BYTES") return (data as Uint8Array[]).map((b) => `"${utf8Decode(b)}"`).join(",");
+  const bytes = data as Uint8Array;
+  if (dt === "BOOL") return Array.from(bytes, (b) => (b !== 0 ? "1" : "0")).join(",");
+  const view = typedView(dt, bytes);
+  if (dt === "FP16") return Array.from(view as Uint16Array, (h) => formatFloat(halfToNumber(h))).join(",");
+  if (dt === "BF16") return Array.from(view as Uint16Array, (h) => formatFloat(bf16ToNumber(h))).join(",");
+  if (dt === "FP32" || dt === "FP64") return Array.from(view as Float64Array, formatFloat).join(",");
+  if (dt === "INT64" || dt === "UINT64") return Array.from(view as BigInt64Array, String).join(",");
+  return Array.from(view as Int32Array).join(",");
+}
 
 /** Trace settings as the extension shows them: every value a string, trace_level a list. */
 export interface TraceSettingsJson {
@@ -39,9 +115,10 @@ export class Trace {
   readonly requestId: string;
   readonly tensors: boolean;
   readonly timestamps: { name: string; ns: number }[] = [];
-  readonly activity: { name: string; datatype: Datatype; shape: number[]; data: unknown[] }[] = [];
+  readonly activity: TraceTensor[] = [];
   #done: (t: Trace) => void;
   #ended = false;
+  #endNs = 0;
 
   constructor(
     id: number,
@@ -70,38 +147,56 @@ export class Trace {
 
   /**
    * Records tensors at level TENSORS.
-   * @param kind e.g. "TENSOR_QUEUE_INPUT" or "TENSOR_BACKEND_OUTPUT"
+   * @param kind "TENSOR_QUEUE_INPUT" or "TENSOR_BACKEND_OUTPUT"
    * @param tensors the tensors
    */
   recordTensors(kind: string, tensors: Iterable<Tensor>): void {
     if (!this.tensors) return;
     for (const t of tensors) {
       this.activity.push({
-        name: `${kind}:${t.name}`,
-        datatype: t.datatype,
-        shape: t.shape,
-        data: toJsonValues(t.datatype, t.data),
+        activity: kind,
+        name: t.name,
+        dtype: t.datatype,
+        shape: t.shape.join(","),
+        data: traceDataText(t.datatype, t.data),
       });
     }
+  }
+
+  /** When the trace ended (nowNs() at end()), 0 before. */
+  get endNs(): number {
+    return this.#endNs;
   }
 
   /** Ends the trace (once). */
   end(): void {
     if (this.#ended) return;
     this.#ended = true;
+    this.#endNs = nowNs();
     this.#done(this);
   }
 
-  /** The trace as written to the trace file. */
-  toJson(): Record<string, unknown> {
-    const out: Record<string, unknown> = {
+  /**
+   * The trace as Triton's JSON trace format has it: one object naming the model, then one object per
+   * timestamp (in time order), then one per tensor, each with the trace's `id`.
+   */
+  toTritonJson(): Record<string, unknown>[] {
+    const head: Record<string, unknown> = {
       id: this.id,
       model_name: this.model,
       model_version: Number(this.version),
-      request_id: this.requestId,
-      timestamps: this.timestamps,
     };
-    if (this.tensors) out.activity = this.activity;
+    if (this.requestId !== "") head.request_id = this.requestId;
+    const out: Record<string, unknown>[] = [head];
+    const inOrder = [...this.timestamps].sort((a, b) => a.ns - b.ns);
+    for (const t of inOrder) out.push({ id: this.id, timestamps: [{ name: t.name, ns: t.ns }] });
+    for (const a of this.activity) {
+      out.push({
+        id: this.id,
+        activity: a.activity,
+        tensor: { name: a.name, data: a.data, shape: a.shape, dtype: a.dtype },
+      });
+    }
     return out;
   }
 }
@@ -109,6 +204,7 @@ export class Trace {
 function parseSettings(
   update: Record<string, unknown>,
   forModel: boolean,
+  mode: TraceMode,
 ): Partial_ & { clear: Set<string> } {
   const out: Partial_ & { clear: Set<string> } = { clear: new Set() };
   for (const [k, raw] of Object.entries(update)) {
@@ -133,6 +229,11 @@ function parseSettings(
       }
       return Number(v);
     };
+    const tritonOnly = () => {
+      if (mode !== "triton") {
+        throw invalidArg(`Cannot update the trace settings: '${k}' does not apply to trace_mode '${mode}'`);
+      }
+    };
     switch (k) {
       case "trace_level": {
         const level = new Set<"TIMESTAMPS" | "TENSORS">();
@@ -155,14 +256,16 @@ function parseSettings(
         out.count = int(-1);
         break;
       case "log_frequency":
+        tritonOnly();
         out.logFrequency = int(0);
         break;
       case "trace_file":
+        tritonOnly();
         out.file = one();
         break;
       case "trace_mode":
-        if (one() !== "triton") {
-          throw invalidArg("Cannot update the trace settings: only trace_mode 'triton' is supported");
+        if (one() !== mode) {
+          throw invalidArg(`Cannot update the trace settings: only trace_mode '${mode}' is supported`);
         }
         break;
       default:
@@ -170,6 +273,141 @@ function parseSettings(
     }
   }
   return out;
+}
+
+/** The `--trace-config` entries, sorted out. */
+interface ParsedTraceConfig {
+  mode: TraceMode;
+  /** The global and triton-mode settings, by the extension's names. */
+  settings: Record<string, unknown>;
+  opentelemetry: OpenTelemetrySettings;
+}
+
+/** Triton's spellings of a trace level on the command line (case-insensitive). */
+function cliLevel(entry: string, value: string): "OFF" | "TIMESTAMPS" | "TENSORS" {
+  const v = value.toLowerCase();
+  if (v === "off" || v === "false") return "OFF";
+  if (["on", "true", "min", "max", "timestamps"].includes(v)) return "TIMESTAMPS";
+  if (v === "tensors") return "TENSORS";
+  throw invalidArg(`Bad --trace-config '${entry}': unknown level '${value}' (OFF, TIMESTAMPS, TENSORS)`);
+}
+
+/** An OTEL_BSP_* environment variable, when set (and readable). */
+function bspEnv(name: string): string | undefined {
+  try {
+    return Deno.env.get(name) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Reads `--trace-config` entries as Triton does: global `level`, `rate`, `count` and `mode`;
+ * `triton,file` and `triton,log-frequency` (also without the prefix); `opentelemetry,url`,
+ * `opentelemetry,resource=<key>=<value>` and the batch span processor's `bsp_max_queue_size`,
+ * `bsp_schedule_delay`, `bsp_max_export_batch_size`. Levels given more than once add up; `level=OFF` turns
+ * tracing off.
+ * @param entries the flag values
+ * @throws ServerError INVALID_ARG naming a bad entry
+ */
+function parseTraceConfig(entries: readonly string[]): ParsedTraceConfig {
+  let mode: TraceMode = "triton";
+  const settings: Record<string, unknown> = {};
+  const levels = new Set<"TIMESTAMPS" | "TENSORS">();
+  let levelGiven = false;
+  let off = false;
+  const otel: Record<string, string> = {};
+  const resource: Record<string, string> = {};
+  for (const entry of entries) {
+    const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);
+    if (!m || m[3] === "") {
+      throw invalidArg(`Bad --trace-config '${entry}': expected [<mode>,]<setting>=<value>`);
+    }
+    const [, prefix, key, value] = m as unknown as [string, string | undefined, string, string];
+    if (prefix !== undefined && prefix !== "triton" && prefix !== "opentelemetry") {
+      throw invalidArg(`Bad --trace-config '${entry}': unknown mode '${prefix}' (triton, opentelemetry)`);
+    }
+    if (prefix === "opentelemetry") {
+      if (key === "resource") {
+        const i = value.indexOf("=");
+        if (i <= 0) throw invalidArg(`Bad --trace-config '${entry}': expected resource=<key>=<value>`);
+        resource[value.slice(0, i)] = value.slice(i + 1);
+      } else if (
+        ["url", "bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size"].includes(key)
+      ) {
+        otel[key] = value;
+      } else {
+        throw invalidArg(`Bad --trace-config '${entry}': unknown opentelemetry setting '${key}'`);
+      }
+      continue;
+    }
+    if (prefix === undefined && key === "mode") {
+      const v = value.toLowerCase();
+      if (v !== "triton" && v !== "opentelemetry") {
+        throw invalidArg(`Bad --trace-config '${entry}': unknown mode '${value}' (triton, opentelemetry)`);
+      }
+      mode = v;
+      continue;
+    }
+    if (prefix === undefined && key === "level") {
+      levelGiven = true;
+      for (const part of value.split(/[,+]/)) {
+        const level = cliLevel(entry, part);
+        if (level === "OFF") off = true;
+        else levels.add(level);
+      }
+      continue;
+    }
+    const name = prefix === undefined
+      ? {
+        rate: "trace_rate",
+        count: "trace_count",
+        file: "trace_file",
+        "log-frequency": "log_frequency",
+      }[key]
+      : { file: "trace_file", "log-frequency": "log_frequency" }[key];
+    if (!name) throw invalidArg(`Bad --trace-config '${entry}': unknown setting '${key}'`);
+    settings[name] = value;
+  }
+  if (levelGiven) settings.trace_level = off ? [] : [...levels];
+  const uint = (key: string, env: string, fallback: number): number => {
+    const flag = otel[key];
+    const text = flag ?? bspEnv(env) ?? String(fallback);
+    if (!/^[0-9]+$/.test(text) || !Number.isSafeInteger(Number(text)) || Number(text) > 0xffffffff) {
+      throw invalidArg(
+        flag !== undefined
+          ? `Bad --trace-config 'opentelemetry,${key}=${text}': expected an unsigned integer`
+          : `Bad ${env} '${text}': expected an unsigned integer`,
+      );
+    }
+    return Number(text);
+  };
+  const opentelemetry: OpenTelemetrySettings = {
+    url: otel.url ?? "http://localhost:4318/v1/traces",
+    resource,
+    bspMaxQueueSize: uint("bsp_max_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE", 2048),
+    bspScheduleDelay: uint("bsp_schedule_delay", "OTEL_BSP_SCHEDULE_DELAY", 5000),
+    bspMaxExportBatchSize: uint("bsp_max_export_batch_size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
+  };
+  if (mode === "opentelemetry") {
+    try {
+      const url = new URL(opentelemetry.url);
+      if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http");
+    } catch {
+      throw invalidArg(
+        `Bad --trace-config 'opentelemetry,url=${opentelemetry.url}': expected an http:// or https:// URL`,
+      );
+    }
+    if (opentelemetry.bspMaxQueueSize === 0) {
+      throw invalidArg("Bad --trace-config: bsp_max_queue_size must be at least 1");
+    }
+    if (opentelemetry.bspMaxExportBatchSize > opentelemetry.bspMaxQueueSize) {
+      throw invalidArg(
+        `Bad --trace-config: bsp_max_export_batch_size (${opentelemetry.bspMaxExportBatchSize}) must not exceed bsp_max_queue_size (${opentelemetry.bspMaxQueueSize})`,
+      );
+    }
+  }
+  return { mode, settings, opentelemetry };
 }
 
 /**
@@ -184,39 +422,53 @@ export class TraceManager {
   #remaining = new Map<string, number>();
   #open = new Map<string, number>();
   #nextId = 1;
+  /** By trace file: the entries collected and how many traces they hold. */
   #pending = new Map<string, Record<string, unknown>[]>();
+  #pendingTraces = new Map<string, number>();
   #fileIndex = new Map<string, number>();
+  readonly #mode: TraceMode;
+  readonly #opentelemetry: OpenTelemetrySettings;
+  #sink: TraceSink | undefined;
 
   /**
-   * Creates the manager from `--trace-config` entries (`[triton,]key=value`: level, rate, count,
-   * log-frequency, file, mode).
+   * Creates the manager from `--trace-config` entries (see parseTraceConfig: `level`, `rate`, `count`,
+   * `mode`, `triton,file`, `triton,log-frequency`, `opentelemetry,url`, `opentelemetry,resource`,
+   * `opentelemetry,bsp_*`). In opentelemetry mode, start() sets up the exporter.
    * @param config the --trace-config values
+   * @throws ServerError INVALID_ARG naming a bad entry
    */
   constructor(config: readonly string[] = []) {
     this.#global = { level: new Set(), rate: 1000, count: -1, logFrequency: 0, file: "" };
-    const update: Record<string, unknown> = {};
-    for (const entry of config) {
-      const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);
-      if (!m) throw invalidArg(`Bad --trace-config '${entry}': expected [mode,]key=value`);
-      const [, mode, key, value] = m;
-      if (mode === "opentelemetry" || (key === "mode" && value === "opentelemetry")) {
-        throw invalidArg("Bad --trace-config: trace mode 'opentelemetry' is not supported yet, use 'triton'");
-      }
-      if (mode !== undefined && mode !== "triton") {
-        throw invalidArg(`Bad --trace-config '${entry}': unknown mode '${mode}'`);
-      }
-      const name = {
-        level: "trace_level",
-        rate: "trace_rate",
-        count: "trace_count",
-        "log-frequency": "log_frequency",
-        file: "trace_file",
-        mode: "trace_mode",
-      }[key!];
-      if (!name) throw invalidArg(`Bad --trace-config '${entry}': unknown key '${key}'`);
-      update[name] = name === "trace_level" ? value!.split(/[,+]/) : value;
+    const parsed = parseTraceConfig(config);
+    this.#mode = parsed.mode;
+    this.#opentelemetry = parsed.opentelemetry;
+    // Triton ignores the triton-mode file settings in opentelemetry mode.
+    const { trace_file: _file, log_frequency: _frequency, ...global } = parsed.settings;
+    this.update(this.#mode === "triton" ? parsed.settings : global);
+  }
+
+  /** The trace mode, fixed at start-up. */
+  get mode(): TraceMode {
+    return this.#mode;
+  }
+
+  /** The opentelemetry settings (used in opentelemetry mode). */
+  get opentelemetry(): OpenTelemetrySettings {
+    return this.#opentelemetry;
+  }
+
+  /**
+   * Sets up where traces go: in opentelemetry mode, the OTLP/HTTP exporter (loaded only then); else nothing.
+   * @param sink a sink to use instead of the OTLP/HTTP exporter
+   */
+  async start(sink?: TraceSink): Promise<void> {
+    if (this.#mode !== "opentelemetry" || this.#sink) return;
+    if (sink) {
+      this.#sink = sink;
+      return;
     }
-    this.update(update);
+    const { OpenTelemetrySink } = await import("./opentelemetry.ts");
+    this.#sink = new OpenTelemetrySink(this.#opentelemetry);
   }
 
   #effective(model: string): Settings {
@@ -240,18 +492,19 @@ export class TraceManager {
       trace_count: String(this.#remaining.get(this.#key(model)) ?? s.count),
       log_frequency: String(s.logFrequency),
       trace_file: s.file,
-      trace_mode: "triton",
+      trace_mode: this.#mode,
     };
   }
 
   /**
    * Changes settings (all checked before any takes effect); for a model, `null` values remove its override.
+   * In opentelemetry mode, trace_file and log_frequency do not apply and are refused.
    * @param update settings by the extension's names
    * @param model the model name, "" for the global settings
    * @returns the settings after the change
    */
   update(update: Record<string, unknown>, model = ""): TraceSettingsJson {
-    const parsed = parseSettings(update, model !== "");
+    const parsed = parseSettings(update, model !== "", this.#mode);
     const { clear, ...values } = parsed;
     const keyOf: Record<string, keyof Settings> = {
       trace_level: "level",
@@ -309,7 +562,8 @@ export class TraceManager {
       model,
       version,
       requestId,
-      s.level.has("TENSORS"),
+      // Tensors are traced in triton mode only (as in Triton).
+      s.level.has("TENSORS") && this.#mode === "triton",
       (t) => this.#collect(t, key, file, frequency),
     );
   }
@@ -317,17 +571,24 @@ export class TraceManager {
   #collect(t: Trace, key: string, file: string, frequency: number): void {
     const open = (this.#open.get(key) ?? 1) - 1;
     this.#open.set(key, open);
+    if (this.#mode === "opentelemetry") {
+      this.#sink?.export(t);
+      return;
+    }
     if (!file) return;
     const list = this.#pending.get(file) ?? [];
-    list.push(t.toJson());
+    list.push(...t.toTritonJson());
     this.#pending.set(file, list);
+    const traces = (this.#pendingTraces.get(file) ?? 0) + 1;
+    this.#pendingTraces.set(file, traces);
     // Written every log_frequency traces, and (whatever log_frequency says) once trace_count has run out.
     const exhausted = this.#remaining.get(key) === 0 && open === 0;
-    if ((frequency > 0 && list.length >= frequency) || exhausted) this.#write(file, true);
+    if ((frequency > 0 && traces >= frequency) || exhausted) this.#write(file, true);
   }
 
   #write(file: string, indexed: boolean): void {
     const list = this.#pending.get(file);
+    this.#pendingTraces.delete(file);
     if (!list || list.length === 0) return;
     this.#pending.delete(file);
     let path = file;
@@ -349,5 +610,13 @@ export class TraceManager {
       const frequency = this.#global.logFrequency;
       this.#write(file, frequency > 0);
     }
+  }
+
+  /** Writes the collected traces and, in opentelemetry mode, exports the queued spans and stops. */
+  async close(): Promise<void> {
+    this.flush();
+    const sink = this.#sink;
+    this.#sink = undefined;
+    await sink?.shutdown();
   }
 }

@@ -10,6 +10,8 @@ import assert from "node:assert/strict";
 import { FIXTURES, startTestServer, type TestServer } from "../helpers.ts";
 import { get, inferJson, SIMPLE_REQUEST } from "./_http.ts";
 import { pythonJson } from "./_python.ts";
+import { mockShim } from "../_trtshim.ts";
+import { openTrtShim } from "../../ffi/trtshim.ts";
 
 interface Duration {
   count: number;
@@ -418,4 +420,117 @@ Deno.test("a bad --metrics-config stops the start with one line naming it", asyn
     () => startTestServer(["--metrics-config=summary_latencies=maybe"]),
     { message: "Bad --metrics-config 'summary_latencies=maybe': expected true or false" },
   );
+});
+
+Deno.test("CPU gauges report the last sample of --metrics-interval-ms, not a reading at each scrape", async () => {
+  await using s = await startTestServer(["--metrics-interval-ms=3600000"]);
+  const first = await scrape(s);
+  // Memory moves all the time; an hour-long interval keeps the one sample taken at start-up.
+  await new Promise((r) => setTimeout(r, 20));
+  const second = await scrape(s);
+  for (const name of ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes"]) {
+    assert.equal(second.types.get(name), "gauge", name);
+    assert.equal(metric(second, name), metric(first, name), name);
+  }
+  assert.equal(metric(first, "nv_cpu_memory_total_bytes"), Deno.systemMemoryInfo().total);
+});
+
+const shim = await mockShim();
+/** The mock device's UUID: the bytes of "dinfer-mock-dev" and the device index. */
+const MOCK_UUID = ["GPU-64696e66-6572-2d6d-6f63-6b2d64657600", "GPU-64696e66-6572-2d6d-6f63-6b2d64657601"];
+const GPU_GAUGES = ["nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes"];
+
+/** Runs `fn` with environment variables set (the mock shim reads its devices from them at each call). */
+async function withEnv(env: Record<string, string>, fn: () => Promise<void>): Promise<void> {
+  const previous = Object.fromEntries(Object.keys(env).map((k) => [k, Deno.env.get(k)]));
+  for (const [k, v] of Object.entries(env)) Deno.env.set(k, v);
+  try {
+    await fn();
+  } finally {
+    for (const [k, v] of Object.entries(previous)) {
+      if (v === undefined) Deno.env.delete(k);
+      else Deno.env.set(k, v);
+    }
+  }
+}
+
+/** The GPU samples of a scrape, as `name{gpu_uuid} value` lines, sorted. */
+function gpuSamples(m: Scrape): string[] {
+  return m.samples
+    .filter((x) => x.name.startsWith("nv_gpu_") || x.name === "nv_energy_consumption")
+    .map((x) => `${x.name}{${JSON.stringify(x.labels)}} ${x.value}`)
+    .sort();
+}
+
+Deno.test({
+  name: "GPU gauges report each mock device by gpu_uuid: utilization, total and used memory, sampled",
+  ignore: shim === undefined,
+}, async () => {
+  await withEnv({ TRTSHIM_MOCK_DEVICE_COUNT: "2", TRTSHIM_MOCK_MEMORY: String(1 << 30) }, async () => {
+    const lib = openTrtShim(shim!);
+    using _onDevice1 = lib.mallocDevice(1, 3 << 20);
+    await using s = await startTestServer([
+      `--backend-config=tensorrt,shim-path=${shim}`,
+      "--metrics-interval-ms=3600000",
+    ]);
+    const expected = [
+      `nv_gpu_memory_total_bytes{{"gpu_uuid":"${MOCK_UUID[0]}"}} ${1 << 30}`,
+      `nv_gpu_memory_total_bytes{{"gpu_uuid":"${MOCK_UUID[1]}"}} ${1 << 30}`,
+      `nv_gpu_memory_used_bytes{{"gpu_uuid":"${MOCK_UUID[0]}"}} 0`,
+      `nv_gpu_memory_used_bytes{{"gpu_uuid":"${MOCK_UUID[1]}"}} ${3 << 20}`,
+      `nv_gpu_utilization{{"gpu_uuid":"${MOCK_UUID[0]}"}} 0`,
+      `nv_gpu_utilization{{"gpu_uuid":"${MOCK_UUID[1]}"}} 0`,
+    ];
+    const m = await scrape(s);
+    assert.deepEqual(gpuSamples(m), expected);
+    for (const name of GPU_GAUGES) assert.equal(m.types.get(name), "gauge", name);
+    // Power and energy are not in the shim's ABI: those gauges are left out, not faked.
+    for (const name of ["nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"]) {
+      assert.equal(m.types.has(name), false, name);
+    }
+    // An allocation after the sample shows only at the next one (an hour away).
+    using _onDevice0 = lib.mallocDevice(0, 1 << 20);
+    assert.deepEqual(gpuSamples(await scrape(s)), expected);
+  });
+});
+
+Deno.test({
+  name: "with --metrics-interval-ms=10 the GPU gauges follow the device at the next sample",
+  ignore: shim === undefined,
+}, async () => {
+  await withEnv({ TRTSHIM_MOCK_DEVICE_COUNT: "1", TRTSHIM_MOCK_MEMORY: String(1 << 30) }, async () => {
+    await using s = await startTestServer([
+      `--backend-config=tensorrt,shim-path=${shim}`,
+      "--metrics-interval-ms=10",
+    ]);
+    const used = async () => metric(await scrape(s), "nv_gpu_memory_used_bytes", { gpu_uuid: MOCK_UUID[0]! });
+    assert.equal(await used(), 0);
+    using _buffer = openTrtShim(shim!).mallocDevice(0, 5 << 20);
+    // Wait (without asserting on time) for a sample taken after the allocation.
+    let value = await used();
+    for (let i = 0; i < 500 && value !== 5 << 20; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      value = await used();
+    }
+    assert.equal(value, 5 << 20);
+  });
+});
+
+Deno.test({
+  name: "no GPU series without a GPU: --allow-gpu-metrics=false, 0 devices, no library, or a mock not chosen",
+  ignore: shim === undefined,
+}, async () => {
+  const none = async (flags: string[], env: Record<string, string> = {}) => {
+    await withEnv(env, async () => {
+      await using s = await startTestServer(flags);
+      const m = await scrape(s);
+      assert.deepEqual(gpuSamples(m), [], flags.join(" "));
+      assert.deepEqual([...m.types.keys()].filter((n) => n.startsWith("nv_gpu_")), [], flags.join(" "));
+    });
+  };
+  await none([`--backend-config=tensorrt,shim-path=${shim}`, "--allow-gpu-metrics=false"]);
+  await none([`--backend-config=tensorrt,shim-path=${shim}`], { TRTSHIM_MOCK_DEVICE_COUNT: "0" });
+  await none(["--backend-config=tensorrt,shim-path=/nonexistent/libtrtshim.so"]);
+  // The default path (build/shim/libtrtshim.so) is the mock on a machine without CUDA: not a GPU.
+  if (Deno.env.get("DINFER_TRTSHIM") === undefined) await none([]);
 });

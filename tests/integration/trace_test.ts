@@ -1,8 +1,9 @@
 /**
  * The trace extension (triton mode): settings over HTTP and gRPC (tritonclient), `--trace-config`, and the
  * trace files themselves: which requests are sampled (rate, count, per-model overrides), when files are
- * written (every log_frequency traces, when trace_count runs out, at shutdown), and what a trace holds
- * (Triton's timestamps in order, tensors at level TENSORS).
+ * written (every log_frequency traces, when trace_count runs out, at shutdown), and what a trace holds in
+ * Triton's JSON trace format (a model entry, one entry per timestamp in time order, tensor entries at level
+ * TENSORS). The opentelemetry mode has its own file (trace_otel_test.ts).
  * @module
  */
 
@@ -35,13 +36,14 @@ const HTTP_TIMESTAMPS = [
   "HTTP_SEND_END",
 ];
 
+/** One trace read back from a trace file: the entries with its id, put together. */
 interface TraceEntry {
   id: number;
   model_name: string;
   model_version: number;
-  request_id: string;
+  request_id?: string;
   timestamps: { name: string; ns: number }[];
-  activity?: { name: string; datatype: string; shape: number[]; data: unknown[] }[];
+  tensors: { activity: string; tensor: { name: string; data: string; shape: string; dtype: string } }[];
 }
 
 function setting(s: TestServer, body: unknown, model = "") {
@@ -57,8 +59,43 @@ async function inferSimple(s: TestServer, id: string): Promise<void> {
   assert.equal(a.status, 200, JSON.stringify(a.json));
 }
 
+/**
+ * Reads a trace file, checking that every entry has one of the shapes of Triton's JSON trace format: the
+ * model entry (`id`, `model_name`, `model_version`, `request_id` when there is one) first, then entries
+ * with one timestamp each (in time order) or one tensor each.
+ */
 async function readTraces(path: string): Promise<TraceEntry[]> {
-  return JSON.parse(await Deno.readTextFile(path)) as TraceEntry[];
+  const entries = JSON.parse(await Deno.readTextFile(path)) as Record<string, unknown>[];
+  assert.ok(Array.isArray(entries), "a trace file is a JSON array");
+  const byId = new Map<number, TraceEntry>();
+  for (const e of entries) {
+    const keys = Object.keys(e).sort().join(",");
+    const id = e.id as number;
+    if ("model_name" in e) {
+      assert.ok(
+        keys === "id,model_name,model_version" || keys === "id,model_name,model_version,request_id",
+        keys,
+      );
+      assert.equal(byId.has(id), false, `one model entry for trace ${id}`);
+      byId.set(id, { ...(e as unknown as TraceEntry), timestamps: [], tensors: [] });
+      continue;
+    }
+    const trace = byId.get(id);
+    assert.ok(trace, `the model entry of trace ${id} comes before its other entries`);
+    if ("timestamps" in e) {
+      assert.equal(keys, "id,timestamps");
+      const [t, ...more] = e.timestamps as { name: string; ns: number }[];
+      assert.deepEqual([Object.keys(t!).sort(), more.length], [["name", "ns"], 0], "one timestamp per entry");
+      const last = trace.timestamps.at(-1);
+      assert.ok(!last || last.ns <= t!.ns, `${last?.name} before ${t!.name}`);
+      trace.timestamps.push(t!);
+    } else {
+      assert.equal(keys, "activity,id,tensor");
+      assert.deepEqual(Object.keys(e.tensor as object).sort(), ["data", "dtype", "name", "shape"]);
+      trace.tensors.push(e as unknown as TraceEntry["tensors"][number]);
+    }
+  }
+  return [...byId.values()];
 }
 
 async function exists(path: string): Promise<boolean> {
@@ -162,7 +199,7 @@ Deno.test("trace_rate 2 traces every second request; log_frequency 0 writes the 
     }
     const traces = await readTraces(file);
     assert.deepEqual(traces.map((t) => t.request_id), ["r2", "r4"]);
-    for (const t of traces) assertHttpTrace(t, t.request_id);
+    for (const t of traces) assertHttpTrace(t, t.request_id!);
   });
 });
 
@@ -275,21 +312,28 @@ Deno.test("trace level TENSORS records the input and output tensors with their v
     const [t, ...rest] = await readTraces(file);
     assert.equal(rest.length, 0);
     assertHttpTrace(t!, "t1");
-    assert.deepEqual(t!.activity, [
+    const csv = (values: readonly unknown[]) => values.join(",");
+    assert.deepEqual(t!.tensors, [
       {
-        name: "TENSOR_QUEUE_INPUT:INPUT0",
-        datatype: "INT32",
-        shape: [1, 16],
-        data: SIMPLE_REQUEST.inputs[0]!.data,
+        id: t!.id,
+        activity: "TENSOR_QUEUE_INPUT",
+        tensor: { name: "INPUT0", data: csv(SIMPLE_REQUEST.inputs[0]!.data), shape: "1,16", dtype: "INT32" },
       },
       {
-        name: "TENSOR_QUEUE_INPUT:INPUT1",
-        datatype: "INT32",
-        shape: [1, 16],
-        data: SIMPLE_REQUEST.inputs[1]!.data,
+        id: t!.id,
+        activity: "TENSOR_QUEUE_INPUT",
+        tensor: { name: "INPUT1", data: csv(SIMPLE_REQUEST.inputs[1]!.data), shape: "1,16", dtype: "INT32" },
       },
-      { name: "TENSOR_BACKEND_OUTPUT:OUTPUT0", datatype: "INT32", shape: [1, 16], data: SIMPLE_SUM },
-      { name: "TENSOR_BACKEND_OUTPUT:OUTPUT1", datatype: "INT32", shape: [1, 16], data: SIMPLE_DIFF },
+      {
+        id: t!.id,
+        activity: "TENSOR_BACKEND_OUTPUT",
+        tensor: { name: "OUTPUT0", data: csv(SIMPLE_SUM), shape: "1,16", dtype: "INT32" },
+      },
+      {
+        id: t!.id,
+        activity: "TENSOR_BACKEND_OUTPUT",
+        tensor: { name: "OUTPUT1", data: csv(SIMPLE_DIFF), shape: "1,16", dtype: "INT32" },
+      },
     ]);
   });
 });
@@ -343,20 +387,6 @@ Deno.test("bad trace settings answer 400 with the reason and change nothing", as
   }
   assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, DEFAULTS);
   assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, DEFAULTS);
-});
-
-Deno.test("--trace-config=opentelemetry,... makes start-up fail with the reason", async () => {
-  for (
-    const flag of [
-      "--trace-config=opentelemetry,url=http://127.0.0.1:4318/v1/traces",
-      "--trace-config=mode=opentelemetry",
-    ]
-  ) {
-    await assert.rejects(startTestServer([flag]), {
-      name: "StartupError",
-      message: "Bad --trace-config: trace mode 'opentelemetry' is not supported yet, use 'triton'",
-    });
-  }
 });
 
 Deno.test("gRPC TraceSetting through tritonclient shows and changes the global and per-model settings", async () => {
