@@ -1,10 +1,11 @@
 /**
- * Test helper: the MOCK libtrtshim of build/shim, built on first use when missing (cmake and g++ are
- * present wherever the tests run); undefined, with the reason printed once, when it cannot be built.
+ * Test helpers: the MOCK libtrtshim of build/shim, built on first use when missing (cmake and g++ are
+ * present wherever the tests run); undefined, with the reason printed once, when it cannot be built. And a
+ * dinfer process for tests that describe the mock's devices through its environment.
  * @module
  */
 
-import { ROOT } from "./helpers.ts";
+import { freePorts, ROOT } from "./helpers.ts";
 
 /** The mock library the tests use (built beside libtrtshim.so in every configuration). */
 export const MOCK_SHIM: string = `${ROOT}build/shim/libtrtshim_mock.so`;
@@ -39,4 +40,74 @@ async function build(): Promise<string | undefined> {
 export function mockShim(): Promise<string | undefined> {
   found ??= build();
   return found;
+}
+
+/** A dinfer process serving a repository with a shim, for tests that set the mock's devices. */
+export interface ShimServer extends AsyncDisposable {
+  /** `http://127.0.0.1:<port>` */
+  url: string;
+  /** The metrics endpoint, `http://127.0.0.1:<port>/metrics` */
+  metricsUrl: string;
+}
+
+/**
+ * Starts dinfer as a process (the mock reads `TRTSHIM_MOCK_*` from the environment, which an in-process server
+ * would share with every test running beside it) and waits until it is live.
+ * @param flags command-line flags besides the ports and addresses
+ * @param env extra environment variables, e.g. `{ TRTSHIM_MOCK_DEVICE_COUNT: "2" }` (the mock's defaults,
+ *   one device of compute capability 0.0, unless given)
+ */
+export async function startShimServer(flags: string[], env: Record<string, string>): Promise<ShimServer> {
+  const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "main.ts",
+      `--http-port=${http}`,
+      `--grpc-port=${grpc}`,
+      `--metrics-port=${metrics}`,
+      "--http-address=127.0.0.1",
+      "--grpc-address=127.0.0.1",
+      "--metrics-address=127.0.0.1",
+      "--allow-grpc=false",
+      "--exit-on-error=false",
+      "--log-info=false",
+      ...flags,
+    ],
+    cwd: ROOT,
+    env: { TRTSHIM_MOCK_DEVICE_COUNT: "1", TRTSHIM_MOCK_COMPUTE_CAPABILITY: "0.0", ...env },
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const output = child.output();
+  const url = `http://127.0.0.1:${http}`;
+  const stop = async () => {
+    try {
+      child.kill("SIGTERM");
+    } catch {
+      // Already gone.
+    }
+    return await output;
+  };
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    try {
+      const r = await fetch(`${url}/v2/health/live`);
+      await r.body?.cancel();
+      if (r.status === 200) {
+        return {
+          url,
+          metricsUrl: `http://127.0.0.1:${metrics}/metrics`,
+          [Symbol.asyncDispose]: () => stop().then(() => {}),
+        };
+      }
+    } catch {
+      // Not listening yet.
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const out = await stop();
+  throw new Error(`dinfer did not start: ${new TextDecoder().decode(out.stderr)}`);
 }

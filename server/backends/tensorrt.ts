@@ -1,14 +1,20 @@
 /**
  * The TensorRT backend (`platform: "tensorrt_plan"`, `backend: "tensorrt"`) over libtrtshim (ffi/trtshim.ts):
- * one engine, execution context and stream per model instance. The library is opened only when a plan model
- * loads; where it is missing, such a model is UNAVAILABLE with the reason.
+ * one engine and stream per model instance, with one execution context per optimisation profile the instance
+ * group names (`profile: ["0", "1"]`; profile 0 when none). Instances run on GPUs only (KIND_GPU). The library
+ * is opened only when a plan model loads; where it is missing, such a model is UNAVAILABLE with the reason.
  * @module
  */
 
 import { join } from "node:path";
 import { type Datatype, elementCount, elementSize, toConfigType } from "../core/dtypes.ts";
 import { invalidArg, ServerError, unavailable, unsupported } from "../core/errors.ts";
-import type { ModelConfig, ModelInputConfig, ModelOutputConfig } from "../core/model_config.ts";
+import type {
+  InstanceGroupConfig,
+  ModelConfig,
+  ModelInputConfig,
+  ModelOutputConfig,
+} from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
 import {
   type DeviceBuffer,
@@ -17,6 +23,7 @@ import {
   type ExecutionContext,
   type HostBuffer,
   openTrtShim,
+  type ProfileShapes,
   type Stream,
   type TrtShim,
   trtShimPath,
@@ -27,6 +34,50 @@ function fail(config: ModelConfig, err: unknown): ServerError {
   const msg = err instanceof Error ? err.message : String(err);
   const code = err instanceof ServerError ? err.code : "INTERNAL";
   return new ServerError(code, `Cannot load '${config.name}': ${msg}`);
+}
+
+/**
+ * Refuses instance groups of another kind than KIND_GPU: TensorRT plans run on GPUs only (a config without
+ * instance_group gets one KIND_GPU group, see applyDefaults).
+ * @param config the model config
+ */
+function checkGroupKinds(config: ModelConfig): void {
+  for (const g of config.instance_group) {
+    if (g.kind !== "KIND_GPU") {
+      throw invalidArg(
+        `Cannot load '${config.name}': instance group '${g.name}' has kind ${g.kind}: TensorRT plans run only on GPUs (use KIND_GPU, or leave instance_group out)`,
+      );
+    }
+  }
+}
+
+/** The instance group an instance belongs to (instances are named `<group>_<index>`). */
+function groupOf(config: ModelConfig, ctx: InstanceContext): InstanceGroupConfig | undefined {
+  return config.instance_group.find((g) =>
+    ctx.instanceName.startsWith(`${g.name}_`) && /^[0-9]+$/.test(ctx.instanceName.slice(g.name.length + 1))
+  );
+}
+
+/**
+ * The optimisation profiles an instance uses: its group's `profile` list as indices, `[0]` when empty.
+ * @param group the instance group
+ * @param count the engine's number of profiles
+ */
+function groupProfiles(group: InstanceGroupConfig | undefined, count: number): number[] {
+  const given = Array.isArray(group?.profile) ? (group.profile as unknown[]).map(String) : [];
+  if (given.length === 0) return [0];
+  const profiles: number[] = [];
+  const have = count === 1 ? "only profile 0" : `profiles 0 to ${count - 1}`;
+  for (const p of given) {
+    const index = /^[0-9]+$/.test(p) ? Number(p) : NaN;
+    if (!(index < count)) {
+      throw invalidArg(
+        `instance group '${group!.name}' names optimisation profile '${p}': the plan has ${have}`,
+      );
+    }
+    if (!profiles.includes(index)) profiles.push(index);
+  }
+  return profiles;
 }
 
 /**
@@ -63,7 +114,8 @@ function shimFor(config: ModelConfig, ctx: InstanceContext): TrtShim {
 
 /**
  * The plan file for a device: `cc_model_filenames[<major.minor>]` when the config names one for the device's
- * compute capability, else the default model file.
+ * compute capability, else the default model file (`default_model_filename`, `model.plan` by default), which
+ * need not exist when every device has its own.
  * @param config the model config
  * @param ctx the instance context
  * @param computeCapability the device's compute capability, e.g. `8.6`
@@ -80,6 +132,17 @@ async function loadEngine(shim: TrtShim, config: ModelConfig, ctx: InstanceConte
   try {
     bytes = await Deno.readFile(path);
   } catch (err) {
+    const ccFiles = Object.keys(config.cc_model_filenames ?? {});
+    if (err instanceof Deno.errors.NotFound && path === ctx.modelPath && ccFiles.length > 0) {
+      throw unavailable(
+        `Cannot load '${config.name}': GPU ${ctx.deviceId} has compute capability ${cc}, which cc_model_filenames does not name (it names ${
+          ccFiles.sort().join(", ")
+        }), and the default plan '${path}' does not exist`,
+      );
+    }
+    if (err instanceof Deno.errors.NotFound) {
+      throw unavailable(`Cannot load '${config.name}': '${path}' does not exist`);
+    }
     throw unavailable(`Cannot load '${config.name}': cannot read '${path}': ${(err as Error).message}`);
   }
   try {
@@ -97,12 +160,18 @@ function datatypeOf(config: ModelConfig, t: EngineTensor): Datatype {
 }
 
 /**
- * Completes a config from the engine: inputs and outputs with datatypes and dims; when the config declares
+ * Completes a config from the shim and the engine: KIND_GPU groups without `gpus` get every visible GPU (as
+ * Triton, `count` instances on each); inputs and outputs with datatypes and dims; when the config declares
  * none, max_batch_size 0 and every tensor's first dim dynamic, batching with max_batch_size the smallest
  * profile-0 max of the inputs' first dims, and dynamic batching.
  */
 async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<void> {
+  checkGroupKinds(config);
   const shim = shimFor(config, ctx);
+  const visible = Array.from({ length: shim.deviceCount() }, (_, i) => i);
+  for (const g of config.instance_group) {
+    if (!g.gpus || g.gpus.length === 0) g.gpus = [...visible];
+  }
   using engine = await loadEngine(shim, config, ctx);
   const io = engine.io().filter((t) => t.mode !== "none");
   const hasIo = config.input.length > 0 || config.output.length > 0;
@@ -157,31 +226,86 @@ class Staging {
   }
 }
 
+/** An execution context of one optimisation profile, with the profile's shapes of every input. */
+interface ProfileContext {
+  index: number;
+  context: ExecutionContext;
+  shapes: Map<string, ProfileShapes>;
+}
+
 class TensorRtInstance implements BackendInstance {
   #shim: TrtShim;
   #config: ModelConfig;
   #deviceId: number;
   #engine: Engine;
   #stream: Stream;
-  #context: ExecutionContext;
+  #profiles: ProfileContext[] = [];
   #io: EngineTensor[];
   #staging = new Map<string, Staging>();
   #running: Promise<unknown> = Promise.resolve();
 
-  constructor(shim: TrtShim, config: ModelConfig, deviceId: number, engine: Engine) {
+  constructor(shim: TrtShim, config: ModelConfig, deviceId: number, engine: Engine, profiles: number[]) {
     this.#shim = shim;
     this.#config = config;
     this.#deviceId = deviceId;
     this.#engine = engine;
     this.#io = engine.io().filter((t) => t.mode !== "none");
     this.#stream = shim.createStream(deviceId);
+    const inputs = this.#io.filter((t) => t.mode === "input");
     try {
-      this.#context = engine.createContext(0, this.#stream);
+      for (const index of profiles) {
+        const shapes = new Map(inputs.map((t) => [t.name, engine.profileShapes(index, t.name)] as const));
+        this.#profiles.push({ index, context: engine.createContext(index, this.#stream), shapes });
+      }
     } catch (err) {
+      for (const p of this.#profiles) p.context.close();
       this.#stream.close();
       throw err;
     }
     for (const t of this.#io) this.#staging.set(t.name, new Staging());
+  }
+
+  /**
+   * The context for a batch: with one profile, that one (the shim reports shapes outside it); with several,
+   * the one whose opt shapes are nearest among those whose ranges hold every input shape, as Triton does.
+   */
+  #select(inputs: Map<string, Tensor>): ExecutionContext {
+    if (this.#profiles.length === 1) return this.#profiles[0]!.context;
+    let best: ProfileContext | undefined;
+    let bestDistance = Infinity;
+    for (const p of this.#profiles) {
+      let distance = 0;
+      const fits = [...p.shapes].every(([name, { min, opt, max }]) => {
+        const shape = inputs.get(name)?.shape;
+        if (!shape) return true; // reported as missing by the caller
+        if (shape.length !== min.length) return false;
+        return shape.every((d, i) => {
+          distance += Math.abs(d - opt[i]!);
+          return d >= min[i]! && d <= max[i]!;
+        });
+      });
+      if (fits && distance < bestDistance) {
+        best = p;
+        bestDistance = distance;
+      }
+    }
+    if (best) return best.context;
+    const reasons = this.#profiles.map((p) => {
+      try {
+        for (const [name] of p.shapes) {
+          const tensor = inputs.get(name);
+          if (tensor) p.context.setInputShape(name, tensor.shape);
+        }
+        return `profile ${p.index} fits`;
+      } catch (err) {
+        return (err as Error).message;
+      }
+    });
+    throw invalidArg(
+      `Cannot run '${this.#config.name}': the input shapes fit none of the instance's optimisation profiles ${
+        this.#profiles.map((p) => p.index).join(", ")
+      }: ${reasons.join("; ")}`,
+    );
   }
 
   execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
@@ -193,6 +317,7 @@ class TensorRtInstance implements BackendInstance {
 
   async #execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
     const name = this.#config.name;
+    const context = this.#select(inputs);
     for (const t of this.#io) {
       if (t.mode !== "input") continue;
       const tensor = inputs.get(t.name);
@@ -203,7 +328,7 @@ class TensorRtInstance implements BackendInstance {
         );
       }
       try {
-        this.#context.setInputShape(t.name, tensor.shape);
+        context.setInputShape(t.name, tensor.shape);
       } catch (err) {
         throw new ServerError(
           err instanceof ServerError ? err.code : "INTERNAL",
@@ -215,12 +340,12 @@ class TensorRtInstance implements BackendInstance {
       stage.ensure(this.#shim, this.#deviceId, data.byteLength);
       stage.host!.bytes.set(data);
       this.#stream.copyToDevice(stage.device!, stage.host!, data.byteLength);
-      this.#context.setTensorAddress(t.name, stage.device!);
+      context.setTensorAddress(t.name, stage.device!);
     }
     const outputs: { t: EngineTensor; shape: number[]; size: number }[] = [];
     for (const t of this.#io) {
       if (t.mode !== "output") continue;
-      const shape = this.#context.tensorShape(t.name);
+      const shape = context.tensorShape(t.name);
       if (shape.some((d) => d < 0)) {
         throw unsupported(
           `Cannot run '${name}': output '${t.name}' has a data-dependent shape [${shape.join(",")}]`,
@@ -229,10 +354,10 @@ class TensorRtInstance implements BackendInstance {
       const size = elementCount(shape) * elementSize(t.datatype!);
       const stage = this.#staging.get(t.name)!;
       stage.ensure(this.#shim, this.#deviceId, size);
-      this.#context.setTensorAddress(t.name, stage.device!);
+      context.setTensorAddress(t.name, stage.device!);
       outputs.push({ t, shape, size });
     }
-    await this.#context.enqueue();
+    await context.enqueue();
     const wanted = new Set(outputNames);
     for (const o of outputs) {
       if (!wanted.has(o.t.name)) continue;
@@ -255,7 +380,7 @@ class TensorRtInstance implements BackendInstance {
 
   async close(): Promise<void> {
     await this.#running;
-    this.#context.close();
+    for (const p of this.#profiles) p.context.close();
     for (const s of this.#staging.values()) s.close();
     this.#stream.close();
     this.#engine.close();
@@ -268,12 +393,13 @@ export const tensorRtBackend: Backend = {
   defaultModelFilename: "model.plan",
   autoComplete,
   async createInstance(config: ModelConfig, ctx: InstanceContext): Promise<BackendInstance> {
-    // Every instance kind runs on a device of the shim (KIND_GPU on instance_group.gpus; others on device 0
-    // unless gpus say otherwise); the mock build provides a CPU "device".
+    // KIND_GPU instances only, on the device of instance_group.gpus; the mock build provides CPU "devices".
+    checkGroupKinds(config);
     const shim = shimFor(config, ctx);
     const engine = await loadEngine(shim, config, ctx);
     try {
-      return new TensorRtInstance(shim, config, ctx.deviceId, engine);
+      const profiles = groupProfiles(groupOf(config, ctx), engine.profileCount());
+      return new TensorRtInstance(shim, config, ctx.deviceId, engine, profiles);
     } catch (err) {
       engine.close();
       throw fail(config, err);

@@ -89,15 +89,23 @@ export class ModelVersion {
       this.#signature = await buildSignature(this.config, modelDir);
       const versionDir = join(modelDir, String(this.version));
       const modelPath = join(versionDir, this.config.default_model_filename || backend.defaultModelFilename);
-      try {
-        await Deno.stat(modelPath);
-      } catch {
-        throw unavailable(
-          `Cannot load '${this.name}' version ${this.version}: '${modelPath}' does not exist`,
-        );
+      // With cc_model_filenames the backend picks the file by each GPU's compute capability (and says which
+      // is missing): the default file need not exist.
+      if (Object.keys(this.config.cc_model_filenames ?? {}).length === 0) {
+        try {
+          await Deno.stat(modelPath);
+        } catch {
+          throw unavailable(
+            `Cannot load '${this.name}' version ${this.version}: '${modelPath}' does not exist`,
+          );
+        }
       }
       for (const group of this.config.instance_group) {
-        for (let i = 0; i < group.count; i++) {
+        // As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
+        const total = group.kind === "KIND_GPU"
+          ? group.count * Math.max(1, group.gpus?.length ?? 0)
+          : group.count;
+        for (let i = 0; i < total; i++) {
           this.#instances.push(
             await backend.createInstance(this.config, {
               modelDir,

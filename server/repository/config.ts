@@ -167,7 +167,8 @@ export function resolveBackend(config: ModelConfig, files: readonly string[]): B
 
 /**
  * Fills Triton's defaults that depend on the model: version policy latest 1, the default model file name,
- * instance groups (one KIND_CPU group of 2 for ONNX Runtime, 1 otherwise) with their names.
+ * instance groups (one KIND_CPU group of 2 for ONNX Runtime, 1 otherwise; KIND_GPU for TensorRT, whose plans
+ * run only on GPUs) with their names.
  * @param config the config, changed in place
  * @param defaultModelFilename the backend's default file name
  */
@@ -180,12 +181,13 @@ export function applyDefaults(config: ModelConfig, defaultModelFilename: string)
     config.instance_group = [];
     return;
   }
+  const defaultKind = config.backend === "tensorrt" ? "KIND_GPU" : "KIND_CPU";
   if (config.instance_group.length === 0) {
-    config.instance_group = [{ name: "", kind: "KIND_CPU", count: 0, gpus: [] }];
+    config.instance_group = [{ name: "", kind: defaultKind, count: 0, gpus: [] }];
   }
   config.instance_group.forEach((g, i) => {
     if (!g.name) g.name = `${config.name}${config.instance_group.length > 1 ? `_${i}` : ""}`;
-    if (g.kind === "KIND_AUTO") g.kind = "KIND_CPU";
+    if (g.kind === "KIND_AUTO") g.kind = defaultKind;
     if (!g.count) g.count = g.kind === "KIND_CPU" && config.backend === "onnxruntime" ? 2 : 1;
   });
 }

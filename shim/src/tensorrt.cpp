@@ -70,6 +70,17 @@ nvinfer1::Dims toDims(const Shape& s) {
   return d;
 }
 
+/**
+ * The min, opt or max shape of an input in a profile. TensorRT describes only the inputs an optimisation profile
+ * names (dynamic ones); an input of fixed shape gets its dims, as in the mock.
+ */
+Shape profileDims(const nvinfer1::ICudaEngine& e, const std::string& input, int32_t profile,
+                  nvinfer1::OptProfileSelector which) {
+  nvinfer1::Dims d = e.getProfileShape(input.c_str(), profile, which);
+  if (d.nbDims < 0) d = e.getTensorShape(input.c_str());
+  return fromDims(d);
+}
+
 /** What an engine and its contexts share: the runtime must outlive the engine, the engine its contexts. */
 struct Plan {
   std::unique_ptr<nvinfer1::IRuntime> runtime;
@@ -93,8 +104,8 @@ class TrtContext : public Context {
     if (e.getTensorIOMode(name.c_str()) != nvinfer1::TensorIOMode::kINPUT) {
       fail(TRTSHIM_NOT_FOUND, "Unknown input '" + name + "'");
     }
-    Shape min = fromDims(e.getProfileShape(name.c_str(), profile_, nvinfer1::OptProfileSelector::kMIN));
-    Shape max = fromDims(e.getProfileShape(name.c_str(), profile_, nvinfer1::OptProfileSelector::kMAX));
+    Shape min = profileDims(e, name, profile_, nvinfer1::OptProfileSelector::kMIN);
+    Shape max = profileDims(e, name, profile_, nvinfer1::OptProfileSelector::kMAX);
     checkProfile(name, shape, profile_, min, max);
     if (!ctx_->setInputShape(name.c_str(), toDims(shape))) {
       fail(TRTSHIM_INVALID_ARGUMENT, "Cannot set the shape of '" + name + "': " + logger().take());
@@ -172,7 +183,7 @@ class TrtEngine : public Engine {
     auto sel = which == TRTSHIM_PROFILE_MIN   ? nvinfer1::OptProfileSelector::kMIN
                : which == TRTSHIM_PROFILE_OPT ? nvinfer1::OptProfileSelector::kOPT
                                               : nvinfer1::OptProfileSelector::kMAX;
-    return fromDims(plan_->engine->getProfileShape(input.c_str(), profile, sel));
+    return profileDims(*plan_->engine, input, profile, sel);
   }
 
   std::unique_ptr<Context> createContext(int32_t profile, Stream& stream) override {

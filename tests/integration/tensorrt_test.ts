@@ -1,13 +1,15 @@
 /**
  * Plan models served end to end through the MOCK libtrtshim: auto-complete from the engine, inference over
- * HTTP with exact outputs, dynamic shapes and the optimisation profile, concurrent instances, compute
- * capability plan choice and a missing library.
+ * HTTP with exact outputs, dynamic shapes and optimisation profiles (one or several per instance), concurrent
+ * instances, KIND_GPU instances on every visible GPU, compute capability plan choice, and the reasons a plan
+ * model does not load (no library, no GPU, KIND_CPU). Tests that describe the mock's devices
+ * (TRTSHIM_MOCK_*) run dinfer as a process with its own environment.
  * @module
  */
 
 import assert from "node:assert/strict";
 import { startTestServer } from "../helpers.ts";
-import { mockShim } from "../_trtshim.ts";
+import { mockShim, startShimServer } from "../_trtshim.ts";
 import { call, get, inferJson, outputsOf } from "./_http.ts";
 
 const shim = await mockShim();
@@ -162,33 +164,204 @@ Deno.test({ name: "two instances of a plan model run at the same time", ignore }
   assert.ok(ms < 550, `two 300 ms executions took ${ms.toFixed(0)} ms: they did not overlap`);
 });
 
+/** The repository index rows of a server, by model name. */
+async function indexRows(url: string): Promise<Map<string, { state: string; reason: string }>> {
+  const index = await call(`${url}/v2/repository/index`, { method: "POST", body: "{}" });
+  const rows = index.json as unknown as { name: string; state: string; reason: string }[];
+  return new Map(rows.map((r) => [r.name, { state: r.state, reason: r.reason }]));
+}
+
 Deno.test(
-  { name: "cc_model_filenames picks the plan of the device's compute capability", ignore },
+  {
+    name:
+      "cc_model_filenames picks the plan of the device's compute capability; model.plan is needed only as the fallback",
+    ignore,
+  },
   async () => {
     await using repo = await tempRepo();
-    const identity =
-      "trtshim-mock-engine 1\ncompute_capability 7.5\ninput X INT64 2\noutput Y INT64 2\nop identity X Y\n";
-    const add =
-      "trtshim-mock-engine 1\ncompute_capability 8.6\ninput X INT64 2\noutput Y INT64 2\nop add X X Y\n";
+    const plan = (cc: string, op: string) =>
+      `trtshim-mock-engine 1\ncompute_capability ${cc}\ninput X INT64 2\noutput Y INT64 2\n${op}\n`;
+    const identity86 = plan("8.6", "op identity X Y");
+    const add86 = plan("8.6", "op add X X Y");
+    const add75 = plan("7.5", "op add X X Y");
+    // Only the plan for 8.6, no model.plan.
     await writeModel(
       repo.path,
-      "cc",
-      `platform: "tensorrt_plan"\ncc_model_filenames { key: "8.6" value: "model_86.plan" }`,
-      { "model.plan": identity, "model_86.plan": add },
+      "cc_only",
+      `platform: "tensorrt_plan"\ncc_model_filenames { key: "8.6" value: "model_sm86.plan" }`,
+      { "model_sm86.plan": add86 },
     );
-    const previous = Deno.env.get("TRTSHIM_MOCK_COMPUTE_CAPABILITY");
-    Deno.env.set("TRTSHIM_MOCK_COMPUTE_CAPABILITY", "8.6");
-    try {
-      await using s = await startTestServer([`--model-repository=${repo.path}`, shimFlag()]);
-      const r = await inferJson(s.url, "cc", {
-        inputs: [{ name: "X", datatype: "INT64", shape: [2], data: [3, 4] }],
+    // A plan for 7.5 only: the 8.6 device falls back to model.plan.
+    await writeModel(
+      repo.path,
+      "cc_fallback",
+      `platform: "tensorrt_plan"\ncc_model_filenames { key: "7.5" value: "model_sm75.plan" }`,
+      { "model_sm75.plan": add75, "model.plan": identity86 },
+    );
+    // A plan for 7.5 only and no fallback.
+    await writeModel(
+      repo.path,
+      "cc_missing",
+      `platform: "tensorrt_plan"\ncc_model_filenames [ { key: "7.5" value: "model_sm75.plan" }, { key: "9.0" value: "model_sm90.plan" } ]`,
+      { "model_sm75.plan": add75 },
+    );
+    await using s = await startShimServer([`--model-repository=${repo.path}`, shimFlag()], {
+      TRTSHIM_MOCK_COMPUTE_CAPABILITY: "8.6",
+    });
+    const x = { inputs: [{ name: "X", datatype: "INT64", shape: [2], data: [3, 4] }] };
+    const only = await inferJson(s.url, "cc_only", x);
+    assert.equal(only.status, 200, JSON.stringify(only.json));
+    assert.deepEqual(outputsOf(only)[0]!.data, [6, 8]);
+    const fallback = await inferJson(s.url, "cc_fallback", x);
+    assert.equal(fallback.status, 200, JSON.stringify(fallback.json));
+    assert.deepEqual(outputsOf(fallback)[0]!.data, [3, 4]);
+    assert.deepEqual((await indexRows(s.url)).get("cc_missing"), {
+      state: "UNAVAILABLE",
+      reason:
+        `Cannot load 'cc_missing': GPU 0 has compute capability 8.6, which cc_model_filenames does not name (it names 7.5, 9.0), and the default plan '${repo.path}/cc_missing/1/model.plan' does not exist`,
+    });
+  },
+);
+
+Deno.test(
+  { name: "a plan model without instance_group gets one KIND_GPU instance on each visible GPU", ignore },
+  async () => {
+    await using repo = await tempRepo();
+    await writeModel(repo.path, "slow", `platform: "tensorrt_plan"`, { "model.plan": SLOW });
+    await using s = await startShimServer(
+      [`--model-repository=${repo.path}`, shimFlag(), "--metrics-interval-ms=50"],
+      { TRTSHIM_MOCK_DEVICE_COUNT: "2" },
+    );
+    const cfg = (await get(s.url, "/v2/models/slow/config")).json!;
+    const groups = cfg.instance_group as { name: string; kind: string; count: number; gpus: number[] }[];
+    assert.deepEqual(groups.map(({ name, kind, count, gpus }) => ({ name, kind, count, gpus })), [
+      { name: "slow", kind: "KIND_GPU", count: 1, gpus: [0, 1] },
+    ]);
+    const request = (v: number) =>
+      inferJson(s.url, "slow", {
+        inputs: [{ name: "X", datatype: "FP32", shape: [2, 2], data: [v, v, v, v] }],
       });
-      assert.equal(r.status, 200, JSON.stringify(r.json));
-      assert.deepEqual(outputsOf(r)[0]!.data, [6, 8]);
-    } finally {
-      if (previous === undefined) Deno.env.delete("TRTSHIM_MOCK_COMPUTE_CAPABILITY");
-      else Deno.env.set("TRTSHIM_MOCK_COMPUTE_CAPABILITY", previous);
+    const started = performance.now();
+    const [a, b] = await Promise.all([request(1), request(2)]);
+    const ms = performance.now() - started;
+    assert.deepEqual(outputsOf(a)[0]!.data, [1, 1, 1, 1]);
+    assert.deepEqual(outputsOf(b)[0]!.data, [2, 2, 2, 2]);
+    assert.ok(ms < 550, `two 300 ms executions took ${ms.toFixed(0)} ms: they did not run on two instances`);
+    // Each instance staged X and Y (16 bytes each, 256-byte buffers) in its own GPU's memory.
+    await new Promise((r) => setTimeout(r, 200));
+    const metrics = await (await fetch(s.metricsUrl)).text();
+    const used = metrics.split("\n").filter((l) => l.startsWith("nv_gpu_memory_used_bytes{"));
+    assert.deepEqual(used.map((l) => l.split(" ").at(-1)), ["512", "512"], metrics);
+  },
+);
+
+Deno.test(
+  { name: "a KIND_CPU instance group on a plan model is refused with the reason", ignore },
+  async () => {
+    await using repo = await tempRepo();
+    await writeModel(
+      repo.path,
+      "cpu",
+      `platform: "tensorrt_plan"
+input [ { name: "X", data_type: TYPE_FP32, dims: [ 2, 2 ] } ]
+output [ { name: "Y", data_type: TYPE_FP32, dims: [ 2, 2 ] } ]
+instance_group [ { kind: KIND_CPU, count: 1 } ]`,
+      { "model.plan": SLOW },
+    );
+    const expected = {
+      state: "UNAVAILABLE",
+      reason:
+        "Cannot load 'cpu': instance group 'cpu' has kind KIND_CPU: TensorRT plans run only on GPUs (use KIND_GPU, or leave instance_group out)",
+    };
+    for (const flags of [[], ["--disable-auto-complete-config"]]) {
+      await using s = await startTestServer([`--model-repository=${repo.path}`, shimFlag(), ...flags]);
+      assert.deepEqual((await indexRows(s.url)).get("cpu"), expected, flags.join(" "));
     }
+  },
+);
+
+Deno.test({ name: "without a GPU a plan model is UNAVAILABLE with the reason", ignore }, async () => {
+  await using repo = await tempRepo();
+  await writeModel(repo.path, "add_sub", `platform: "tensorrt_plan"`, { "model.plan": ADD_SUB });
+  await using s = await startShimServer([`--model-repository=${repo.path}`, shimFlag()], {
+    TRTSHIM_MOCK_DEVICE_COUNT: "0",
+  });
+  assert.deepEqual((await indexRows(s.url)).get("add_sub"), {
+    state: "UNAVAILABLE",
+    reason: `Cannot load 'add_sub': no GPU found ('${shim}' is a mock build)`,
+  });
+});
+
+const TWO_PROFILES = `trtshim-mock-engine 1
+# Y = X; rows 1..4 in profile 0, 5..8 in profile 1
+input X INT32 -1,2
+output Y INT32 -1,2
+op identity X Y
+profile 0 X 1,2 2,2 4,2
+profile 1 X 5,2 6,2 8,2
+`;
+
+Deno.test(
+  { name: "instances use the optimisation profiles their instance group names", ignore },
+  async (t) => {
+    await using repo = await tempRepo();
+    const config = (profile: string) =>
+      `platform: "tensorrt_plan"
+max_batch_size: 0
+input [ { name: "X", data_type: TYPE_INT32, dims: [ -1, 2 ] } ]
+output [ { name: "Y", data_type: TYPE_INT32, dims: [ -1, 2 ] } ]
+instance_group [ { kind: KIND_GPU, count: 1${profile} } ]`;
+    await writeModel(repo.path, "both", config(`, profile: [ "0", "1" ]`), { "model.plan": TWO_PROFILES });
+    await writeModel(repo.path, "first", config(""), { "model.plan": TWO_PROFILES });
+    await writeModel(repo.path, "second", config(`, profile: [ "1" ]`), { "model.plan": TWO_PROFILES });
+    await writeModel(repo.path, "third", config(`, profile: [ "2" ]`), { "model.plan": TWO_PROFILES });
+    await using s = await startTestServer([`--model-repository=${repo.path}`, shimFlag()]);
+    const rows = (n: number) => ({
+      inputs: [{
+        name: "X",
+        datatype: "INT32",
+        shape: [n, 2],
+        data: Array.from({ length: 2 * n }, (_, i) => i),
+      }],
+    });
+    const answer = async (model: string, n: number) => {
+      const r = await inferJson(s.url, model, rows(n));
+      return r.status === 200 ? outputsOf(r)[0]!.shape : [r.status, r.json?.error];
+    };
+
+    await t.step("with profiles 0 and 1, shapes of either run", async () => {
+      assert.deepEqual(await answer("both", 2), [2, 2]);
+      assert.deepEqual(await answer("both", 6), [6, 2]);
+      assert.deepEqual(await answer("both", 4), [4, 2]);
+      assert.deepEqual(await answer("both", 9), [
+        400,
+        "Cannot run 'both': the input shapes fit none of the instance's optimisation profiles 0, 1: Input 'X' shape [9,2] is outside optimisation profile 0: min [1,2], max [4,2]; Input 'X' shape [9,2] is outside optimisation profile 1: min [5,2], max [8,2]",
+      ]);
+    });
+
+    await t.step("without a profile list an instance uses profile 0", async () => {
+      assert.deepEqual(await answer("first", 3), [3, 2]);
+      assert.deepEqual(await answer("first", 6), [
+        400,
+        "Cannot run 'first': Input 'X' shape [6,2] is outside optimisation profile 0: min [1,2], max [4,2]",
+      ]);
+    });
+
+    await t.step("profile 1 alone runs only its shapes", async () => {
+      assert.deepEqual(await answer("second", 8), [8, 2]);
+      assert.deepEqual(await answer("second", 2), [
+        400,
+        "Cannot run 'second': Input 'X' shape [2,2] is outside optimisation profile 1: min [5,2], max [8,2]",
+      ]);
+    });
+
+    await t.step("a profile the plan lacks fails the load", async () => {
+      assert.deepEqual((await indexRows(s.url)).get("third"), {
+        state: "UNAVAILABLE",
+        reason:
+          "Cannot load 'third': instance group 'third' names optimisation profile '2': the plan has profiles 0 to 1",
+      });
+    });
   },
 );
 
@@ -201,11 +374,10 @@ Deno.test({ name: "an instance group on a GPU the shim does not have is UNAVAILA
     { "model.plan": ADD_SUB },
   );
   await using s = await startTestServer([`--model-repository=${repo.path}`, shimFlag()]);
-  const index = await call(`${s.url}/v2/repository/index`, { method: "POST", body: "{}" });
-  const row = (index.json as unknown as { name: string; state: string; reason: string }[])
-    .find((m) => m.name === "gpu1");
-  assert.equal(row?.state, "UNAVAILABLE");
-  assert.equal(row?.reason, "Cannot load 'gpu1': GPU 1 does not exist (1 device)");
+  assert.deepEqual((await indexRows(s.url)).get("gpu1"), {
+    state: "UNAVAILABLE",
+    reason: "Cannot load 'gpu1': GPU 1 does not exist (1 device)",
+  });
 });
 
 Deno.test(
