@@ -6,6 +6,8 @@
 
 import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
+import net from "node:net";
+import { GoawayFilter } from "./goaway_filter.ts";
 import type * as protobuf from "protobufjs";
 import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
 import { lookupType } from "../../core/protos.ts";
@@ -426,13 +428,42 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   } else {
     credentials = grpc.ServerCredentials.createInsecure();
   }
-  const host = options.address.includes(":") ? `[${options.address}]` : options.address;
+  if (options.useSsl) {
+    const host = options.address.includes(":") ? `[${options.address}]` : options.address;
+    const port = await new Promise<number>((resolve, reject) => {
+      server.bindAsync(`${host}:${options.port}`, credentials, (err, p) => (err ? reject(err) : resolve(p)));
+    });
+    return {
+      port,
+      shutdown: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
+      forceShutdown: () => server.forceShutdown(),
+    };
+  }
+  // Plaintext: the server accepts the TCP connections itself and hands grpc-js each one through a filter that
+  // drops the clients' GOAWAY frames, which can crash Deno's node:http2 (see goaway_filter.ts).
+  const injector = server.createConnectionInjector(credentials);
+  const listener = net.createServer((socket) => {
+    socket.setNoDelay(true);
+    injector.injectConnection(new GoawayFilter(socket));
+  });
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(`${host}:${options.port}`, credentials, (err, p) => (err ? reject(err) : resolve(p)));
+    listener.once("error", reject);
+    listener.listen(options.port, options.address, () => {
+      listener.off("error", reject);
+      resolve((listener.address() as net.AddressInfo).port);
+    });
   });
   return {
     port,
-    shutdown: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
-    forceShutdown: () => server.forceShutdown(),
+    shutdown: () =>
+      new Promise<void>((resolve) => {
+        listener.close();
+        server.tryShutdown(() => resolve());
+      }),
+    forceShutdown: () => {
+      listener.close();
+      injector.destroy();
+      server.forceShutdown();
+    },
   };
 }

@@ -1,0 +1,145 @@
+/**
+ * A connection wrapper for the gRPC server that drops the HTTP/2 GOAWAY frames clients send.
+ *
+ * Deno 2.9's `node:http2` (nghttp2 under it) can abort the whole process while it handles a GOAWAY that a
+ * client sends after a few hundred requests on one connection (`find_stream_on_goaway_func: Assertion
+ * 'stream->closed_next == NULL'` or `free(): invalid pointer`; denoland/deno#36788). h2load and grpc-js
+ * clients send one when they close. A client's GOAWAY only tells the server to open no more streams of its own
+ * (server push), which a gRPC server never does, so dropping it changes nothing else; the TCP close that
+ * follows ends the session as usual.
+ *
+ * The wrapper parses the client-to-server byte stream frame by frame without holding frames back: frame
+ * headers (9 bytes) are read whole, payloads pass through as they arrive, and only GOAWAY frames (type 7) are
+ * skipped. A connection that does not start with the HTTP/2 preface passes through untouched.
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import type { Socket } from "node:net";
+import { Duplex } from "node:stream";
+
+/** The client connection preface of HTTP/2 (RFC 9113 §3.4). */
+const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+const FRAME_HEADER = 9;
+const GOAWAY = 7;
+
+/** A socket seen through the filter: what the HTTP/2 server reads has no GOAWAY frame of the client. */
+export class GoawayFilter extends Duplex {
+  readonly #socket: Socket;
+  /** Preface bytes still to check; -1 once the connection passes through untouched. */
+  #preface = PREFACE.length;
+  /** A frame header being read. */
+  #header = Buffer.alloc(FRAME_HEADER);
+  #headerFill = 0;
+  /** Payload bytes left of the current frame, and whether they are dropped. */
+  #payloadLeft = 0;
+  #dropping = false;
+
+  /**
+   * Wraps an accepted socket.
+   * @param socket the client connection
+   */
+  constructor(socket: Socket) {
+    super({ allowHalfOpen: false });
+    this.#socket = socket;
+    socket.on("data", (chunk: Buffer) => {
+      const out = this.#filter(chunk);
+      if (out.length > 0 && !this.push(out)) socket.pause();
+    });
+    socket.on("end", () => this.push(null));
+    socket.on("close", () => this.destroy());
+    socket.on("error", (err) => this.destroy(err));
+  }
+
+  /** The bytes of a chunk that the server should see. */
+  #filter(chunk: Buffer): Buffer {
+    if (this.#preface === -1) return chunk;
+    const parts: Buffer[] = [];
+    let at = 0;
+    if (this.#preface > 0) {
+      const n = Math.min(this.#preface, chunk.length);
+      const from = PREFACE.length - this.#preface;
+      if (!chunk.subarray(0, n).equals(PREFACE.subarray(from, from + n))) {
+        this.#preface = -1; // not HTTP/2 with prior knowledge: leave it to the server to refuse
+        return chunk;
+      }
+      parts.push(chunk.subarray(0, n));
+      this.#preface -= n;
+      at = n;
+    }
+    while (at < chunk.length) {
+      if (this.#payloadLeft > 0) {
+        const n = Math.min(this.#payloadLeft, chunk.length - at);
+        if (!this.#dropping) parts.push(chunk.subarray(at, at + n));
+        this.#payloadLeft -= n;
+        at += n;
+        continue;
+      }
+      const n = Math.min(FRAME_HEADER - this.#headerFill, chunk.length - at);
+      chunk.copy(this.#header, this.#headerFill, at, at + n);
+      this.#headerFill += n;
+      at += n;
+      if (this.#headerFill < FRAME_HEADER) break;
+      this.#headerFill = 0;
+      this.#payloadLeft = this.#header.readUIntBE(0, 3);
+      this.#dropping = this.#header[3] === GOAWAY;
+      if (!this.#dropping) parts.push(Buffer.from(this.#header));
+    }
+    return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+  }
+
+  override _read(): void {
+    this.#socket.resume();
+  }
+
+  override _write(chunk: Buffer, encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.#socket.write(chunk, encoding, callback);
+  }
+
+  override _final(callback: (err?: Error | null) => void): void {
+    this.#socket.end(callback);
+  }
+
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    this.#socket.destroy();
+    callback(err);
+  }
+
+  /** The peer's address, as the HTTP/2 server and grpc-js read it from the socket. */
+  get remoteAddress(): string | undefined {
+    return this.#socket.remoteAddress;
+  }
+
+  /** The peer's port. */
+  get remotePort(): number | undefined {
+    return this.#socket.remotePort;
+  }
+
+  /** The local address. */
+  get localAddress(): string | undefined {
+    return this.#socket.localAddress;
+  }
+
+  /** The local port. */
+  get localPort(): number | undefined {
+    return this.#socket.localPort;
+  }
+
+  /** Sets the socket's TCP_NODELAY. */
+  setNoDelay(noDelay?: boolean): this {
+    this.#socket.setNoDelay(noDelay);
+    return this;
+  }
+
+  /** Sets the socket's keepalive. */
+  setKeepAlive(enable?: boolean, delay?: number): this {
+    this.#socket.setKeepAlive(enable, delay);
+    return this;
+  }
+
+  /** Sets the socket's idle timeout. */
+  setTimeout(ms: number, callback?: () => void): this {
+    this.#socket.setTimeout(ms, callback);
+    return this;
+  }
+}
