@@ -7,6 +7,7 @@
 import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import net from "node:net";
+import tls from "node:tls";
 import { GoawayFilter } from "./goaway_filter.ts";
 import type * as protobuf from "protobufjs";
 import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
@@ -413,39 +414,29 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     },
   });
 
-  let credentials: grpc.ServerCredentials;
-  if (options.useSsl) {
-    const read = (p: string) => Buffer.from(Deno.readFileSync(p));
-    credentials = grpc.ServerCredentials.createSsl(
-      options.rootCert ? read(options.rootCert) : null,
-      [{ private_key: read(options.serverKey), cert_chain: read(options.serverCert) }],
-      options.rootCert !== "",
-    );
-    // Without a root certificate grpc-js falls back to the CA bundle of GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; Deno's
-    // TLS then sends a CertificateRequest naming every CA, which clients refuse ("excessive message size").
-    // Client certificates are not checked here, so no CA list is needed.
-    if (!options.rootCert) delete credentials._getSecureContextOptions()?.ca;
-  } else {
-    credentials = grpc.ServerCredentials.createInsecure();
-  }
-  if (options.useSsl) {
-    const host = options.address.includes(":") ? `[${options.address}]` : options.address;
-    const port = await new Promise<number>((resolve, reject) => {
-      server.bindAsync(`${host}:${options.port}`, credentials, (err, p) => (err ? reject(err) : resolve(p)));
-    });
-    return {
-      port,
-      shutdown: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
-      forceShutdown: () => server.forceShutdown(),
-    };
-  }
-  // Plaintext: the server accepts the TCP connections itself and hands grpc-js each one through a filter that
-  // drops the clients' GOAWAY frames, which can crash Deno's node:http2 (see goaway_filter.ts).
-  const injector = server.createConnectionInjector(credentials);
-  const listener = net.createServer((socket) => {
+  // The server accepts the connections itself (TLS terminated here when --grpc-use-ssl) and hands grpc-js each
+  // one through a filter that drops the clients' GOAWAY frames, which can crash Deno's node:http2 (see
+  // goaway_filter.ts).
+  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const accept = (socket: net.Socket) => {
     socket.setNoDelay(true);
     injector.injectConnection(new GoawayFilter(socket));
-  });
+  };
+  let listener: net.Server;
+  if (options.useSsl) {
+    const read = (p: string) => Buffer.from(Deno.readFileSync(p));
+    // Client certificates are checked when a root certificate is given (as Triton's --grpc-root-cert).
+    listener = tls.createServer({
+      key: read(options.serverKey),
+      cert: read(options.serverCert),
+      ...(options.rootCert
+        ? { ca: read(options.rootCert), requestCert: true, rejectUnauthorized: true }
+        : {}),
+      ALPNProtocols: ["h2"],
+    }, (socket) => accept(socket));
+  } else {
+    listener = net.createServer(accept);
+  }
   const port = await new Promise<number>((resolve, reject) => {
     listener.once("error", reject);
     listener.listen(options.port, options.address, () => {
