@@ -96,6 +96,17 @@ export class GoawayFilter extends Duplex {
     this.#socket.write(chunk, encoding, callback);
   }
 
+  /** Chunks the HTTP/2 session queued while a write was in flight go out in one socket write. */
+  override _writev(
+    chunks: { chunk: Buffer; encoding: BufferEncoding }[],
+    callback: (err?: Error | null) => void,
+  ): void {
+    this.#socket.write(
+      chunks.length === 1 ? chunks[0]!.chunk : Buffer.concat(chunks.map((c) => c.chunk)),
+      callback,
+    );
+  }
+
   override _final(callback: (err?: Error | null) => void): void {
     this.#socket.end(callback);
   }
