@@ -140,7 +140,12 @@ def test_config_override_chooses_the_versions(clients, protocol):
     version, y = multiply(c, protocol)
     assert version == "2"
     np.testing.assert_array_equal(y, X * 2)
-    assert rows_of(c, protocol, "versioned") == [row(protocol, "versioned", "2", "READY")]
+    # The versions the new policy drops stay in the index as UNAVAILABLE "unloaded".
+    assert rows_of(c, protocol, "versioned") == [
+        row(protocol, "versioned", "1", "UNAVAILABLE", "unloaded"),
+        row(protocol, "versioned", "2", "READY"),
+        row(protocol, "versioned", "3", "UNAVAILABLE", "unloaded"),
+    ]
     c.unload_model("versioned")
 
 

@@ -270,14 +270,20 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     );
     assert.deepEqual(await versions(), ["2"]);
     assert.deepEqual(await multiply(u, "versioned"), { status: 200, version: "2", y: times(2) });
+    // The versions the new policy drops stay known, UNAVAILABLE "unloaded", as in Triton's index.
     assert.deepEqual(await multiply(u, "versioned", "3"), {
-      status: 404,
+      status: 503,
       version: undefined,
-      y: "Request for unknown model: 'versioned' version 3 is not found",
+      y: "Request for unknown model: 'versioned' version 3 is not at ready state: unloaded",
     });
     const config = (await get(u, "/v2/models/versioned/config")).json;
     assert.deepEqual(config?.version_policy, { specific: { versions: [2] } });
     assert.deepEqual(await index(u, true), [ready("versioned", "2")]);
+    assert.deepEqual(((await index(u)) as { name: string }[]).filter((r) => r.name === "versioned"), [
+      { name: "versioned", version: "1", state: "UNAVAILABLE", reason: "unloaded" },
+      ready("versioned", "2"),
+      { name: "versioned", version: "3", state: "UNAVAILABLE", reason: "unloaded" },
+    ]);
 
     // No override: the config on disk again (latest 1, version 3).
     assert.equal((await load(u, "versioned")).status, 200);
