@@ -38,6 +38,9 @@ export const SYMBOLS = {
   trtshim_device_memory_info: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
   // trtshim_status trtshim_device_utilization(int32_t device, uint32_t* percent)
   trtshim_device_utilization: { parameters: ["i32", "buffer"], result: "i32" },
+  // trtshim_status trtshim_device_power(int32_t device, uint64_t* usage_mw, uint64_t* limit_mw, uint64_t* energy_mj)
+  // Added to ABI version 1 after its first libraries: optional, null in a library built before.
+  trtshim_device_power: { parameters: ["i32", "buffer", "buffer", "buffer"], result: "i32", optional: true },
   // trtshim_status trtshim_stream_create(int32_t device, trtshim_stream** out)
   trtshim_stream_create: { parameters: ["i32", "buffer"], result: "i32" },
   // trtshim_status trtshim_stream_destroy(trtshim_stream* stream)
@@ -196,6 +199,16 @@ export interface ProfileShapes {
   min: number[];
   opt: number[];
   max: number[];
+}
+
+/** A device's power reading. */
+export interface DevicePower {
+  /** The power drawn now, in watts. */
+  usageW: number;
+  /** The enforced power limit, in watts. */
+  limitW: number;
+  /** The energy consumed since the driver was loaded, in joules. */
+  energyJ: number;
 }
 
 /** What a device says about itself. */
@@ -375,6 +388,29 @@ export class TrtShim {
     const out = new Uint32Array(1);
     this.check(this.#lib.trtshim_device_utilization(device, out));
     return out[0]!;
+  }
+
+  /**
+   * A device's power draw, power limit and energy, or undefined where the device or the library has no
+   * such reading (UNSUPPORTED: no NVML, a GPU without it, a mock device not given one, or a library built
+   * before trtshim_device_power).
+   * @param device the device index
+   * @throws TrtShimError when the reading fails otherwise (an unknown device, a driver error)
+   */
+  power(device: number): DevicePower | undefined {
+    const fn = this.#lib.trtshim_device_power;
+    if (fn === null) return undefined;
+    const usage = new BigUint64Array(1);
+    const limit = new BigUint64Array(1);
+    const energy = new BigUint64Array(1);
+    const status = fn(device, usage, limit, energy);
+    if (status === Status.UNSUPPORTED) return undefined;
+    this.check(status);
+    return {
+      usageW: Number(usage[0]) / 1000,
+      limitW: Number(limit[0]) / 1000,
+      energyJ: Number(energy[0]) / 1000,
+    };
   }
 
   /**

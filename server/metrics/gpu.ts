@@ -1,7 +1,7 @@
 /**
- * The GPUs the metrics report, read through libtrtshim (ffi/trtshim.ts): per device its UUID, utilization and
- * memory. Only what the shim's ABI offers is read; power, power limit and energy are not in it, so their
- * gauges are left out rather than faked.
+ * The GPUs the metrics report, read through libtrtshim (ffi/trtshim.ts): per device its UUID, utilization,
+ * memory, power draw, power limit and energy. A reading a device cannot give (no NVML, a mock device not
+ * given one) is left out rather than faked.
  * @module
  */
 
@@ -17,6 +17,15 @@ export interface GpuSample {
   memoryTotalBytes?: number;
   /** Used memory in bytes. */
   memoryUsedBytes?: number;
+  /** The power drawn, in watts. */
+  powerUsageWatts?: number;
+  /** The enforced power limit, in watts. */
+  powerLimitWatts?: number;
+  /**
+   * The energy consumed since the reader was made (the server started), in joules, as Triton counts
+   * `nv_energy_consumption`: the growth of the device's energy counter, which only grows.
+   */
+  energyJoules?: number;
 }
 
 /** Reads every GPU once; the device list is fixed when the reader is made. */
@@ -28,15 +37,35 @@ export interface GpuReaderOptions {
   tensorrtConfig?: Record<string, string>;
 }
 
+/** What the reader keeps per device. */
+interface Device {
+  index: number;
+  uuid: string;
+  utilization: boolean;
+  /** With a power reading: the energy counter at the last reading and its growth since the first (mJ). */
+  power?: { lastMj: number; consumedMj: number };
+}
+
+/** A device's power reading, its energy counter in whole millijoules (as the shim reads it), or undefined. */
+function readPower(
+  shim: TrtShim,
+  index: number,
+): { usageW: number; limitW: number; energyMj: number } | undefined {
+  const p = shim.power(index);
+  return p && { usageW: p.usageW, limitW: p.limitW, energyMj: Math.round(p.energyJ * 1000) };
+}
+
 /**
- * Makes a reader over a shim's devices.
+ * Makes a reader over a shim's devices. Whether a device reports utilization and power is decided here,
+ * once: a device whose first reading is UNSUPPORTED (or fails) never reports it. Energy counts from the
+ * first reading.
  * @param shim the opened shim
  * @returns the reader, or undefined when the shim sees no device
  */
 export function shimGpuReader(shim: TrtShim): GpuReader | undefined {
   const count = shim.deviceCount();
   if (count <= 0) return undefined;
-  const devices = Array.from({ length: count }, (_, i) => {
+  const devices = Array.from({ length: count }, (_, i): Device => {
     let utilization = true;
     try {
       shim.utilization(i);
@@ -44,7 +73,14 @@ export function shimGpuReader(shim: TrtShim): GpuReader | undefined {
       // UNSUPPORTED without NVML: this device reports no utilization.
       utilization = false;
     }
-    return { index: i, uuid: shim.deviceProperties(i).uuid, utilization };
+    const device: Device = { index: i, uuid: shim.deviceProperties(i).uuid, utilization };
+    try {
+      const p = readPower(shim, i);
+      if (p) device.power = { lastMj: p.energyMj, consumedMj: 0 };
+    } catch {
+      // A device that cannot read power now reports none of the three.
+    }
+    return device;
   });
   return () =>
     devices.map((d) => {
@@ -60,6 +96,21 @@ export function shimGpuReader(shim: TrtShim): GpuReader | undefined {
         sample.memoryUsedBytes = m.total - m.free;
       } catch {
         // As above.
+      }
+      if (d.power) {
+        try {
+          const p = readPower(shim, d.index);
+          if (p) {
+            sample.powerUsageWatts = p.usageW;
+            sample.powerLimitWatts = p.limitW;
+            // The counter restarts at 0 when the driver reloads: then all of it is new.
+            d.power.consumedMj += p.energyMj >= d.power.lastMj ? p.energyMj - d.power.lastMj : p.energyMj;
+            d.power.lastMj = p.energyMj;
+          }
+        } catch {
+          // As above for power; the energy counted so far is still reported.
+        }
+        sample.energyJoules = d.power.consumedMj / 1000;
       }
       return sample;
     });

@@ -245,10 +245,24 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
           }
         },
       });
-    // Power usage, power limit and energy consumption are not in the shim's ABI: not reported.
     gpuGauge("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", (g) => g.utilization);
     gpuGauge("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", (g) => g.memoryTotalBytes);
     gpuGauge("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", (g) => g.memoryUsedBytes);
+    gpuGauge("nv_gpu_power_usage", "GPU power usage in watts", (g) => g.powerUsageWatts);
+    gpuGauge("nv_gpu_power_limit", "GPU power management limit in watts", (g) => g.powerLimitWatts);
+    // A counter in Triton: the joules since the server started, growing with the device's energy counter.
+    new client.Counter({
+      name: "nv_energy_consumption",
+      help: "GPU energy consumption in joules since the Triton Server started",
+      labelNames: ["gpu_uuid"] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const g of sampler.gpus) {
+          if (g.energyJoules !== undefined) this.inc({ gpu_uuid: g.uuid }, g.energyJoules);
+        }
+      },
+    });
   }
   return registry;
 }

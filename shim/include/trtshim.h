@@ -29,7 +29,12 @@ extern "C" {
 #define TRTSHIM_API __attribute__((visibility("default")))
 #endif
 
-/** The ABI version: bumped on any incompatible change of this header. */
+/**
+ * The ABI version: bumped on any incompatible change of this header (a function changed or removed, a
+ * struct layout, a constant). Adding a function is compatible and keeps it: a caller binds a function
+ * marked "added to version N" as optional, since a library of the same version built before may lack it,
+ * and treats its absence as UNSUPPORTED.
+ */
 #define TRTSHIM_ABI_VERSION 1u
 /** The most dims a tensor shape has. */
 #define TRTSHIM_MAX_DIMS 8
@@ -114,6 +119,16 @@ TRTSHIM_API trtshim_status trtshim_device_memory_info(int32_t device, uint64_t* 
  * devices; the mock reports the share of streams busy right now).
  */
 TRTSHIM_API trtshim_status trtshim_device_utilization(int32_t device, uint32_t* percent);
+/**
+ * Writes the device's power reading into caller-owned outputs: *usage_mw, the power drawn now in
+ * milliwatts; *limit_mw, the enforced power limit in milliwatts; *energy_mj, the energy consumed since the
+ * driver was loaded in millijoules (it only grows, until the driver reloads). All three or none: UNSUPPORTED,
+ * outputs untouched, unless the device and the build can report all three (real devices need NVML and a GPU
+ * with these readings; the mock: see TRTSHIM_MOCK_POWER_MW in shim/README.md).
+ * Added to version 1: a library built before lacks the symbol.
+ */
+TRTSHIM_API trtshim_status trtshim_device_power(int32_t device, uint64_t* usage_mw, uint64_t* limit_mw,
+                                                uint64_t* energy_mj);
 
 /* -------------------------------------------------------------------------------------------- streams */
 

@@ -130,6 +130,20 @@ trtshim_status trtshim_device_utilization(int32_t device, uint32_t* percent) {
   });
 }
 
+trtshim_status trtshim_device_power(int32_t device, uint64_t* usage_mw, uint64_t* limit_mw, uint64_t* energy_mj) {
+  return guard([&] {
+    need(usage_mw, "usage_mw");
+    need(limit_mw, "limit_mw");
+    need(energy_mj, "energy_mj");
+    auto& rt = trtshim::runtime();
+    trtshim::checkDevice(rt, device);
+    trtshim::PowerReading r = rt.power(device);
+    *usage_mw = r.usage_mw;
+    *limit_mw = r.limit_mw;
+    *energy_mj = r.energy_mj;
+  });
+}
+
 trtshim_status trtshim_stream_create(int32_t device, trtshim_stream** out) {
   return guard([&] {
     need(out, "out");

@@ -1,12 +1,13 @@
-// The CUDA runtime layer over cudart: devices, memory, streams, events and IPC handles. Utilisation comes
-// from NVML, loaded with dlopen when the driver provides it. Engines come from tensorrt.cpp when built with
-// TensorRT; otherwise deserialize fails with UNSUPPORTED.
+// The CUDA runtime layer over cudart: devices, memory, streams, events and IPC handles. Utilisation and the
+// power reading come from NVML, loaded with dlopen when the driver provides it. Engines come from
+// tensorrt.cpp when built with TensorRT; otherwise deserialize fails with UNSUPPORTED.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "shim.hpp"
 
@@ -30,7 +31,11 @@ void check(cudaError_t rc, const char* what) {
 /** Makes `device` current on this thread (callers may arrive on any thread). */
 void use(int32_t device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
-/** The few NVML entry points used here, resolved at run time. */
+/**
+ * The few NVML entry points used here, resolved at run time (no link-time dependency): utilisation, and the
+ * power reading (power draw, enforced limit, total energy). Each reading needs only its own entry points, so
+ * an older driver without one still gives the others. Not thread-safe: the runtime serialises the calls.
+ */
 class Nvml {
  public:
   static Nvml& get() {
@@ -38,16 +43,30 @@ class Nvml {
     return instance;
   }
 
+  /** Whether NVML loaded and initialised (a device can be looked up). */
   bool available() const { return ok_; }
+  bool hasUtilization() const { return ok_ && rates_; }
+  bool hasPower() const { return ok_ && power_ && limit_ && energy_; }
 
   uint32_t utilization(int32_t device) {
-    char bus[32] = {};
-    check(cudaDeviceGetPCIBusId(bus, sizeof bus, device), "cudaDeviceGetPCIBusId");
-    void* handle = nullptr;
-    if (byPci_(bus, &handle) != 0) fail(TRTSHIM_RUNTIME_ERROR, std::string("NVML does not know device ") + bus);
+    void* handle = deviceHandle(device);
     Rates rates{};
-    if (rates_(handle, &rates) != 0) fail(TRTSHIM_RUNTIME_ERROR, "nvmlDeviceGetUtilizationRates failed");
+    checkNvml(rates_(handle, &rates), "nvmlDeviceGetUtilizationRates");
     return rates.gpu;
+  }
+
+  PowerReading power(int32_t device) {
+    void* handle = deviceHandle(device);
+    unsigned int usage = 0, limit = 0;
+    unsigned long long energy = 0;
+    checkNvml(power_(handle, &usage), "nvmlDeviceGetPowerUsage");
+    checkNvml(limit_(handle, &limit), "nvmlDeviceGetEnforcedPowerLimit");
+    checkNvml(energy_(handle, &energy), "nvmlDeviceGetTotalEnergyConsumption");
+    PowerReading r;
+    r.usage_mw = usage;
+    r.limit_mw = limit;
+    r.energy_mj = energy;
+    return r;
   }
 
  private:
@@ -55,9 +74,17 @@ class Nvml {
     unsigned int gpu;
     unsigned int memory;
   };
+  // nvmlReturn_t values that map to UNSUPPORTED: NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION,
+  // NVML_ERROR_FUNCTION_NOT_FOUND; any other failure is a RUNTIME_ERROR.
+  static constexpr int kNotSupported = 3;
+  static constexpr int kNoPermission = 4;
+  static constexpr int kFunctionNotFound = 13;
   using InitFn = int (*)();
   using ByPciFn = int (*)(const char*, void**);
   using RatesFn = int (*)(void*, Rates*);
+  using UintFn = int (*)(void*, unsigned int*);          // power usage, enforced limit (mW)
+  using EnergyFn = int (*)(void*, unsigned long long*);  // total energy (mJ)
+  using ErrorStringFn = const char* (*)(int);
 
   Nvml() {
     lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -65,12 +92,36 @@ class Nvml {
     auto init = reinterpret_cast<InitFn>(dlsym(lib_, "nvmlInit_v2"));
     byPci_ = reinterpret_cast<ByPciFn>(dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
     rates_ = reinterpret_cast<RatesFn>(dlsym(lib_, "nvmlDeviceGetUtilizationRates"));
-    ok_ = init && byPci_ && rates_ && init() == 0;
+    power_ = reinterpret_cast<UintFn>(dlsym(lib_, "nvmlDeviceGetPowerUsage"));
+    limit_ = reinterpret_cast<UintFn>(dlsym(lib_, "nvmlDeviceGetEnforcedPowerLimit"));
+    energy_ = reinterpret_cast<EnergyFn>(dlsym(lib_, "nvmlDeviceGetTotalEnergyConsumption"));
+    errorString_ = reinterpret_cast<ErrorStringFn>(dlsym(lib_, "nvmlErrorString"));
+    ok_ = init && byPci_ && init() == 0;
+  }
+
+  void* deviceHandle(int32_t device) {
+    char bus[32] = {};
+    check(cudaDeviceGetPCIBusId(bus, sizeof bus, device), "cudaDeviceGetPCIBusId");
+    void* handle = nullptr;
+    if (byPci_(bus, &handle) != 0) fail(TRTSHIM_RUNTIME_ERROR, std::string("NVML does not know device ") + bus);
+    return handle;
+  }
+
+  void checkNvml(int rc, const char* what) {
+    if (rc == 0) return;
+    const char* text = errorString_ ? errorString_(rc) : nullptr;
+    std::string message = std::string(what) + " failed: " + (text ? text : "NVML error " + std::to_string(rc));
+    bool unsupported = rc == kNotSupported || rc == kNoPermission || rc == kFunctionNotFound;
+    fail(unsupported ? TRTSHIM_UNSUPPORTED : TRTSHIM_RUNTIME_ERROR, message);
   }
 
   void* lib_ = nullptr;
   ByPciFn byPci_ = nullptr;
   RatesFn rates_ = nullptr;
+  UintFn power_ = nullptr;
+  UintFn limit_ = nullptr;
+  EnergyFn energy_ = nullptr;
+  ErrorStringFn errorString_ = nullptr;
   bool ok_ = false;
 };
 
@@ -181,7 +232,20 @@ class CudaRuntime : public Runtime {
     std::lock_guard<std::mutex> lock(nvmlMutex_);
     Nvml& nvml = Nvml::get();
     if (!nvml.available()) fail(TRTSHIM_UNSUPPORTED, "Utilisation needs NVML (libnvidia-ml.so.1), not found");
+    if (!nvml.hasUtilization()) fail(TRTSHIM_UNSUPPORTED, "Utilisation: NVML lacks nvmlDeviceGetUtilizationRates");
     return nvml.utilization(device);
+  }
+
+  PowerReading power(int32_t device) override {
+    std::lock_guard<std::mutex> lock(nvmlMutex_);
+    Nvml& nvml = Nvml::get();
+    if (!nvml.available()) fail(TRTSHIM_UNSUPPORTED, "Power readings need NVML (libnvidia-ml.so.1), not found");
+    if (!nvml.hasPower()) {
+      fail(TRTSHIM_UNSUPPORTED,
+           "Power readings: NVML lacks nvmlDeviceGetPowerUsage, nvmlDeviceGetEnforcedPowerLimit or "
+           "nvmlDeviceGetTotalEnergyConsumption");
+    }
+    return nvml.power(device);
   }
 
   std::unique_ptr<Stream> createStream(int32_t device) override { return std::make_unique<CudaStream>(device); }

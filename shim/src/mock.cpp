@@ -1,6 +1,7 @@
 // The MOCK runtime: the whole ABI on the CPU. "Device" memory is host memory, devices are described by
-// environment variables (TRTSHIM_MOCK_DEVICE_COUNT, TRTSHIM_MOCK_COMPUTE_CAPABILITY, TRTSHIM_MOCK_MEMORY),
-// and every stream is a worker thread that runs its queue in order.
+// environment variables (TRTSHIM_MOCK_DEVICE_COUNT, TRTSHIM_MOCK_COMPUTE_CAPABILITY, TRTSHIM_MOCK_MEMORY, and
+// the power reading TRTSHIM_MOCK_POWER_MW, TRTSHIM_MOCK_POWER_LIMIT_MW, TRTSHIM_MOCK_ENERGY_MJ), and every
+// stream is a worker thread that runs its queue in order.
 #include <unistd.h>
 
 #include <atomic>
@@ -38,6 +39,35 @@ void computeCapability(int32_t& major, int32_t& minor) {
   minor = 0;
   const char* v = std::getenv("TRTSHIM_MOCK_COMPUTE_CAPABILITY");
   if (v && *v) std::sscanf(v, "%d.%d", &major, &minor);
+}
+
+/**
+ * A device's entry of a power variable: one number for every device, or a comma-separated list with device
+ * i's number at i. False when the variable is unset, or the list has no (or an empty) entry for the device;
+ * an entry that is not a non-negative integer fails with INVALID_ARGUMENT naming the variable.
+ */
+bool envDeviceValue(const char* name, int32_t device, uint64_t& out) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return false;
+  std::string list(v);
+  std::string entry = list;
+  if (list.find(',') != std::string::npos) {
+    size_t start = 0;
+    for (int32_t i = 0; i < device; i++) {
+      size_t comma = list.find(',', start);
+      if (comma == std::string::npos) return false;
+      start = comma + 1;
+    }
+    size_t end = list.find(',', start);
+    entry = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  }
+  if (entry.empty()) return false;
+  if (entry.find_first_not_of("0123456789") != std::string::npos || entry.size() > 19) {
+    fail(TRTSHIM_INVALID_ARGUMENT,
+         std::string("Cannot read ") + name + "='" + list + "': '" + entry + "' is not a non-negative integer");
+  }
+  out = std::strtoull(entry.c_str(), nullptr, 10);
+  return true;
 }
 
 std::atomic<int> g_busy[kMaxDevices];
@@ -331,6 +361,19 @@ class MockRuntime : public Runtime {
     int streams = g_streams[device].load();
     if (streams <= 0) return 0;
     return static_cast<uint32_t>(100 * g_busy[device].load() / streams);
+  }
+
+  PowerReading power(int32_t device) override {
+    PowerReading r;
+    bool usage = envDeviceValue("TRTSHIM_MOCK_POWER_MW", device, r.usage_mw);
+    bool limit = envDeviceValue("TRTSHIM_MOCK_POWER_LIMIT_MW", device, r.limit_mw);
+    bool energy = envDeviceValue("TRTSHIM_MOCK_ENERGY_MJ", device, r.energy_mj);
+    if (!usage || !limit || !energy) {
+      fail(TRTSHIM_UNSUPPORTED, "Device " + std::to_string(device) +
+                                    " has no power reading: TRTSHIM_MOCK_POWER_MW, TRTSHIM_MOCK_POWER_LIMIT_MW and "
+                                    "TRTSHIM_MOCK_ENERGY_MJ must each give it a value");
+    }
+    return r;
   }
 
   std::unique_ptr<Stream> createStream(int32_t device) override { return std::make_unique<MockStream>(device); }

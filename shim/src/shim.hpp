@@ -90,6 +90,13 @@ class Engine {
   virtual std::unique_ptr<Context> createContext(int32_t profile, Stream& stream) = 0;
 };
 
+/** A device's power reading (trtshim_device_power). */
+struct PowerReading {
+  uint64_t usage_mw = 0;   // power drawn now, milliwatts
+  uint64_t limit_mw = 0;   // enforced power limit, milliwatts
+  uint64_t energy_mj = 0;  // energy since the driver loaded, millijoules
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -98,6 +105,8 @@ class Runtime {
   virtual void properties(int32_t device, trtshim_device_properties& props) = 0;
   virtual void memoryInfo(int32_t device, uint64_t& free_bytes, uint64_t& total_bytes) = 0;
   virtual uint32_t utilization(int32_t device) = 0;
+  /** Throws UNSUPPORTED when the device or the build has no power reading. */
+  virtual PowerReading power(int32_t device) = 0;
   virtual std::unique_ptr<Stream> createStream(int32_t device) = 0;
   virtual std::unique_ptr<Event> createEvent(int32_t device) = 0;
   virtual void* mallocDevice(int32_t device, size_t size) = 0;

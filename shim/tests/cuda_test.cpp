@@ -47,6 +47,17 @@ int main() {
   uint32_t util = 0;
   trtshim_status us = trtshim_device_utilization(0, &util);
   CHECK(us == TRTSHIM_OK || us == TRTSHIM_UNSUPPORTED);
+  uint64_t usage = 0, limit = 0, energy = 0;
+  trtshim_status ps = trtshim_device_power(0, &usage, &limit, &energy);
+  CHECK(ps == TRTSHIM_OK || ps == TRTSHIM_UNSUPPORTED);
+  if (ps == TRTSHIM_OK) {
+    std::printf("cuda_test: device 0: %llu mW of %llu mW, %llu mJ since the driver loaded\n",
+                static_cast<unsigned long long>(usage), static_cast<unsigned long long>(limit),
+                static_cast<unsigned long long>(energy));
+    CHECK(limit > 0 && usage > 0);
+  } else {
+    std::printf("cuda_test: no power reading: %s\n", trtshim_last_error());
+  }
 
   const size_t size = 1 << 20;
   trtshim_stream* s = nullptr;

@@ -102,6 +102,46 @@ void testDevices() {
   CHECK(util == 0);
 }
 
+void testPower() {
+  const char* vars[] = {"TRTSHIM_MOCK_POWER_MW", "TRTSHIM_MOCK_POWER_LIMIT_MW", "TRTSHIM_MOCK_ENERGY_MJ"};
+  uint64_t usage = 7, limit = 7, energy = 7;
+  const std::string none =
+      "has no power reading: TRTSHIM_MOCK_POWER_MW, TRTSHIM_MOCK_POWER_LIMIT_MW and TRTSHIM_MOCK_ENERGY_MJ must "
+      "each give it a value";
+  // Unset: UNSUPPORTED, outputs untouched.
+  CHECK_ERROR(trtshim_device_power(0, &usage, &limit, &energy), TRTSHIM_UNSUPPORTED, "Device 0 " + none);
+  CHECK(usage == 7 && limit == 7 && energy == 7);
+  // One value for every device.
+  setenv(vars[0], "123456", 1);
+  setenv(vars[1], "300000", 1);
+  CHECK_ERROR(trtshim_device_power(0, &usage, &limit, &energy), TRTSHIM_UNSUPPORTED, "Device 0 " + none);
+  setenv(vars[2], "5000000000", 1);
+  CHECK_OK(trtshim_device_power(0, &usage, &limit, &energy));
+  CHECK(usage == 123456 && limit == 300000 && energy == 5000000000ull);
+  // A list gives each device its own; a device without an entry (empty or past the end) has none.
+  setenv("TRTSHIM_MOCK_DEVICE_COUNT", "3", 1);
+  setenv(vars[0], "100,200,", 1);
+  setenv(vars[1], "1000,2000", 1);
+  setenv(vars[2], "7", 1);
+  CHECK_OK(trtshim_device_power(1, &usage, &limit, &energy));
+  CHECK(usage == 200 && limit == 2000 && energy == 7);
+  CHECK_ERROR(trtshim_device_power(2, &usage, &limit, &energy), TRTSHIM_UNSUPPORTED, "Device 2 " + none);
+  setenv(vars[0], "100,,300", 1);
+  CHECK_ERROR(trtshim_device_power(1, &usage, &limit, &energy), TRTSHIM_UNSUPPORTED, "Device 1 " + none);
+  CHECK_ERROR(trtshim_device_power(3, &usage, &limit, &energy), TRTSHIM_NOT_FOUND,
+              "Device 3 does not exist (3 devices)");
+  setenv(vars[0], "12.5", 1);
+  CHECK_ERROR(trtshim_device_power(0, &usage, &limit, &energy), TRTSHIM_INVALID_ARGUMENT,
+              "Cannot read TRTSHIM_MOCK_POWER_MW='12.5': '12.5' is not a non-negative integer");
+  setenv(vars[0], "-1", 1);
+  CHECK_ERROR(trtshim_device_power(0, &usage, &limit, &energy), TRTSHIM_INVALID_ARGUMENT,
+              "Cannot read TRTSHIM_MOCK_POWER_MW='-1': '-1' is not a non-negative integer");
+  CHECK_ERROR(trtshim_device_power(0, nullptr, &limit, &energy), TRTSHIM_INVALID_ARGUMENT,
+              "Argument 'usage_mw' is NULL");
+  unsetenv("TRTSHIM_MOCK_DEVICE_COUNT");
+  for (const char* v : vars) unsetenv(v);
+}
+
 void testCopiesAndEvents() {
   trtshim_stream* s = nullptr;
   CHECK_OK(trtshim_stream_create(0, &s));
@@ -288,6 +328,7 @@ void testConcurrentStreams() {
 int main() {
   testMeta();
   testDevices();
+  testPower();
   testCopiesAndEvents();
   testEngineDescription();
   testParseErrors();

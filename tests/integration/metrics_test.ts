@@ -439,6 +439,7 @@ const shim = await mockShim();
 /** The mock device's UUID: the bytes of "dinfer-mock-dev" and the device index. */
 const MOCK_UUID = ["GPU-64696e66-6572-2d6d-6f63-6b2d64657600", "GPU-64696e66-6572-2d6d-6f63-6b2d64657601"];
 const GPU_GAUGES = ["nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes"];
+const POWER_METRICS = ["nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"];
 
 /** Runs `fn` with environment variables set (the mock shim reads its devices from them at each call). */
 async function withEnv(env: Record<string, string>, fn: () => Promise<void>): Promise<void> {
@@ -484,9 +485,9 @@ Deno.test({
     const m = await scrape(s);
     assert.deepEqual(gpuSamples(m), expected);
     for (const name of GPU_GAUGES) assert.equal(m.types.get(name), "gauge", name);
-    // Power and energy are not in the shim's ABI: those gauges are left out, not faked.
-    for (const name of ["nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"]) {
-      assert.equal(m.types.has(name), false, name);
+    // The mock devices were given no power reading: none of the three series, not zeros.
+    for (const name of POWER_METRICS) {
+      assert.equal(m.samples.some((x) => x.name === name), false, name);
     }
     // An allocation after the sample shows only at the next one (an hour away).
     using _onDevice0 = lib.mallocDevice(0, 1 << 20);
@@ -517,6 +518,64 @@ Deno.test({
 });
 
 Deno.test({
+  name:
+    "power usage and limit in watts and energy in joules since the start, per gpu_uuid; none without the reading",
+  ignore: shim === undefined,
+}, async () => {
+  const env = {
+    TRTSHIM_MOCK_DEVICE_COUNT: "2",
+    TRTSHIM_MOCK_MEMORY: String(1 << 30),
+    // Device 1 has no power entry: it reports none of the three.
+    TRTSHIM_MOCK_POWER_MW: "123456,",
+    TRTSHIM_MOCK_POWER_LIMIT_MW: "300000",
+    TRTSHIM_MOCK_ENERGY_MJ: "5000000",
+  };
+  await withEnv(env, async () => {
+    await using s = await startTestServer([
+      `--backend-config=tensorrt,shim-path=${shim}`,
+      "--metrics-interval-ms=10",
+    ]);
+    const power = (m: Scrape) =>
+      gpuSamples(m).filter((line) => POWER_METRICS.some((n) => line.startsWith(`${n}{`)));
+    const first = await scrape(s);
+    assert.deepEqual(power(first), [
+      // Triton counts the joules since the server started, not since the driver loaded.
+      `nv_energy_consumption{{"gpu_uuid":"${MOCK_UUID[0]}"}} 0`,
+      `nv_gpu_power_limit{{"gpu_uuid":"${MOCK_UUID[0]}"}} 300`,
+      `nv_gpu_power_usage{{"gpu_uuid":"${MOCK_UUID[0]}"}} 123.456`,
+    ]);
+    assert.equal(first.types.get("nv_gpu_power_usage"), "gauge");
+    assert.equal(first.types.get("nv_gpu_power_limit"), "gauge");
+    assert.equal(first.types.get("nv_energy_consumption"), "counter");
+    // Device 1 still reports utilization and memory.
+    assert.equal(metric(first, "nv_gpu_memory_total_bytes", { gpu_uuid: MOCK_UUID[1]! }), 1 << 30);
+
+    // The device draws more and its energy counter grows by 12.345 J: the next sample shows both.
+    Deno.env.set("TRTSHIM_MOCK_POWER_MW", "250000,");
+    Deno.env.set("TRTSHIM_MOCK_ENERGY_MJ", "5012345");
+    const expected = [
+      `nv_energy_consumption{{"gpu_uuid":"${MOCK_UUID[0]}"}} 12.345`,
+      `nv_gpu_power_limit{{"gpu_uuid":"${MOCK_UUID[0]}"}} 300`,
+      `nv_gpu_power_usage{{"gpu_uuid":"${MOCK_UUID[0]}"}} 250`,
+    ];
+    let lines = power(await scrape(s));
+    for (let i = 0; i < 500 && JSON.stringify(lines) !== JSON.stringify(expected); i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      lines = power(await scrape(s));
+    }
+    assert.deepEqual(lines, expected);
+    // A driver reload restarts the device's counter at 0: the new millijoules add up, the total never falls.
+    Deno.env.set("TRTSHIM_MOCK_ENERGY_MJ", "1000");
+    let energy = metric(await scrape(s), "nv_energy_consumption", { gpu_uuid: MOCK_UUID[0]! });
+    for (let i = 0; i < 500 && energy !== 13.345; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      energy = metric(await scrape(s), "nv_energy_consumption", { gpu_uuid: MOCK_UUID[0]! });
+    }
+    assert.equal(energy, 13.345);
+  });
+});
+
+Deno.test({
   name: "no GPU series without a GPU: --allow-gpu-metrics=false, 0 devices, no library, or a mock not chosen",
   ignore: shim === undefined,
 }, async () => {
@@ -525,10 +584,18 @@ Deno.test({
       await using s = await startTestServer(flags);
       const m = await scrape(s);
       assert.deepEqual(gpuSamples(m), [], flags.join(" "));
-      assert.deepEqual([...m.types.keys()].filter((n) => n.startsWith("nv_gpu_")), [], flags.join(" "));
+      assert.deepEqual(
+        [...m.types.keys()].filter((n) => n.startsWith("nv_gpu_") || n === "nv_energy_consumption"),
+        [],
+        flags.join(" "),
+      );
     });
   };
-  await none([`--backend-config=tensorrt,shim-path=${shim}`, "--allow-gpu-metrics=false"]);
+  await none([`--backend-config=tensorrt,shim-path=${shim}`, "--allow-gpu-metrics=false"], {
+    TRTSHIM_MOCK_POWER_MW: "1",
+    TRTSHIM_MOCK_POWER_LIMIT_MW: "2",
+    TRTSHIM_MOCK_ENERGY_MJ: "3",
+  });
   await none([`--backend-config=tensorrt,shim-path=${shim}`], { TRTSHIM_MOCK_DEVICE_COUNT: "0" });
   await none(["--backend-config=tensorrt,shim-path=/nonexistent/libtrtshim.so"]);
   // The default path (build/shim/libtrtshim.so) is the mock on a machine without CUDA: not a GPU.

@@ -110,6 +110,8 @@ Deno.test({
   const cuda = openTrtShim(path);
   assert.equal(cuda.abiVersion(), 1);
   assert.ok(cuda.buildKind().startsWith("cuda"));
+  // Bound as optional (libraries built before it lack it): this build must export it.
+  assert.notEqual(cuda.symbols.trtshim_device_power, null);
   if (cuda.buildKind() !== "cuda") return; // built with TensorRT after all: nothing to refuse
   assert.deepEqual(await planModelRow(path), {
     state: "UNAVAILABLE",
