@@ -16,6 +16,7 @@ import { sessionOptions } from "../server/backends/onnxruntime.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
+import { cpuSeconds, machineBusySeconds, waitQuiet } from "./cpu_usage.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -339,42 +340,6 @@ async function startChildServer(denoArgs: string[], serverArgs: string[]): Promi
   }
   await server.stop();
   throw new Error(`Cannot start the server: it was not ready within 60 s: ${output}`);
-}
-
-/** User + system CPU seconds of a process, from /proc. */
-function cpuSeconds(pid: number | "self"): number {
-  let stat: string;
-  try {
-    stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-  } catch {
-    return NaN; // the process has exited
-  }
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  // Fields 14 and 15 of stat (utime, stime); fields[0] here is field 3.
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
-/** Busy CPU seconds of the whole machine (all cores), from /proc/stat. */
-function machineBusySeconds(): number {
-  const line = Deno.readTextFileSync("/proc/stat").split("\n", 1)[0]!;
-  const [user, nice, system, _idle, _iowait, irq, softirq, steal] = line.split(/\s+/).slice(1).map(Number);
-  return (user! + nice! + system! + irq! + softirq! + steal!) / 100;
-}
-
-/**
- * Waits (up to `maxS`) for a quarter second in which other processes use less than `threshold`% CPU, since
- * other sessions share this machine; returns what they used in the last window.
- */
-async function waitQuiet(maxS: number, threshold = 20): Promise<number> {
-  const deadline = performance.now() + maxS * 1000;
-  let other = NaN;
-  do {
-    const m0 = machineBusySeconds(), c0 = cpuSeconds("self");
-    await new Promise((r) => setTimeout(r, 250));
-    other = (100 * (machineBusySeconds() - m0 - (cpuSeconds("self") - c0))) / 0.25;
-    if (other < threshold) break;
-  } while (performance.now() < deadline);
-  return other;
 }
 
 /** Other processes' CPU above which a point is marked as disturbed. */

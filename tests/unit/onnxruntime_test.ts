@@ -3,6 +3,7 @@ import { assert, assertEquals, assertRejects, assertThrows } from "../assert.ts"
 import { FIXTURES } from "../helpers.ts";
 import {
   DEFAULT_MAX_BATCH_SIZE,
+  DEFAULT_SESSION_ENTRIES,
   instanceThread,
   onnxRuntimeBackend,
   sessionOptions,
@@ -256,6 +257,7 @@ Deno.test("createInstance honours the session options of the config", async () =
     intra_op_thread_count: { string_value: "1" },
     execution_mode: { string_value: "1" },
     enable_mem_arena: { string_value: "0" },
+    "session.intra_op.allow_spinning": { string_value: "1" },
   };
   c.optimization = { graph: { level: 2 } };
   const instance = await onnxRuntimeBackend.createInstance(c, context("add_sub_fp32_nobatch"));
@@ -275,8 +277,36 @@ function withParameters(params: Record<string, string>, extra: Record<string, un
   }, "m");
 }
 
-Deno.test("sessionOptions without parameters enables every graph optimization", () => {
-  assertEquals(sessionOptions(withParameters({})), { logSeverityLevel: 3, graphOptimizationLevel: "all" });
+/** The session config entries the server sets by default: ONNX Runtime's thread pools do not spin. */
+const NO_SPIN = {
+  "session.intra_op.allow_spinning": "0",
+  "session.inter_op.allow_spinning": "0",
+};
+
+Deno.test("sessionOptions without parameters enables every graph optimization and keeps the pools from spinning", () => {
+  assertEquals(DEFAULT_SESSION_ENTRIES, NO_SPIN);
+  assertEquals(sessionOptions(withParameters({})), {
+    logSeverityLevel: 3,
+    extra: NO_SPIN,
+    graphOptimizationLevel: "all",
+  });
+});
+
+Deno.test("sessionOptions passes parameters named session.* to ONNX Runtime as session config entries", () => {
+  assertEquals(
+    sessionOptions(withParameters({
+      "session.intra_op.allow_spinning": "1",
+      "session.disable_prepacking": "1",
+      intra_op_thread_count: "2",
+    })).extra,
+    {
+      "session.intra_op.allow_spinning": "1",
+      "session.inter_op.allow_spinning": "0",
+      "session.disable_prepacking": "1",
+    },
+  );
+  // Only the session.* prefix: other parameters are Triton's or the server's, not ONNX Runtime entries.
+  assertEquals(sessionOptions(withParameters({ instance_thread: "main", sessionx: "1" })).extra, NO_SPIN);
 });
 
 Deno.test("sessionOptions maps Triton's ONNX Runtime parameters", () => {
@@ -289,6 +319,7 @@ Deno.test("sessionOptions maps Triton's ONNX Runtime parameters", () => {
     })),
     {
       logSeverityLevel: 3,
+      extra: NO_SPIN,
       intraOpNumThreads: 4,
       interOpNumThreads: 2,
       executionMode: "parallel",
@@ -305,6 +336,7 @@ Deno.test("sessionOptions maps Triton's ONNX Runtime parameters", () => {
     })),
     {
       logSeverityLevel: 3,
+      extra: NO_SPIN,
       executionMode: "sequential",
       enableCpuMemArena: true,
       graphOptimizationLevel: "all",
@@ -312,7 +344,7 @@ Deno.test("sessionOptions maps Triton's ONNX Runtime parameters", () => {
   );
   assertEquals(
     sessionOptions(withParameters({ intra_op_thread_count: "" })),
-    { logSeverityLevel: 3, graphOptimizationLevel: "all" },
+    { logSeverityLevel: 3, extra: NO_SPIN, graphOptimizationLevel: "all" },
   );
 });
 
