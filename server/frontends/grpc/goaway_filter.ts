@@ -51,10 +51,9 @@ export class GoawayFilter extends Duplex {
     socket.on("error", (err) => this.destroy(err));
   }
 
-  /** The bytes of a chunk that the server should see. */
+  /** The bytes of a chunk that the server should see: the chunk itself unless a GOAWAY or a split header is in it. */
   #filter(chunk: Buffer): Buffer {
     if (this.#preface === -1) return chunk;
-    const parts: Buffer[] = [];
     let at = 0;
     if (this.#preface > 0) {
       const n = Math.min(this.#preface, chunk.length);
@@ -63,28 +62,47 @@ export class GoawayFilter extends Duplex {
         this.#preface = -1; // not HTTP/2 with prior knowledge: leave it to the server to refuse
         return chunk;
       }
-      parts.push(chunk.subarray(0, n));
       this.#preface -= n;
       at = n;
     }
+    /** The start of a frame header held back from an earlier chunk, to go out before this chunk's bytes. */
+    let prefix: Buffer | undefined;
+    /** Ranges of this chunk that are dropped (GOAWAY frames), in order. */
+    const dropped: number[] = [];
+    /** Bytes from here on are a frame header not yet complete: held back until its type is known. */
+    let keepEnd = chunk.length;
     while (at < chunk.length) {
       if (this.#payloadLeft > 0) {
         const n = Math.min(this.#payloadLeft, chunk.length - at);
-        if (!this.#dropping) parts.push(chunk.subarray(at, at + n));
+        if (this.#dropping) dropped.push(at, at + n);
         this.#payloadLeft -= n;
         at += n;
         continue;
       }
-      const n = Math.min(FRAME_HEADER - this.#headerFill, chunk.length - at);
-      chunk.copy(this.#header, this.#headerFill, at, at + n);
+      const start = at;
+      const held = this.#headerFill;
+      const n = Math.min(FRAME_HEADER - held, chunk.length - at);
+      chunk.copy(this.#header, held, at, at + n);
       this.#headerFill += n;
       at += n;
-      if (this.#headerFill < FRAME_HEADER) break;
+      if (this.#headerFill < FRAME_HEADER) {
+        keepEnd = start;
+        break;
+      }
       this.#headerFill = 0;
       this.#payloadLeft = this.#header.readUIntBE(0, 3);
       this.#dropping = this.#header[3] === GOAWAY;
-      if (!this.#dropping) parts.push(Buffer.from(this.#header));
+      if (this.#dropping) dropped.push(start, at);
+      else if (held > 0) prefix = Buffer.from(this.#header.subarray(0, held));
     }
+    if (prefix === undefined && dropped.length === 0 && keepEnd === chunk.length) return chunk;
+    const parts: Buffer[] = prefix ? [prefix] : [];
+    let from = 0;
+    for (let i = 0; i < dropped.length; i += 2) {
+      if (dropped[i]! > from) parts.push(chunk.subarray(from, dropped[i]!));
+      from = dropped[i + 1]!;
+    }
+    if (keepEnd > from) parts.push(chunk.subarray(from, keepEnd));
     return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
   }
 

@@ -387,6 +387,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
   const server = new grpc.Server({
     "grpc.max_receive_message_length": MAX_MESSAGE,
+    "grpc.enable_channelz": 0,
     "grpc.max_send_message_length": MAX_MESSAGE,
     "grpc.keepalive_time_ms": options.keepaliveTimeMs,
     "grpc.keepalive_timeout_ms": options.keepaliveTimeoutMs,
