@@ -41,6 +41,37 @@ const FROM_ORT: Record<string, Datatype> = Object.fromEntries(
   Object.entries(TO_ORT).map(([k, v]) => [v, k as Datatype]),
 );
 
+/**
+ * ONNX's tensor element types by their number (TensorProto.DataType), named as onnxruntime-node names them
+ * where it supports them.
+ */
+const ONNX_ELEMENT_TYPES: readonly (string | undefined)[] = [
+  undefined,
+  "float32",
+  "uint8",
+  "int8",
+  "uint16",
+  "int16",
+  "int32",
+  "int64",
+  "string",
+  "bool",
+  "float16",
+  "float64",
+  "uint32",
+  "uint64",
+  "complex64",
+  "complex128",
+  "bfloat16",
+  "float8e4m3fn",
+  "float8e4m3fnuz",
+  "float8e5m2",
+  "float8e5m2fnuz",
+  "uint4",
+  "int4",
+  "float4e2m1",
+];
+
 /** Triton's default max_batch_size for auto-completed models whose first dimension is dynamic. */
 export const DEFAULT_MAX_BATCH_SIZE = 4;
 
@@ -192,6 +223,185 @@ async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<
   }
 }
 
+/** A model's inputs and outputs as ONNX Runtime describes them (from the instance's own session). */
+interface ModelIo {
+  readonly inputMetadata: readonly ort.InferenceSession.ValueMetadata[];
+  readonly outputMetadata: readonly ort.InferenceSession.ValueMetadata[];
+}
+
+function shapeText(dims: readonly number[]): string {
+  return `[${dims.join(",")}]`;
+}
+
+function namesText(list: readonly { name: string }[]): string {
+  return list.length > 0 ? list.map((m) => m.name).join(", ") : "none";
+}
+
+/** Reads the protobuf varint at `pos`; returns it and the position after it. */
+function readVarint(buf: Uint8Array, pos: number): [number, number] {
+  let value = 0;
+  let scale = 1;
+  for (;;) {
+    const b = buf[pos++];
+    if (b === undefined) throw new Error("truncated varint");
+    value += (b & 0x7f) * scale;
+    if (b < 0x80) return [value, pos];
+    scale *= 128;
+  }
+}
+
+/** The fields of a protobuf message: number, and the varint value or the bytes of a length-delimited field. */
+function* protoFields(buf: Uint8Array): Generator<{ field: number; value: number; bytes?: Uint8Array }> {
+  let pos = 0;
+  while (pos < buf.length) {
+    let key: number;
+    [key, pos] = readVarint(buf, pos);
+    const field = Math.floor(key / 8);
+    const wire = key % 8;
+    if (wire === 0) {
+      let value: number;
+      [value, pos] = readVarint(buf, pos);
+      yield { field, value };
+    } else if (wire === 2) {
+      let length: number;
+      [length, pos] = readVarint(buf, pos);
+      if (pos + length > buf.length) throw new Error("truncated field");
+      yield { field, value: length, bytes: buf.subarray(pos, pos + length) };
+      pos += length;
+    } else if (wire === 1) {
+      pos += 8;
+    } else if (wire === 5) {
+      pos += 4;
+    } else {
+      throw new Error(`unexpected wire type ${wire}`);
+    }
+  }
+}
+
+/**
+ * The initializers of an ONNX model's main graph by name, with their element type number: ModelProto.graph (7),
+ * GraphProto.initializer (5) and sparse_initializer (15, its values 1), TensorProto.name (8) and data_type (2).
+ * Empty when the file cannot be read or parsed (ONNX Runtime has already opened it by then).
+ */
+async function initializerTypes(path: string): Promise<Map<string, number>> {
+  const found = new Map<string, number>();
+  const addTensor = (tensor: Uint8Array) => {
+    let name = "";
+    let type = 0;
+    for (const f of protoFields(tensor)) {
+      if (f.field === 8 && f.bytes) name = utf8Decode(f.bytes);
+      else if (f.field === 2 && !f.bytes) type = f.value;
+    }
+    if (name) found.set(name, type);
+  };
+  try {
+    const model = await Deno.readFile(path);
+    for (const m of protoFields(model)) {
+      if (m.field !== 7 || !m.bytes) continue;
+      for (const g of protoFields(m.bytes)) {
+        if (g.field === 5 && g.bytes) addTensor(g.bytes);
+        if (g.field === 15 && g.bytes) {
+          for (const s of protoFields(g.bytes)) if (s.field === 1 && s.bytes) addTensor(s.bytes);
+        }
+      }
+    }
+  } catch {
+    return new Map();
+  }
+  return found;
+}
+
+/**
+ * Checks a config's inputs and outputs against the ONNX model's, as Triton's onnxruntime backend does at load:
+ * every config input is a model input (or an optional one that a model initializer backs) and every model input
+ * is in the config (sequence control and state tensors aside); every config output is a model output; datatypes
+ * match; and the dims are compatible: the model's first dimension is the batch dimension, dynamic, when
+ * max_batch_size > 0, and the rest match the config's dims (its reshape where it has one) where both sides are
+ * fixed.
+ * @param config the config
+ * @param io the model's inputs and outputs
+ * @param modelPath the model file, read for its initializers only when an optional config input is not a model
+ *   input
+ */
+async function checkModelIo(config: ModelConfig, io: ModelIo, modelPath: string): Promise<void> {
+  const fail = (why: string) => invalidArg(`Cannot load '${config.name}': ${why}`);
+  const batched = config.max_batch_size > 0;
+  const checkType = (kind: string, spec: ModelInputConfig | ModelOutputConfig, modelType: Datatype) => {
+    if (spec.data_type === toConfigType(modelType)) return;
+    const configText = spec.data_type.replace(/^TYPE_/, "");
+    const modelText = toConfigType(modelType).replace(/^TYPE_/, "");
+    throw fail(
+      `${kind} '${spec.name}' has datatype ${configText} in the config but ${modelText} in the model`,
+    );
+  };
+  const checkTensor = (
+    kind: "input" | "output",
+    spec: ModelInputConfig | ModelOutputConfig,
+    meta: ort.InferenceSession.ValueMetadata,
+  ) => {
+    checkType(kind, spec, fromOrt(meta, config));
+    if (!meta.isTensor || spec.is_shape_tensor || (spec as ModelInputConfig).allow_ragged_batch) return;
+    const model = dimsOf(meta.shape);
+    // ONNX Runtime describes an output it could infer no shape for as [], like a scalar: nothing to compare.
+    if (kind === "output" && model.length === 0) return;
+    const tensor = `${kind} '${spec.name}'`;
+    if (batched && model[0] !== -1) {
+      throw fail(
+        `${tensor} has shape ${shapeText(model)} in the model, but max_batch_size ${config.max_batch_size} ` +
+          "needs a first dimension of -1 (dynamic) for the batch; use max_batch_size 0 for a model that " +
+          "does not batch",
+      );
+    }
+    const inner = batched ? model.slice(1) : model;
+    const expected = spec.reshape ? spec.reshape.shape : spec.dims;
+    const compatible = inner.length === expected.length &&
+      inner.every((d, i) => d === -1 || expected[i] === -1 || d === expected[i]);
+    if (compatible) return;
+    const configSide = `${spec.reshape ? "reshape" : "dims"} ${shapeText(expected)}`;
+    const whole = batched ? ` (shape ${shapeText(model)} with the batch dimension)` : "";
+    throw fail(`${tensor} has ${configSide} in the config but ${shapeText(inner)} in the model${whole}`);
+  };
+
+  const modelInputs = new Map(io.inputMetadata.map((m) => [m.name, m]));
+  let initializers: Map<string, number> | undefined;
+  for (const input of config.input) {
+    const meta = modelInputs.get(input.name);
+    if (meta) {
+      checkTensor("input", input, meta);
+      continue;
+    }
+    // An optional input the model backs with an initializer: ONNX Runtime uses the initializer's value.
+    if (input.optional) {
+      initializers ??= await initializerTypes(modelPath);
+      const type = initializers.get(input.name);
+      if (type !== undefined) {
+        const ortType = ONNX_ELEMENT_TYPES[type] ?? `ONNX type ${type}`;
+        const init = { name: input.name, isTensor: true, type: ortType, shape: [] };
+        checkType("input", input, fromOrt(init as ort.InferenceSession.ValueMetadata, config));
+        continue;
+      }
+    }
+    const inputs = namesText(io.inputMetadata);
+    throw fail(`config input '${input.name}' is not an input of the model (its inputs: ${inputs})`);
+  }
+  const declared = new Set(config.input.map((i) => i.name));
+  const internalNames = sequenceTensorNames(config);
+  for (const meta of io.inputMetadata) {
+    if (declared.has(meta.name) || internalNames.has(meta.name)) continue;
+    throw fail(`model input '${meta.name}' is not in the config (config inputs: ${namesText(config.input)})`);
+  }
+  const modelOutputs = new Map(io.outputMetadata.map((m) => [m.name, m]));
+  for (const output of config.output) {
+    const meta = modelOutputs.get(output.name);
+    if (meta) {
+      checkTensor("output", output, meta);
+      continue;
+    }
+    const outputs = namesText(io.outputMetadata);
+    throw fail(`config output '${output.name}' is not an output of the model (its outputs: ${outputs})`);
+  }
+}
+
 /** A tensor as it crosses to and from ONNX Runtime. */
 interface OrtValue {
   name: string;
@@ -201,7 +411,7 @@ interface OrtValue {
 }
 
 /** Runs a session: in this thread, or on a worker thread of its own. */
-interface SessionRunner {
+interface SessionRunner extends ModelIo {
   readonly inputNames: readonly string[];
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
   close(): Promise<void>;
@@ -223,6 +433,12 @@ class InlineRunner implements SessionRunner {
   }
   get inputNames(): readonly string[] {
     return this.#session.inputNames;
+  }
+  get inputMetadata(): readonly ort.InferenceSession.ValueMetadata[] {
+    return this.#session.inputMetadata;
+  }
+  get outputMetadata(): readonly ort.InferenceSession.ValueMetadata[] {
+    return this.#session.outputMetadata;
   }
   async run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     const input: Record<string, ort.Tensor> = {};
@@ -247,8 +463,23 @@ interface NativeSession {
     fetches: Record<string, null>,
     options: Record<string, unknown>,
   ): Record<string, ort.Tensor>;
-  readonly inputMetadata: readonly { name: string }[];
+  readonly inputMetadata: readonly NativeValueMetadata[];
+  readonly outputMetadata: readonly NativeValueMetadata[];
   dispose(): void;
+}
+
+/** An input or output as the native binding describes it: the element type by number, -1 for dynamic dims. */
+interface NativeValueMetadata {
+  name: string;
+  isTensor: boolean;
+  type: number;
+  shape: number[];
+}
+
+function fromNativeMetadata(m: NativeValueMetadata): ort.InferenceSession.ValueMetadata {
+  if (!m.isTensor) return { name: m.name, isTensor: false };
+  const type = (ONNX_ELEMENT_TYPES[m.type] ?? `ONNX type ${m.type}`) as ort.Tensor.Type;
+  return { name: m.name, isTensor: true, type, shape: [...m.shape] };
 }
 
 let nativeBinding: { InferenceSession: new () => NativeSession } | null | undefined;
@@ -277,9 +508,13 @@ async function loadNativeBinding(): Promise<{ InferenceSession: new () => Native
 class NativeRunner implements SessionRunner {
   #session: NativeSession;
   readonly inputNames: readonly string[];
+  readonly inputMetadata: readonly ort.InferenceSession.ValueMetadata[];
+  readonly outputMetadata: readonly ort.InferenceSession.ValueMetadata[];
   constructor(session: NativeSession) {
     this.#session = session;
     this.inputNames = session.inputMetadata.map((m) => m.name);
+    this.inputMetadata = session.inputMetadata.map(fromNativeMetadata);
+    this.outputMetadata = session.outputMetadata.map(fromNativeMetadata);
   }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     try {
@@ -307,6 +542,8 @@ class NativeRunner implements SessionRunner {
 class WorkerRunner implements SessionRunner {
   #worker: Worker;
   #inputNames: string[] = [];
+  #inputMetadata: ort.InferenceSession.ValueMetadata[] = [];
+  #outputMetadata: ort.InferenceSession.ValueMetadata[] = [];
   #nextId = 0;
   #pending = new Map<number, { resolve: (v: OrtValue[]) => void; reject: (e: Error) => void }>();
   #closed: (() => void) | undefined;
@@ -330,6 +567,8 @@ class WorkerRunner implements SessionRunner {
         const msg = e.data;
         if (msg.op === "opened") {
           runner.#inputNames = msg.inputNames;
+          runner.#inputMetadata = msg.inputMetadata;
+          runner.#outputMetadata = msg.outputMetadata;
           resolve(runner);
         } else if (msg.op === "error" && msg.id === -1) {
           worker.terminate();
@@ -349,6 +588,14 @@ class WorkerRunner implements SessionRunner {
 
   get inputNames(): readonly string[] {
     return this.#inputNames;
+  }
+
+  get inputMetadata(): readonly ort.InferenceSession.ValueMetadata[] {
+    return this.#inputMetadata;
+  }
+
+  get outputMetadata(): readonly ort.InferenceSession.ValueMetadata[] {
+    return this.#outputMetadata;
   }
 
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
@@ -481,6 +728,30 @@ function resolveShape(shape: readonly number[], target: readonly number[], batch
   return [...batch, ...dims];
 }
 
+/** Opens the session of one instance: on a worker thread, through the native binding, or the public API. */
+async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<SessionRunner> {
+  const options = sessionOptions(config);
+  if (instanceThread(config, ctx.backendConfig) === "worker") {
+    try {
+      return await WorkerRunner.open(modelPathOf(ctx), options);
+    } catch (err) {
+      throw invalidArg(`Cannot load ONNX model '${modelPathOf(ctx)}': ${(err as Error).message}`);
+    }
+  }
+  const native = await loadNativeBinding();
+  if (native) {
+    const session = new native.InferenceSession();
+    try {
+      session.loadModel(modelPathOf(ctx), options);
+    } catch (err) {
+      const msg = err instanceof Error ? err.message : String(err);
+      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${modelPathOf(ctx)}': ${msg}`);
+    }
+    return new NativeRunner(session);
+  }
+  return new InlineRunner(await openSession(modelPathOf(ctx), options));
+}
+
 /** The ONNX Runtime backend. */
 export const onnxRuntimeBackend: Backend = {
   name: "onnxruntime",
@@ -492,25 +763,13 @@ export const onnxRuntimeBackend: Backend = {
         `Cannot load '${config.name}': instance group kind KIND_GPU is not supported by the CPU build of ONNX Runtime, use KIND_CPU`,
       );
     }
-    const options = sessionOptions(config);
-    if (instanceThread(config, ctx.backendConfig) === "worker") {
-      try {
-        return new OrtInstance(await WorkerRunner.open(modelPathOf(ctx), options), config);
-      } catch (err) {
-        throw invalidArg(`Cannot load ONNX model '${modelPathOf(ctx)}': ${(err as Error).message}`);
-      }
+    const runner = await openRunner(config, ctx);
+    try {
+      await checkModelIo(config, runner, modelPathOf(ctx));
+    } catch (err) {
+      await runner.close();
+      throw err;
     }
-    const native = await loadNativeBinding();
-    if (native) {
-      const session = new native.InferenceSession();
-      try {
-        session.loadModel(modelPathOf(ctx), options);
-      } catch (err) {
-        const msg = err instanceof Error ? err.message : String(err);
-        throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${modelPathOf(ctx)}': ${msg}`);
-      }
-      return new OrtInstance(new NativeRunner(session), config);
-    }
-    return new OrtInstance(new InlineRunner(await openSession(modelPathOf(ctx), options)), config);
+    return new OrtInstance(runner, config);
   },
 };

@@ -21,7 +21,12 @@ export type WorkerRequest =
 
 /** Messages to the main thread. */
 export type WorkerReply =
-  | { op: "opened"; inputNames: string[] }
+  | {
+    op: "opened";
+    inputNames: string[];
+    inputMetadata: ort.InferenceSession.ValueMetadata[];
+    outputMetadata: ort.InferenceSession.ValueMetadata[];
+  }
   | {
     op: "result";
     id: number;
@@ -41,7 +46,12 @@ self.onmessage = async (event: MessageEvent<WorkerRequest>) => {
   if (msg.op === "open") {
     try {
       session = await ort.InferenceSession.create(msg.path, msg.options);
-      reply({ op: "opened", inputNames: [...session.inputNames] });
+      reply({
+        op: "opened",
+        inputNames: [...session.inputNames],
+        inputMetadata: [...session.inputMetadata],
+        outputMetadata: [...session.outputMetadata],
+      });
     } catch (err) {
       reply({ op: "error", id: -1, message: err instanceof Error ? err.message : String(err) });
     }
