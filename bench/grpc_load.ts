@@ -1,8 +1,7 @@
 /**
  * The gRPC load generator of `./dinfer bench`, run as its own process: closed-loop ModelInfer calls on
  * `simple` with raw contents over one @grpc/grpc-js channel, N calls in flight, latencies per call; the first
- * answer and every 1000th are checked. Prints one JSON line per point. One channel serves every point: the
- * channel is closed only at the end (see bench/RESULTS.md on client disconnects under Deno's node:http2).
+ * answer and every 1000th are checked. Prints one JSON line per point. One channel serves every point.
  *
  * `deno run -A bench/grpc_load.ts <host:port> <in-flight,in-flight,...> <duration s> <warm-up s>`
  * @module

@@ -3,9 +3,14 @@
  * baseline, then the real server in a child process under closed-loop load (JSON and binary tensor data,
  * several connection counts). Prints a table and writes `bench/RESULTS.md`.
  *
+ * When `h2load` (Debian package `nghttp2-client`) is on PATH, gRPC and HTTP binary are also measured with it, an
+ * efficient client in C, against a fresh server of their own (`bench/h2load.ts`).
+ *
  * Flags: `--duration=<s>` measured seconds per point (default 5), `--warmup=<s>` (default 1),
  * `--connections=1,8,16,32`, `--quick` (1 s per point), `--profile` (also profile the server under JSON load
- * at 16 connections and add the top functions to the results), `--no-write` (print only),
+ * at 16 connections and add the top functions to the results), `--profile-grpc` (profile the server under
+ * h2load's gRPC load at 16 streams), `--no-h2load` (skip the h2load points as if h2load were absent),
+ * `--no-write` (print only), `--out=<path>` (write there instead of `bench/RESULTS.md`),
  * `--server-arg=<arg>` (repeatable: one more server flag, e.g. `--server-arg=--model-repository=/tmp/models`).
  * @module
  */
@@ -18,12 +23,17 @@ import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse }
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
 import { cpuSeconds, machineBusySeconds, waitQuiet } from "./cpu_usage.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
+import { findH2load, type H2loadResult, h2loadVersion, runH2load } from "./h2load.ts";
+import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODEL_DIR = `${ROOT}examples/models/simple`;
 const RESULTS = `${ROOT}bench/RESULTS.md`;
 const TARGET_RATE = 15_000;
 const TARGET_ADDED_US = 100;
+const H2LOAD_MISSING = "h2load is not on PATH: the gRPC and HTTP binary points through h2load were skipped " +
+  "(install: `apt-get install nghttp2-client`).";
+const H2LOAD_SKIPPED = "The gRPC and HTTP binary points through h2load were skipped (`--no-h2load`).";
 
 interface Flags {
   durationS: number;
@@ -31,7 +41,10 @@ interface Flags {
   connections: number[];
   quick: boolean;
   profile: boolean;
+  profileGrpc: boolean;
+  h2load: boolean;
   write: boolean;
+  out: string;
   serverArgs: string[];
 }
 
@@ -42,7 +55,10 @@ function parseFlags(args: string[]): Flags {
     connections: [1, 8, 16, 32],
     quick: false,
     profile: false,
+    profileGrpc: false,
+    h2load: true,
     write: true,
+    out: RESULTS,
     serverArgs: [],
   };
   for (const arg of args) {
@@ -64,7 +80,10 @@ function parseFlags(args: string[]): Flags {
       flags.durationS = 1;
       flags.warmupS = 0.3;
     } else if (k === "--profile") flags.profile = true;
+    else if (k === "--profile-grpc") flags.profileGrpc = true;
+    else if (k === "--no-h2load") flags.h2load = false;
     else if (k === "--no-write") flags.write = false;
+    else if (k === "--out" && v) flags.out = v;
     else if (k === "--server-arg" && v !== undefined) flags.serverArgs.push(v);
     else throw new Error(`Cannot parse '${arg}': unknown flag`);
   }
@@ -180,6 +199,11 @@ interface Baseline {
   p50Us: number;
   p99Us: number;
   options: ort.InferenceSession.SessionOptions;
+  /**
+   * For information: the same loop with `await setTimeout(0)` before each run (the thread sleeps between runs,
+   * as a server at 1 connection does), timing the run alone.
+   */
+  idle: { runs: number; p50Us: number; p99Us: number };
 }
 
 async function baseline(durationS: number, warmupS: number): Promise<Baseline> {
@@ -213,12 +237,32 @@ async function baseline(durationS: number, warmupS: number): Promise<Baseline> {
       lat.push((now - t0) * 1000);
     }
     const sorted = Float64Array.from(lat).sort();
+    // The idle-gap loop, after the baseline so that the baseline is measured as before.
+    const idleLat: number[] = [];
+    const idleWarmEnd = performance.now() + warmupS * 1000;
+    while (performance.now() < idleWarmEnd) {
+      await new Promise((r) => setTimeout(r, 0));
+      await once();
+    }
+    const idleEnd = performance.now() + durationS * 1000;
+    while (performance.now() < idleEnd) {
+      await new Promise((r) => setTimeout(r, 0));
+      const t0 = performance.now();
+      await once();
+      idleLat.push((performance.now() - t0) * 1000);
+    }
+    const idleSorted = Float64Array.from(idleLat).sort();
     return {
       runs: lat.length,
       rate: lat.length / ((now - start) / 1000),
       p50Us: sorted[Math.floor(sorted.length * 0.5)]!,
       p99Us: sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]!,
       options,
+      idle: {
+        runs: idleLat.length,
+        p50Us: idleSorted[Math.floor(idleSorted.length * 0.5)] ?? NaN,
+        p99Us: idleSorted[Math.min(idleSorted.length - 1, Math.ceil(idleSorted.length * 0.99) - 1)] ?? NaN,
+      },
     };
   } finally {
     await session.release();
@@ -351,6 +395,8 @@ interface Point extends LoadResult {
   clientCpuPct: number;
   /** CPU used by every other process over the window: a busy machine makes the point unreliable. */
   otherCpuPct: number;
+  /** The server's compute_infer time per success over the point, warm-up included (statistics delta). */
+  computeInferUs?: number;
 }
 
 async function measure(
@@ -461,6 +507,343 @@ async function measureGrpc(flags: Flags): Promise<Point[]> {
   } finally {
     await server.stop();
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// gRPC and HTTP binary through h2load
+
+/** What the server's statistics say about `simple` (GET /v2/models/simple/stats). */
+interface ModelStats {
+  success: number;
+  fail: number;
+  computeInferNs: number;
+}
+
+async function modelStats(port: number): Promise<ModelStats> {
+  // A client of its own, closed at once: no idle keep-alive connection stays open during a point.
+  using client = Deno.createHttpClient({});
+  const res = await fetch(`http://127.0.0.1:${port}/v2/models/simple/stats`, { client });
+  const text = await res.text();
+  if (res.status !== 200) {
+    throw new Error(`Cannot read the statistics of 'simple': status ${res.status}: ${text}`);
+  }
+  const body = JSON.parse(text) as {
+    model_stats: { inference_stats: Record<string, { count: number; ns: number }> }[];
+  };
+  const stats = body.model_stats[0]?.inference_stats;
+  if (!stats) throw new Error(`Cannot read the statistics of 'simple': no model_stats in ${text}`);
+  return {
+    success: stats.success?.count ?? NaN,
+    fail: stats.fail?.count ?? NaN,
+    computeInferNs: stats.compute_infer?.ns ?? NaN,
+  };
+}
+
+/** The server's mean compute_infer time per successful request between two statistics, in microseconds. */
+function computeInferUs(before: ModelStats, after: ModelStats): number {
+  return (after.computeInferNs - before.computeInferNs) / (after.success - before.success) / 1000;
+}
+
+/** One h2load point. */
+interface H2Point {
+  protocol: "grpc" | "binary";
+  /** gRPC: streams in flight on one connection; HTTP: connections, one request each. */
+  inFlight: number;
+  run: H2loadResult;
+  /** Succeeded requests per second of h2load's run. */
+  rate: number;
+  serverCpuPct: number;
+  serverCpuUsPerInfer: number;
+  clientCpuPct: number;
+  otherCpuPct: number;
+  /** Successes and failures the server counted over the run (statistics delta). */
+  serverSuccess: number;
+  serverFail: number;
+  computeInferUs: number;
+  /** Why the point is wrong, else undefined. */
+  wrong?: string;
+}
+
+/** The request bodies h2load sends, in files. */
+interface H2Bodies {
+  grpc: string;
+  binary: string;
+  headerLength: number;
+  /** The encoded ModelInferRequest inside the gRPC frame. */
+  message: Uint8Array;
+}
+
+async function writeBodies(dir: string): Promise<H2Bodies> {
+  const message = simpleInferRequest(INPUT0, INPUT1);
+  const { body, headerLength } = binaryBody();
+  await Deno.writeFile(`${dir}/grpc.bin`, grpcFrame(message));
+  await Deno.writeFile(`${dir}/binary.bin`, body);
+  return { grpc: `${dir}/grpc.bin`, binary: `${dir}/binary.bin`, headerLength, message };
+}
+
+function h2loadArgs(
+  protocol: "grpc" | "binary",
+  inFlight: number,
+  ports: { http: number; grpc: number },
+  bodies: H2Bodies,
+): string[] {
+  return protocol === "grpc"
+    ? [
+      ...["-c", "1", "-m", String(inFlight), "-d", bodies.grpc],
+      ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
+      `http://127.0.0.1:${ports.grpc}/inference.GRPCInferenceService/ModelInfer`,
+    ]
+    : [
+      ...["--h1", "-c", String(inFlight), "-m", "1", "-d", bodies.binary],
+      ...["-H", "content-type: application/octet-stream"],
+      ...["-H", `inference-header-content-length: ${bodies.headerLength}`],
+      `http://127.0.0.1:${ports.http}/v2/models/simple/infer`,
+    ];
+}
+
+/** h2load's -D argument for a duration in seconds. */
+function h2loadDuration(seconds: number): string {
+  return `${Math.max(1, Math.round(seconds * 1000))}ms`;
+}
+
+/** Checks one real gRPC call with the request h2load sends: the outputs are decoded and compared. */
+async function checkGrpcOnce(grpcPort: number, message: Uint8Array): Promise<string | undefined> {
+  let outputs;
+  try {
+    outputs = await grpcInferOnce(`127.0.0.1:${grpcPort}`, message);
+  } catch (err) {
+    return `the call failed: ${err instanceof Error ? err.message : String(err)}`;
+  }
+  if (outputs.length !== 2) return `${outputs.length} outputs, expected 2`;
+  for (const o of outputs) {
+    const values = new Int32Array(new Uint8Array(o.contents).buffer);
+    const why = sameShape(o) ?? compare(o.name, values);
+    if (why) return why;
+  }
+  return undefined;
+}
+
+/** Checks one HTTP request with the body h2load sends: the binary outputs are decoded and compared. */
+async function checkBinaryOnce(httpPort: number, bodies: H2Bodies): Promise<string | undefined> {
+  using client = Deno.createHttpClient({});
+  const res = await fetch(`http://127.0.0.1:${httpPort}/v2/models/simple/infer`, {
+    client,
+    method: "POST",
+    headers: {
+      "content-type": "application/octet-stream",
+      "inference-header-content-length": String(bodies.headerLength),
+    },
+    body: await Deno.readFile(bodies.binary),
+  });
+  const body = new Uint8Array(await res.arrayBuffer());
+  const headers = [...res.headers].map(([k, v]) => `\r\n${k.toLowerCase()}: ${v}`).join("");
+  return checkBinary({ status: res.status, headers, body });
+}
+
+/** Fails the point the way `measure` does when the server exited during an h2load run. */
+async function checkServerAlive(server: ChildServer, what: string, cause?: unknown): Promise<void> {
+  await new Promise((r) => setTimeout(r, cause ? 200 : 0));
+  if (server.exitCode() === 0) throw new StoppedFromOutside(server.log());
+  if (server.exitCode() !== undefined) {
+    throw new Error(`The server exited during ${what}: ${server.log()}`);
+  }
+  if (cause) throw cause;
+}
+
+async function h2loadPoint(
+  server: ChildServer,
+  grpcPort: number,
+  point: { protocol: "grpc" | "binary"; inFlight: number; bodies: H2Bodies; h2load: string },
+  flags: Flags,
+): Promise<H2Point> {
+  const { protocol, inFlight, bodies, h2load } = point;
+  const what = `the h2load ${protocol} run at ${inFlight} in flight`;
+  const args = h2loadArgs(protocol, inFlight, { http: server.port, grpc: grpcPort }, bodies);
+  await waitQuiet(flags.quick ? 1 : 3);
+  let warm: H2loadResult;
+  try {
+    warm = await runH2load(["-D", h2loadDuration(flags.warmupS), ...args], { path: h2load });
+  } catch (err) {
+    await checkServerAlive(server, what, err);
+    throw err;
+  }
+  await checkServerAlive(server, what);
+  // The measured run sends a fixed number of requests (about the duration at the warm-up's rate) so that
+  // the server's success count can be matched exactly: with -D, h2load does not count its warm-up and
+  // leaves requests in flight at the end, which the server still answers.
+  const per = protocol === "binary" ? inFlight : 1;
+  const warmRate = warm.succeeded / warm.seconds;
+  const estimate = Number.isFinite(warmRate) && warmRate > 0 ? warmRate * flags.durationS : 1000;
+  const requests = Math.ceil(Math.max(inFlight, estimate) / per) * per;
+  const before = await modelStats(server.port);
+  const s0 = cpuSeconds(server.pid), c0 = cpuSeconds("self"), m0 = machineBusySeconds();
+  let run: H2loadResult;
+  try {
+    run = await runH2load(["-n", String(requests), ...args], {
+      path: h2load,
+      timeoutS: 60 + 20 * flags.durationS,
+    });
+  } catch (err) {
+    await checkServerAlive(server, what, err);
+    throw err;
+  }
+  const s1 = cpuSeconds(server.pid), c1 = cpuSeconds("self"), m1 = machineBusySeconds();
+  await checkServerAlive(server, what);
+  const after = await modelStats(server.port);
+  const serverSuccess = after.success - before.success;
+  const serverFail = after.fail - before.fail;
+  const problems: string[] = [];
+  const failed = run.failed + run.errored + run.timeout;
+  if (failed > 0 || run.succeeded !== requests) {
+    problems.push(`h2load: ${run.succeeded} of ${requests} succeeded, ${failed} failed or errored`);
+  }
+  if (serverSuccess !== run.succeeded) {
+    problems.push(`the server counted ${serverSuccess} successes, h2load ${run.succeeded}`);
+  }
+  if (serverFail !== 0) problems.push(`the server counted ${serverFail} failures`);
+  const serverCpu = s1 - s0;
+  return {
+    protocol,
+    inFlight,
+    run,
+    rate: run.succeeded / run.seconds,
+    serverCpuPct: (100 * serverCpu) / run.wallSeconds,
+    serverCpuUsPerInfer: (1e6 * serverCpu) / run.succeeded,
+    clientCpuPct: (100 * run.cpuSeconds) / run.wallSeconds,
+    otherCpuPct: Math.max(0, (100 * (m1 - m0 - serverCpu - (c1 - c0) - run.cpuSeconds)) / run.wallSeconds),
+    serverSuccess,
+    serverFail,
+    computeInferUs: computeInferUs(before, after),
+    ...(problems.length ? { wrong: problems.join("; ") } : {}),
+  };
+}
+
+/** The h2load points and the check calls made before them. */
+interface H2Run {
+  points: H2Point[];
+  /** The check calls: what was checked and the answer ("right" or why it was wrong). */
+  checks: { what: string; wrong?: string }[];
+  restarts: number;
+}
+
+/**
+ * HTTP binary and gRPC through h2load, against one fresh server with gRPC on: first one checked call of each
+ * (the same bytes h2load sends), then for each in-flight count a warm-up run and a measured run.
+ */
+async function measureH2load(flags: Flags, h2load: string): Promise<H2Run> {
+  const grpcPort = freePort();
+  const slot = new ServerSlot([], [`--grpc-port=${grpcPort}`, ...flags.serverArgs]);
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-h2load-" });
+  try {
+    const bodies = await writeBodies(dir);
+    const first = await slot.start();
+    try {
+      console.log(`  server on ports ${first.port} (HTTP) and ${grpcPort} (gRPC), pid ${first.pid}`);
+      const grpcWrong = await slot.run(async (server) => {
+        const why = await checkGrpcOnce(grpcPort, bodies.message);
+        await checkServerAlive(server, "the gRPC check call");
+        return why;
+      });
+      const binaryWrong = await slot.run((server) => checkBinaryOnce(server.port, bodies));
+      const checks = [
+        { what: "gRPC (@grpc/grpc-js, one ModelInfer call)", ...(grpcWrong ? { wrong: grpcWrong } : {}) },
+        { what: "HTTP binary (fetch, one request)", ...(binaryWrong ? { wrong: binaryWrong } : {}) },
+      ];
+      for (const c of checks) {
+        console.log(`  check call, ${c.what}: ${c.wrong ? `wrong: ${c.wrong}` : "right"}`);
+      }
+      const points: H2Point[] = [];
+      for (const protocol of ["binary", "grpc"] as const) {
+        const checkWrong = protocol === "grpc" ? grpcWrong : binaryWrong;
+        for (const inFlight of flags.connections) {
+          const p = await slot.run((server) =>
+            h2loadPoint(server, grpcPort, { protocol, inFlight, bodies, h2load }, flags)
+          );
+          if (checkWrong) p.wrong = `the check call was wrong: ${checkWrong}${p.wrong ? `; ${p.wrong}` : ""}`;
+          points.push(p);
+          console.log(
+            `  ${protocol.padEnd(6)} ${String(inFlight).padStart(2)} in flight: ${
+              fmt(p.rate).padStart(7)
+            } infer/s  mean ${fmt(p.run.meanUs).padStart(5)} µs  server CPU ${fmt(p.serverCpuPct)}% (${
+              fmt(p.serverCpuUsPerInfer)
+            } µs/infer)  h2load CPU ${fmt(p.clientCpuPct)}%  other CPU ${
+              fmt(p.otherCpuPct)
+            }%  succeeded ${p.run.succeeded}, server counted ${p.serverSuccess}${
+              p.wrong ? `  WRONG: ${p.wrong}` : ""
+            }`,
+          );
+        }
+      }
+      return { points, checks, restarts: slot.restarts };
+    } finally {
+      await slot.stop();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Profiles the server's main thread under h2load's gRPC load (16 streams on one connection). */
+async function profileGrpcServer(
+  flags: Flags,
+  h2load: string,
+): Promise<{ summary: ProfileSummary; rate: number }> {
+  const inspector = `127.0.0.1:${freePort()}`;
+  const grpcPort = freePort();
+  const slot = new ServerSlot([`--inspect=${inspector}`], [`--grpc-port=${grpcPort}`, ...flags.serverArgs]);
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-h2load-" });
+  try {
+    const bodies = await writeBodies(dir);
+    await slot.start();
+    try {
+      return await slot.run(async (server) => {
+        const args = h2loadArgs("grpc", 16, { http: server.port, grpc: grpcPort }, bodies);
+        // Warm up without the profiler, then profile the measured run only.
+        await runH2load(["-D", h2loadDuration(flags.warmupS), ...args], { path: h2load });
+        await waitQuiet(3);
+        const profiler = await startProfiler(inspector, { intervalUs: 100 });
+        const run = await runH2load(["-D", h2loadDuration(flags.durationS), ...args], { path: h2load });
+        const profile = await profiler.stop();
+        await checkServerAlive(server, "the profiled gRPC run");
+        await Deno.mkdir(`${ROOT}build/bench`, { recursive: true });
+        await Deno.writeTextFile(`${ROOT}build/bench/server-grpc.cpuprofile`, JSON.stringify(profile));
+        const rate = run.succeeded / run.seconds;
+        console.log(`Profiled run: ${fmt(rate)} infer/s (slowed by the profiler)`);
+        return { summary: summarizeProfile(profile), rate };
+      });
+    } finally {
+      await slot.stop();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+function h2loadTable(points: H2Point[]): string {
+  const rows = [
+    "| protocol | in flight | run s | infer/s | mean µs | max µs | server CPU | server CPU µs/infer | h2load CPU " +
+    "| other CPU | failed or errored | succeeded (h2load / server) | wrong |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+  ];
+  for (const p of points) {
+    const cells = [
+      (p.protocol === "grpc" ? "grpc" : "binary (HTTP/1.1)") + (p.otherCpuPct > DISTURBED_PCT ? " †" : ""),
+      String(p.inFlight),
+      fmt(p.run.seconds, 2),
+      fmt(p.rate),
+      fmt(p.run.meanUs),
+      fmt(p.run.maxUs),
+      `${fmt(p.serverCpuPct)}%`,
+      fmt(p.serverCpuUsPerInfer),
+      `${fmt(p.clientCpuPct)}%`,
+      `${fmt(p.otherCpuPct)}%`,
+      String(p.run.failed + p.run.errored + p.run.timeout),
+      `${fmt(p.run.succeeded)} / ${fmt(p.serverSuccess)}`,
+      p.wrong ? `**${p.wrong}**` : "no",
+    ];
+    rows.push(`| ${cells.join(" | ")} |`);
+  }
+  return rows.join("\n");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -585,6 +968,10 @@ async function main(args: string[]): Promise<void> {
     `  ${fmt(base.rate)} runs/s, p50 ${fmt(base.p50Us, 1)} µs, p99 ${fmt(base.p99Us, 1)} µs ` +
       `(session options ${JSON.stringify(base.options)})`,
   );
+  console.log(
+    `  with an idle gap (await setTimeout(0) before each run, run time only): ${fmt(base.idle.runs)} runs, ` +
+      `p50 ${fmt(base.idle.p50Us, 1)} µs, p99 ${fmt(base.idle.p99Us, 1)} µs`,
+  );
 
   const slot = new ServerSlot([], flags.serverArgs);
   const first = await slot.start();
@@ -611,7 +998,12 @@ async function main(args: string[]): Promise<void> {
     );
     for (const format of ["json", "binary"] as const) {
       for (const c of flags.connections) {
-        const p = await slot.run((server) => measure(server, format, c, flags));
+        const p = await slot.run(async (server) => {
+          // The statistics are read outside the point's window, so the point measures what it did before.
+          const before = await modelStats(server.port);
+          const point = await measure(server, format, c, flags);
+          return { ...point, computeInferUs: computeInferUs(before, await modelStats(server.port)) };
+        });
         points.push(p);
         console.log(
           `  ${format.padEnd(6)} ${String(c).padStart(2)} conn: ${fmt(p.rate).padStart(7)} infer/s  p50 ${
@@ -643,6 +1035,15 @@ async function main(args: string[]): Promise<void> {
     );
   }
 
+  const h2load = flags.h2load ? findH2load() : undefined;
+  let h2: H2Run | undefined;
+  if (h2load) {
+    console.log(`\ngRPC and HTTP binary through h2load (${h2load}) ...`);
+    h2 = await measureH2load(flags, h2load);
+  } else {
+    console.log(`\n${flags.h2load ? H2LOAD_MISSING : H2LOAD_SKIPPED}`);
+  }
+
   console.log(`\nBatching: MLP 784-1024-1024-10, 64 connections of single-sample binary requests ...`);
   const mlp = await measureMlp(flags.durationS, flags.warmupS);
   console.log(mlpMarkdown(mlp));
@@ -653,12 +1054,21 @@ async function main(args: string[]): Promise<void> {
     profile = await profileServer(flags);
     console.log(profileTable(profile, 20));
   }
+  let grpcProfile: { summary: ProfileSummary; rate: number } | undefined;
+  if (flags.profileGrpc && h2load) {
+    console.log(`\nProfiling the server under h2load's gRPC load at 16 streams ...`);
+    grpcProfile = await profileGrpcServer(flags, h2load);
+    console.log(profileTable(grpcProfile.summary, 20));
+  } else if (flags.profileGrpc) {
+    console.log(`\n--profile-grpc: skipped, h2load is not on PATH`);
+  }
 
   const at = (format: string, c: number) => points.find((p) => p.format === format && p.connections === c);
   const json1 = at("json", 1);
   const bin1 = at("binary", 1);
   const json16 = at("json", 16);
-  const wrong = points.some((p) => p.mismatches > 0 || p.errors > 0);
+  const h2Wrong = h2 !== undefined && (h2.points.some((p) => p.wrong) || h2.checks.some((c) => c.wrong));
+  const wrong = points.some((p) => p.mismatches > 0 || p.errors > 0) || h2Wrong;
   const added = json1 ? json1.p50Us - base.p50Us : NaN;
   const addedBin = bin1 ? bin1.p50Us - base.p50Us : NaN;
   const rateMet = json16 !== undefined && json16.rate >= TARGET_RATE && !wrong;
@@ -674,6 +1084,15 @@ async function main(args: string[]): Promise<void> {
     `| added latency beyond the HTTP round trip | ${fmt(added - floor.p50Us)} µs | ${
       fmt(addedBin - floor.p50Us)
     } µs |`,
+    `| for information: added latency at 1 connection against the idle-gap baseline (server p50 − ${
+      fmt(base.idle.p50Us, 1)
+    } µs) | ${fmt((json1?.p50Us ?? NaN) - base.idle.p50Us)} µs | ${
+      fmt((bin1?.p50Us ?? NaN) - base.idle.p50Us)
+    } µs |`,
+    `| the server's own compute_infer per request at 1 connection (statistics: compute_infer.ns / ` +
+    `success.count) | ${fmt(json1?.computeInferUs ?? NaN, 1)} µs | ${
+      fmt(bin1?.computeInferUs ?? NaN, 1)
+    } µs |`,
     ...flags.connections.map((c) => {
       const j = at("json", c), b = at("binary", c);
       return `| throughput at ${c} connection(s) / baseline runs/s | ${
@@ -685,12 +1104,30 @@ async function main(args: string[]): Promise<void> {
   const grpc16 = at("grpc", 16);
   const bin16 = at("binary", 16);
   const grpcRatio = (grpc16?.rate ?? NaN) / (bin16?.rate ?? NaN);
+  const grpcJsRow = (label: string) =>
+    `| ${label} | ${fmt(100 * grpcRatio)}% (${fmt(grpc16?.rate ?? NaN)} vs ${
+      fmt(bin16?.rate ?? NaN)
+    } infer/s) | ${grpcRatio >= 0.7 ? "yes" : "**no**"} |`;
+  const h2At = (protocol: string, n: number) =>
+    h2?.points.find((p) => p.protocol === protocol && p.inFlight === n);
+  const h2Grpc16 = h2At("grpc", 16);
+  const h2Bin16 = h2At("binary", 16);
+  const h2Ratio = (h2Grpc16?.rate ?? NaN) / (h2Bin16?.rate ?? NaN);
+  const grpcRows = h2
+    ? [
+      `| gRPC ≥ 70% of HTTP binary throughput (16 in flight), both measured by h2load: gRPC with 16 streams on ` +
+      `one connection, HTTP/1.1 with 16 connections | ${fmt(100 * h2Ratio)}% (${
+        fmt(h2Grpc16?.rate ?? NaN)
+      } vs ${fmt(h2Bin16?.rate ?? NaN)} infer/s) | ${h2Ratio >= 0.7 && !h2Wrong ? "yes" : "**no**"} |`,
+      grpcJsRow(
+        "the same with the grpc-js client (`bench/grpc_load.ts`, gRPC) and `bench/loadgen.ts` (HTTP binary)",
+      ),
+    ]
+    : [grpcJsRow("gRPC ≥ 70% of HTTP binary throughput (16 in flight)")];
   const targets = [
     `| target | measured | met |`,
     `|---|---:|---|`,
-    `| gRPC ≥ 70% of HTTP binary throughput (16 in flight) | ${fmt(100 * grpcRatio)}% (${
-      fmt(grpc16?.rate ?? NaN)
-    } vs ${fmt(bin16?.rate ?? NaN)} infer/s) | ${grpcRatio >= 0.7 ? "yes" : "**no**"} |`,
+    ...grpcRows,
     `| ≥ ${fmt(TARGET_RATE)} infer/s, \`simple\`, JSON, 16 connections | ${
       fmt(json16?.rate ?? NaN)
     } infer/s | ${rateMet ? "yes" : "**no**"} |`,
@@ -699,10 +1136,57 @@ async function main(args: string[]): Promise<void> {
     } |`,
   ].join("\n");
 
+  const h2Section = h2 && h2load
+    ? `## gRPC and HTTP binary through h2load
+
+\`h2load\` (${h2loadVersion(h2load)}) is an HTTP/2 and HTTP/1.1 load generator written in C; it needs far
+less CPU per request than the grpc-js client, so these points compare the server's two protocols rather than
+the clients. One fresh server with gRPC on (\`--grpc-port=<free>\`), the other flags as above. Per point: a
+${flags.warmupS} s warm-up run (\`-D\`), then a measured run of a fixed number of requests (\`-n\`, about
+${flags.durationS} s at the warm-up's rate).
+
+- **gRPC**: ModelInfer on \`simple\` with raw contents, one HTTP/2 connection with N streams in flight
+  (\`-c 1 -m N\`), headers \`content-type: application/grpc\` and \`te: trailers\`; the body is the 5-byte gRPC
+  frame prefix and the ModelInferRequest encoded with protobufjs (INPUT0, INPUT1 INT32 [1,16] as two 64-byte
+  \`raw_input_contents\`). **HTTP binary**: \`h2load --h1\`, N connections with one request each, the body of
+  the binary points above.
+- h2load does not read the gRPC status (it is in the trailers), so the server's statistics check every point:
+  \`inference_stats.success.count\` of \`simple\` (\`GET /v2/models/simple/stats\`) must rise by exactly
+  h2load's succeeded count over the measured run, with no failures. The run has a fixed count because with
+  \`-D\` h2load counts neither its warm-up nor the requests in flight when it stops, which the server still
+  answers. Before the points, one request of each kind with the same bytes had its outputs checked: ${
+      h2.checks.map((c) => `${c.what}: ${c.wrong ? `**wrong: ${c.wrong}**` : "right"}`).join("; ")
+    }.
+- Latency is h2load's "time for request" (mean and maximum; h2load prints no percentiles). "h2load CPU" is
+  h2load's own user+system CPU over the run, on the same 2 cores; the other CPU columns as above.
+
+${h2loadTable(h2.points)}
+${
+      h2.points.some((p) => p.otherCpuPct > DISTURBED_PCT)
+        ? `\n† Disturbed: other processes used more than ${DISTURBED_PCT}% CPU during the point.\n`
+        : ""
+    }`
+    : `## gRPC and HTTP binary through h2load
+
+${flags.h2load ? H2LOAD_MISSING : H2LOAD_SKIPPED}
+`;
+
+  const grpcTime = grpcProfile
+    ? `Where a gRPC call's server time goes: see the profile under h2load below.`
+    : `**Where a gRPC call's server time goes** (a CPU profile of the server's main thread under h2load's gRPC
+load at 16 streams, 100 µs sampling, taken once by hand, not by this run; \`--profile-grpc\` takes one and
+writes its table here). Self time: garbage collector 11.3%, \`writeBuffer\` (socket writes) 9.9%, ONNX
+Runtime's native run 4.0%. Total time (overlapping): \`sendPending\` 24.9%, \`socketOnData\` 12.2%,
+\`getOutgoingChunk\` 11.4%, \`node:http2\` receive 9.1%, grpc-js interceptors about 4%; dinfer's own decoding,
+validation and encoding about 4%. Most of a call is HTTP/2 in JavaScript (\`node:http2\`, grpc-js) and
+garbage collection.`;
+
   console.log(`\n${table(points)}\n\n${derived}\n\n${targets}`);
-  if (wrong) console.log("\nSome responses were errors or wrong: see the table");
+  if (h2) console.log(`\n${h2loadTable(h2.points)}`);
+  if (wrong) console.log("\nSome responses were errors or wrong: see the tables");
 
   if (!flags.write) return;
+  const allRestarts = restarts + (h2?.restarts ?? 0);
   const md = `# Benchmark results
 
 Written by \`./dinfer bench${args.length ? " " + args.join(" ") : ""}\` (\`bench/http_bench.ts\`).${
@@ -720,6 +1204,18 @@ ${Object.entries(info).map(([k, v]) => `- ${k}: ${v}`).join("\n")}
   \`server/backends/onnxruntime.ts\`: \`${JSON.stringify(base.options)}\`); sequential \`session.run\` with
   new input tensors each run, ${Math.min(flags.durationS, 3)} s after ${Math.min(flags.warmupS, 0.5)} s of
   warm-up: **${fmt(base.rate)} runs/s, p50 ${fmt(base.p50Us, 1)} µs, p99 ${fmt(base.p99Us, 1)} µs**.
+  For information, an **idle-gap baseline**: the same loop with \`await setTimeout(0)\` before each run (the
+  thread sleeps between runs, as a server's does at 1 connection), timing the run alone:
+
+| in-process \`session.run\` of \`simple\` | runs | runs/s | p50 µs | p99 µs |
+|---|---:|---:|---:|---:|
+| back to back (the baseline) | ${fmt(base.runs)} | ${fmt(base.rate)} | ${fmt(base.p50Us, 1)} | ${
+    fmt(base.p99Us, 1)
+  } |
+| after \`await setTimeout(0)\` (idle gap; the run's time only) | ${fmt(base.idle.runs)} | - | ${
+    fmt(base.idle.p50Us, 1)
+  } | ${fmt(base.idle.p99Us, 1)} |
+
 - **Server**: \`deno run -A main.ts --http-port=<free> --allow-grpc=false --allow-metrics=false
   --log-info=false\` in a child process (default repository \`examples/models\`), started fresh once.
 - **Load** (\`bench/loadgen.ts\`): closed loop over raw TCP (\`Deno.connect\`), HTTP/1.1 keep-alive, N
@@ -735,8 +1231,8 @@ ${Object.entries(info).map(([k, v]) => `- ${k}: ${v}`).join("\n")}
   "other CPU" is what every other process on the machine used meanwhile (other sessions share it);
   "server CPU µs/infer" is the server's CPU time per answered request, the figure least moved by a busy
   machine (at 100% of one core, 15,000 infer/s allows at most 67 µs).${
-    restarts > 0
-      ? `\n- Something outside stopped the server (SIGTERM/SIGINT, exit code 0) ${restarts} time(s) during this run;
+    allRestarts > 0
+      ? `\n- Something outside stopped the server (SIGTERM/SIGINT, exit code 0) ${allRestarts} time(s) during this run;
   each interrupted point was measured again on a freshly started server.`
       : ""
   }
@@ -756,21 +1252,27 @@ ${
   }
 ${derived}
 
+The \`grpc\` rows are measured with the grpc-js client (see [gRPC](#grpc)).
+
+${h2Section}
 ## Targets (from the issue)
 
 ${targets}
-${wrong ? "\nSome responses were errors or wrong (see the table): the targets count as not met.\n" : ""}
+${wrong ? "\nSome responses were errors or wrong (see the tables): the targets count as not met.\n" : ""}
 ${mlpMarkdown(mlp)}
 ## gRPC
 
-The gRPC points use \`bench/grpc_load.ts\`: ModelInfer with raw contents through an \`@grpc/grpc-js\` client
-in a process of its own (one channel, N calls in flight). Both ends run grpc-js over Deno's \`node:http2\`
-layer, whose per-call cost (HTTP/2 framing in JavaScript, stream objects, callbacks) is several times that of
-\`Deno.serve\` for HTTP/1.1: a bare ServerLive call costs about as much as a whole HTTP inference. The
-client takes its share of the same two cores. The channel stays open for all points because Deno 2.9.6's
-\`node:http2\` can abort the server process inside nghttp2 when a grpc-js client closes its connection
-(\`find_stream_on_goaway_func: Assertion 'stream->closed_next == NULL'\` or \`free(): invalid pointer\`; Deno
-issue 36788). Python grpcio clients (tritonclient) have not triggered it in the test suite.
+The \`grpc\` rows of the results use \`bench/grpc_load.ts\`: ModelInfer with raw contents through an
+\`@grpc/grpc-js\` client in a process of its own (one channel, N calls in flight). Both ends run grpc-js over
+Deno's \`node:http2\` layer, whose per-call cost (HTTP/2 framing in JavaScript, stream objects, callbacks) is
+several times that of \`Deno.serve\` for HTTP/1.1: a bare ServerLive call costs about as much as a whole HTTP
+inference. The client takes its share of the same two cores, so the gRPC target is read from the h2load
+points when h2load is installed. Clients may close their connections: the server drops clients' HTTP/2 GOAWAY
+frames before \`node:http2\` sees them (\`server/frontends/grpc/goaway_filter.ts\`), as Deno 2.9.6's
+\`node:http2\` could abort the process on one (Deno issue 36788), so a client disconnecting no longer stops
+the server.
+
+${grpcTime}
 ${
     profile
       ? `
@@ -782,9 +1284,21 @@ inspector (\`bench/cpu_profile.ts\`), written to \`build/bench/server.cpuprofile
 ${profileTable(profile)}
 `
       : ""
+  }${
+    grpcProfile
+      ? `
+## Where a gRPC call's server time goes (h2load, 16 streams on one connection)
+
+Server started with \`--inspect\` and gRPC on; h2load's gRPC load of the points above (16 streams), a CPU
+profile sampled every 100 µs over a ${flags.durationS} s run through the inspector (\`bench/cpu_profile.ts\`),
+written to \`build/bench/server-grpc.cpuprofile\`. ${fmt(grpcProfile.rate)} infer/s while profiled.
+
+${profileTable(grpcProfile.summary)}
+`
+      : ""
   }`;
-  await Deno.writeTextFile(RESULTS, md);
-  console.log(`\nWrote ${RESULTS}`);
+  await Deno.writeTextFile(flags.out, md);
+  console.log(`\nWrote ${flags.out}`);
 }
 
 if (import.meta.main) {
