@@ -41,6 +41,13 @@ class FakeSocket extends EventEmitter {
     this.destroyed = true;
   }
   setNoDelay() {}
+  corked = 0;
+  cork() {
+    this.corked++;
+  }
+  uncork() {
+    this.corked--;
+  }
 }
 
 /** Feeds `input` in pieces cut at `cuts` and returns everything the filter let through. */
@@ -86,6 +93,9 @@ Deno.test("writes and the end go to the socket", async () => {
   const socket = new FakeSocket();
   const filter = new GoawayFilter(socket as unknown as Socket);
   await new Promise<void>((r) => filter.write(Buffer.from("abc"), () => r()));
+  assert.equal(socket.corked, 1, "writes of one event-loop turn are held together");
+  await new Promise((r) => setTimeout(r, 0));
+  assert.equal(socket.corked, 0, "and released at the end of the turn");
   await new Promise<void>((r) => filter.end(() => r()));
   assert.deepEqual(socket.written, [Buffer.from("abc")]);
   assert.equal(socket.ended, true);

@@ -17,6 +17,7 @@
 import { Buffer } from "node:buffer";
 import type { Socket } from "node:net";
 import { Duplex } from "node:stream";
+import { setImmediate } from "node:timers";
 
 /** The client connection preface of HTTP/2 (RFC 9113 §3.4). */
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -34,6 +35,7 @@ export class GoawayFilter extends Duplex {
   /** Payload bytes left of the current frame, and whether they are dropped. */
   #payloadLeft = 0;
   #dropping = false;
+  #corked = false;
 
   /**
    * Wraps an accepted socket.
@@ -111,7 +113,22 @@ export class GoawayFilter extends Duplex {
   }
 
   override _write(chunk: Buffer, encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.#cork();
     this.#socket.write(chunk, encoding, callback);
+  }
+
+  /**
+   * Holds the socket's writes until the end of this event-loop turn: the frames of every response finished in
+   * the turn (headers, data and trailers of many streams) leave in one write instead of one each.
+   */
+  #cork(): void {
+    if (this.#corked) return;
+    this.#corked = true;
+    this.#socket.cork();
+    setImmediate(() => {
+      this.#corked = false;
+      this.#socket.uncork();
+    });
   }
 
   /** Chunks the HTTP/2 session queued while a write was in flight go out in one socket write. */
