@@ -935,6 +935,29 @@ function profileTable(summary: ProfileSummary, top = 25): string {
   return rows.join("\n");
 }
 
+/** Which part of the stack a profile row belongs to (by its file, as summarizeProfile names files). */
+function origin(file: string): string {
+  if (file === "(garbage collector)") return "V8 garbage collector";
+  if (file.includes("@grpc/grpc-js")) return "@grpc/grpc-js (JavaScript)";
+  if (file.includes("protobufjs")) return "protobufjs (JavaScript)";
+  if (file.includes("onnxruntime")) return "ONNX Runtime (the model run and its binding)";
+  if (file.startsWith("server/")) return "dinfer's own code (server/)";
+  if (file.startsWith("ext:deno_node") || file.startsWith("node:")) {
+    return "Deno's Node layer in JavaScript (node:http2, streams, buffers, events)";
+  }
+  if (file.startsWith("ext:")) return "Deno's runtime in JavaScript (event loop, timers)";
+  return "native code called from JavaScript (socket writes, nghttp2, other ops)";
+}
+
+/** Self time summed by part of the stack, largest first. */
+export function originTable(summary: ProfileSummary): string {
+  const by = new Map<string, number>();
+  for (const f of summary.files) by.set(origin(f.name), (by.get(origin(f.name)) ?? 0) + f.selfPct);
+  const rows = ["| part of the stack | self % of busy time |", "|---|---:|"];
+  for (const [k, v] of [...by.entries()].sort((a, b) => b[1] - a[1])) rows.push(`| ${k} | ${fmt(v, 1)} |`);
+  return rows.join("\n");
+}
+
 async function profileServer(flags: Flags): Promise<ProfileSummary> {
   const inspector = `127.0.0.1:${freePort()}`;
   const slot = new ServerSlot([`--inspect=${inspector}`], flags.serverArgs);
@@ -1292,6 +1315,10 @@ ${profileTable(profile)}
 Server started with \`--inspect\` and gRPC on; h2load's gRPC load of the points above (16 streams), a CPU
 profile sampled every 100 µs over a ${flags.durationS} s run through the inspector (\`bench/cpu_profile.ts\`),
 written to \`build/bench/server-grpc.cpuprofile\`. ${fmt(grpcProfile.rate)} infer/s while profiled.
+
+By part of the stack (self time of each file, grouped):
+
+${originTable(grpcProfile.summary)}
 
 ${profileTable(grpcProfile.summary)}
 `
