@@ -134,6 +134,26 @@ def test_an_error_response_mid_stream_does_not_end_the_request(stream):
     assert final_of(results[3][0]) is True
 
 
+def test_a_stub_that_dies_mid_stream_ends_the_request_with_an_error_and_is_restarted(stream):
+    stream.client.async_stream_infer("repeat_py", repeat_inputs([5, -99, 6], delays=[0, 50, 0]), request_id="crash",
+                                     enable_empty_final_response=True)
+    results = stream.take(3)
+    assert results[0][1] is None and results[0][0].as_numpy("OUT").tolist() == [5]
+    assert results[1][0] is None
+    assert results[1][1].message() == (
+        "Cannot run 'repeat_py' instance 'repeat_py_0': the Python stub exited with code 3"
+    )
+    # The request asked for an empty final response: it comes after the error, so the client knows it ended.
+    assert results[2][1] is None and final_of(results[2][0]) is True
+    assert results[2][0].get_response().id == "crash"
+    # The stub is started again: the same stream goes on.
+    stream.client.async_stream_infer("repeat_py", repeat_inputs([7]), request_id="after",
+                                     enable_empty_final_response=True)
+    results = stream.take(2)
+    assert results[0][1] is None and results[0][0].as_numpy("OUT").tolist() == [7]
+    assert final_of(results[1][0]) is True
+
+
 def test_bad_input_is_an_error_on_the_stream_and_the_stream_goes_on(stream):
     t = grpcclient.InferInput("IN", [2], "INT32")
     t.set_data_from_numpy(np.array([1, 2], dtype=np.int32))
