@@ -225,6 +225,27 @@ function stubFile(path: string, prefix: string): boolean {
   return path === join(shmDir(), base) && base.startsWith(prefix) && !base.includes("..");
 }
 
+/**
+ * Removes the files left by a stub process that exited: responses and BLS requests it made and never handed
+ * over, and streamed BLS responses written for it that it never read.
+ */
+function removeStubFiles(pid: number): void {
+  const dir = shmDir();
+  const prefixes = [`dinfer-resp-${pid}-`, `dinfer-bls-${pid}-`, `dinfer-blsr-${pid}-`];
+  try {
+    for (const e of Deno.readDirSync(dir)) {
+      if (!prefixes.some((p) => e.name.startsWith(p))) continue;
+      try {
+        Deno.removeSync(join(dir, e.name));
+      } catch {
+        // Taken meanwhile.
+      }
+    }
+  } catch {
+    // The folder cannot be listed: nothing to clean.
+  }
+}
+
 /** Reads the tensors of a file the other side wrote, then removes the file. */
 function takeTensors(path: string, descs: readonly TensorDesc[], what: string): Map<string, Tensor> {
   const out = new Map<string, Tensor>();
@@ -313,11 +334,13 @@ class Stub {
         `Cannot load ${this.#what}: cannot start Python '${python}': ${(err as Error).message}`,
       );
     }
+    const pid = this.#child.pid;
     this.#child.status.then((s) => {
       this.dead = true;
       this.exitReason = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
       this.#failAll(`the Python stub ${this.exitReason}`);
       this.#conn?.close();
+      removeStubFiles(pid);
       this.#markExited();
     });
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -516,7 +539,10 @@ class Stub {
         } else if (response instanceof Error) {
           this.#send({ op: "bls_stream", id: msg.id, final, error: failed(response) }).catch(() => {});
         } else {
-          const path = join(shmDir(), `dinfer-blsr-${Deno.pid}-${msg.id}-${n++}-${crypto.randomUUID()}`);
+          const path = join(
+            shmDir(),
+            `dinfer-blsr-${this.#child?.pid}-${msg.id}-${n++}-${crypto.randomUUID()}`,
+          );
           try {
             using file = Deno.openSync(path, { read: true, write: true, create: true, truncate: true });
             const { descs } = writeTensors(file, 0, response.outputs, 0);
