@@ -433,7 +433,12 @@ class Stub {
           if (buf.byteLength < 4 + len) break;
           const msg = JSON.parse(decoder.decode(buf.subarray(4, 4 + len))) as StubMessage;
           buf = buf.subarray(4 + len);
-          this.#onMessage(msg);
+          try {
+            this.#onMessage(msg);
+          } catch (err) {
+            // One message that cannot be handled must not stop the stub's other requests.
+            this.#log(2, `cannot handle a '${msg.op}' message from the stub: ${(err as Error).message}`);
+          }
         }
       }
     } catch {
@@ -534,6 +539,7 @@ class Stub {
     try {
       await this.#opts.inferStream(request, (response, final) => {
         finalSent ||= final;
+        if (this.dead) return; // the stub is gone: nobody would read or remove a file
         if (response === undefined) {
           this.#send({ op: "bls_stream", id: msg.id, final }).catch(() => {});
         } else if (response instanceof Error) {
@@ -546,7 +552,8 @@ class Stub {
           try {
             using file = Deno.openSync(path, { read: true, write: true, create: true, truncate: true });
             const { descs } = writeTensors(file, 0, response.outputs, 0);
-            this.#send({ op: "bls_stream", id: msg.id, final, file: path, outputs: descs }).catch(() => {});
+            this.#send({ op: "bls_stream", id: msg.id, final, file: path, outputs: descs })
+              .catch(() => Deno.remove(path).catch(() => {}));
           } catch (err) {
             Deno.remove(path).catch(() => {});
             this.#send({ op: "bls_stream", id: msg.id, final, error: failed(err) }).catch(() => {});

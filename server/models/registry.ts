@@ -639,6 +639,8 @@ export class ModelRegistry {
     try {
       await this.infer(request);
     } catch (err) {
+      // After the final response the request is over for the client: a late failure is not reported twice.
+      if (!open) return;
       open = false;
       throw err;
     }

@@ -139,16 +139,21 @@ export class CudaSharedMemory {
     }
     for (const r of targets) {
       if (!r) continue;
-      this.#release(r);
       this.#regions.delete(r.name);
+      this.#release(r);
     }
   }
 
   #release(r: CudaRegion): void {
     try {
       r.stream.close();
-    } finally {
+    } catch {
+      // Closed already; the mapping is closed below either way.
+    }
+    try {
       r.mapping.close();
+    } catch {
+      // Closed already.
     }
   }
 
@@ -258,10 +263,13 @@ export class CudaSharedMemory {
     }
   }
 
-  /** Closes every region. */
+  /** Closes every region no running request uses (at shutdown those are left to the process's exit). */
   close(): void {
-    for (const r of this.#regions.values()) this.#release(r);
-    this.#regions.clear();
+    for (const r of [...this.#regions.values()]) {
+      if (r.inUse > 0) continue;
+      this.#regions.delete(r.name);
+      this.#release(r);
+    }
   }
 }
 

@@ -467,10 +467,11 @@ export class ShmRequest {
             return sink(toServerError(err), undefined, final);
           }
           sink(response, written, final);
-        });
+        }).catch(() => {}); // a failing sink must not leave a rejection behind
       });
-      await delivered;
     } finally {
+      // Responses still being written to their regions finish before the regions are released.
+      await delivered;
       release();
     }
   }

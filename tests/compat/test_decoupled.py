@@ -154,6 +154,22 @@ def test_a_stub_that_dies_mid_stream_ends_the_request_with_an_error_and_is_resta
     assert final_of(results[1][0]) is True
 
 
+def test_execute_that_raises_after_a_response_ends_the_request_with_the_error_and_the_final_flag(stream):
+    stream.client.async_stream_infer("repeat_py", repeat_inputs([8], wait=999), request_id="raises",
+                                     enable_empty_final_response=True)
+    results = stream.take(3)
+    assert results[0][1] is None and results[0][0].as_numpy("OUT").tolist() == [8]
+    assert results[1][0] is None
+    assert results[1][1].message() == (
+        "Cannot run 'repeat_py' instance 'repeat_py_0': TritonModelException: execute failed on purpose"
+    )
+    assert results[2][1] is None and final_of(results[2][0]) is True
+    assert results[2][0].get_response().id == "raises"
+    stream.client.async_stream_infer("repeat_py", repeat_inputs([1]), request_id="next")
+    (result, error), = stream.take(1)
+    assert error is None and result.as_numpy("OUT").tolist() == [1]
+
+
 def test_bad_input_is_an_error_on_the_stream_and_the_stream_goes_on(stream):
     t = grpcclient.InferInput("IN", [2], "INT32")
     t.set_data_from_numpy(np.array([1, 2], dtype=np.int32))

@@ -238,6 +238,55 @@ Deno.test("decoupled Python models stream through tritonclient; their Logger lin
   }
 });
 
+Deno.test("a graceful shutdown lets an open decoupled gRPC stream finish", async () => {
+  const s = await startPythonServer([PYTHON_MODELS], ["--allow-grpc=true"]);
+  let closed = false;
+  try {
+    const script = `
+import json, queue, sys, numpy as np, tritonclient.grpc as g
+c = g.InferenceServerClient(sys.argv[1])
+got = queue.Queue()
+c.start_stream(callback=lambda result, error: got.put((result, error)))
+ins = []
+for name, x, dt in (("IN", np.array([1, 2, 3], np.int32), "INT32"),
+                    ("DELAY", np.array([300, 300, 300], np.uint32), "UINT32"),
+                    ("WAIT", np.array([0], np.uint32), "UINT32")):
+    t = g.InferInput(name, list(x.shape), dt); t.set_data_from_numpy(x); ins.append(t)
+c.async_stream_infer("repeat_py", ins, request_id="drain", enable_empty_final_response=True)
+out = []
+for _ in range(4):
+    r, e = got.get(timeout=30)
+    if e is not None:
+        out.append(e.message())
+        break
+    p = r.get_response().parameters
+    out.append(None if not r.get_response().outputs else int(r.as_numpy("OUT")[0]))
+c.stop_stream()
+print(json.dumps(out))
+`;
+    const run = new Deno.Command(pythonPath(), {
+      args: ["-c", script, `127.0.0.1:${s.server.grpcPort}`],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    // Once the model has taken the request (its execute returned), the server is told to stop.
+    for (;;) {
+      const stats = await fetch(`${s.url}/v2/models/repeat_py/stats`).then((r) => r.json());
+      if (stats.model_stats?.[0]?.execution_count >= 1) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const stopping = s.close();
+    closed = true;
+    const out = await run;
+    await stopping;
+    const text = new TextDecoder().decode(out.stdout).trim();
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    assert.deepEqual(JSON.parse(text), [1, 2, 3, null]);
+  } finally {
+    if (!closed) await s.close();
+  }
+});
+
 Deno.test("python backend passes Triton's initialize args, moves 16 MB tensors and finalizes on unload", async () => {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-py-test-" });
   try {

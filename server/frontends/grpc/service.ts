@@ -10,13 +10,13 @@ import net from "node:net";
 import tls from "node:tls";
 import { GoawayFilter } from "./goaway_filter.ts";
 import type * as protobuf from "protobufjs";
-import { grpcStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
+import { grpcStatus, invalidArg, type ServerError, toServerError, unsupported } from "../../core/errors.ts";
 import { lookupType } from "../../core/protos.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { nowNs } from "../../metrics/stats.ts";
 import { requestArrived } from "../../core/load.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
-import type { InferRequest } from "../../core/types.ts";
+import type { InferRequest, InferResponse, ParamValue } from "../../core/types.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import {
   decodeModelInferRequest,
@@ -109,6 +109,17 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const service: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   const handlers: grpc.UntypedServiceImplementation = {};
 
+  // Calls in progress, so that a graceful shutdown waits for them (grpc-js cannot see the calls of injected
+  // connections finish: Deno's node:http2 reports their sessions closed at once).
+  let active = 0;
+  let idle: (() => void) | undefined;
+  const begin = () => {
+    active++;
+  };
+  const end = () => {
+    active--;
+    if (active === 0) idle?.();
+  };
   const unary = (name: string, impl: Unary, plainResponse = false) => {
     const req = codec(lookupType(`${name}Request`), false);
     const res = codec(lookupType(`${name}Response`), plainResponse);
@@ -117,14 +128,16 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
       callback: grpc.sendUnaryData<Record<string, unknown>>,
     ) => {
+      begin();
       let result;
       try {
         result = impl(call.request);
       } catch (err) {
+        end();
         callback(grpcError(err));
         return;
       }
-      Promise.resolve(result).then((r) => callback(null, r), (err) => callback(grpcError(err)));
+      Promise.resolve(result).then((r) => callback(null, r), (err) => callback(grpcError(err))).finally(end);
     };
   };
 
@@ -286,7 +299,8 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       );
       return;
     }
-    infer(call.request).then((r) => callback(null, r), (err) => callback(grpcError(err)));
+    begin();
+    infer(call.request).then((r) => callback(null, r), (err) => callback(grpcError(err))).finally(end);
   };
 
   /** A stream message carrying an error for the request `msg`. */
@@ -310,40 +324,46 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     requestArrived();
     const received = nowNs();
     const session = new ShmRequest(shm, options.cudaShm);
+    const params = (msg.parameters ?? {}) as Record<string, { bool_param?: boolean }>;
+    const wantsEmptyFinal = params.triton_enable_empty_final_response?.bool_param === true;
     let request: InferRequest | undefined;
+    let ended = false;
     try {
       request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
-      const wantsEmptyFinal = request.parameters.triton_enable_empty_final_response === true;
-      const req = request;
-      await session.runStream(
-        req,
-        (r, sink) => registry.inferStream(r, sink),
-        (response, shmOutputs, final) => {
-          if (response instanceof Error) {
-            write(streamError(msg, response));
-            if (final && wantsEmptyFinal) write(emptyFinal(req));
-            return;
-          }
-          if (response === undefined) {
-            if (final && wantsEmptyFinal) write(emptyFinal(req));
-            return;
-          }
+      const sink = (
+        response: InferResponse | ServerError | undefined,
+        shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
+        final: boolean,
+      ) => {
+        if (ended) return;
+        ended = final;
+        if (response instanceof Error) write(streamError(msg, response));
+        else if (response !== undefined) {
           response.parameters.triton_final_response = final;
           write({ error_message: "", infer_response: encodeModelInferResponse(response, shmOutputs) });
-        },
-      );
+          return;
+        }
+        if (final && wantsEmptyFinal) write(emptyFinal(msg));
+      };
+      await session.runStream(request, (r, s) => registry.inferStream(r, s), sink);
     } catch (err) {
-      write(streamError(msg, err));
+      // The request failed before its final response: the error, then the final flag when it was asked for.
+      if (!ended) {
+        ended = true;
+        write(streamError(msg, err));
+        if (wantsEmptyFinal) write(emptyFinal(msg));
+      }
     } finally {
       if (request) endTrace(request, received);
     }
   };
-  const emptyFinal = (request: InferRequest) => ({
+  /** The empty response that carries only the final flag (`triton_enable_empty_final_response`). */
+  const emptyFinal = (msg: Record<string, unknown>) => ({
     error_message: "",
     infer_response: {
-      model_name: request.model,
-      model_version: request.version,
-      id: request.id,
+      model_name: msg.model_name ?? "",
+      model_version: msg.model_version ?? "",
+      id: typeof msg.id === "string" ? msg.id : "",
       parameters: { triton_final_response: { bool_param: true } },
     },
   });
@@ -355,6 +375,15 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   ) => {
     // Requests of one stream run concurrently. Responses of ordinary models are written in request order;
     // those of decoupled models as the model sends them.
+    begin();
+    let open = true;
+    const finish = () => {
+      if (!open) return;
+      open = false;
+      end();
+    };
+    call.on("close", finish);
+    call.on("cancelled", finish);
     let last: Promise<void> = Promise.resolve();
     const streaming = new Set<Promise<void>>();
     const write = (out: Record<string, unknown>) => {
@@ -380,8 +409,9 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       await last;
       while (streaming.size > 0) await Promise.all([...streaming]);
       if (!call.writableEnded) call.end();
+      finish();
     });
-    call.on("error", () => {});
+    call.on("error", finish);
   };
 
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
@@ -419,9 +449,17 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   // one through a filter that drops the clients' GOAWAY frames, which can crash Deno's node:http2 (see
   // goaway_filter.ts).
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const connections = new Set<GoawayFilter>();
   const accept = (socket: net.Socket) => {
     socket.setNoDelay(true);
-    injector.injectConnection(new GoawayFilter(socket));
+    const connection = new GoawayFilter(socket);
+    connections.add(connection);
+    connection.on("close", () => connections.delete(connection));
+    injector.injectConnection(connection);
+  };
+  const closeConnections = () => {
+    for (const c of connections) c.destroy();
+    connections.clear();
   };
   let listener: net.Server;
   if (options.useSsl) {
@@ -445,15 +483,21 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       resolve((listener.address() as net.AddressInfo).port);
     });
   });
+  // A failed accept (e.g. out of file descriptors) must not take the server down.
+  listener.on("error", (err) => options.logger?.error(`gRPC listener: ${err.message}`));
   return {
     port,
-    shutdown: () =>
-      new Promise<void>((resolve) => {
-        listener.close();
-        server.tryShutdown(() => resolve());
-      }),
+    // No new connections; the calls in progress finish (the caller bounds the wait with --exit-timeout-secs),
+    // then the connections close.
+    shutdown: async () => {
+      listener.close();
+      if (active > 0) await new Promise<void>((resolve) => (idle = resolve));
+      closeConnections();
+      server.tryShutdown(() => {});
+    },
     forceShutdown: () => {
       listener.close();
+      closeConnections();
       injector.destroy();
       server.forceShutdown();
     },
