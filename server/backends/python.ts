@@ -746,24 +746,35 @@ class PythonInstance implements BackendInstance {
   async executeRequests(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]> {
     if (this.#closed) throw unavailable(`Cannot run '${this.#opts.config.name}': the instance is closed`);
     const stub = await this.#ready();
+    // Decoupled responses get the same datatype check as the others.
+    requests = requests.map((r) => {
+      const send = r.send;
+      if (!send) return r;
+      return {
+        ...r,
+        send: (out, final) => send(out instanceof Map ? this.#checkTypes(out) : out, final),
+      };
+    });
     try {
       const results = await stub.execute(requests, this.#timeoutMs);
-      return results.map((out) => {
-        if (out instanceof Error) return out;
-        for (const t of out.values()) {
-          const want = this.#types.get(t.name);
-          if (want && want !== t.datatype) {
-            return invalidArg(
-              `Cannot run '${this.#opts.config.name}': output '${t.name}' has datatype ${t.datatype}, the config says ${want}`,
-            );
-          }
-        }
-        return out;
-      });
+      return results.map((out) => (out instanceof Error ? out : this.#checkTypes(out)));
     } finally {
       // A stub that died is replaced right away, so that the next request finds it ready.
       if (stub.dead && !this.#closed) this.#ready();
     }
+  }
+
+  /** The outputs, or an error when one has another datatype than the config gives it. */
+  #checkTypes(out: Map<string, Tensor>): Map<string, Tensor> | Error {
+    for (const t of out.values()) {
+      const want = this.#types.get(t.name);
+      if (want && want !== t.datatype) {
+        return invalidArg(
+          `Cannot run '${this.#opts.config.name}': output '${t.name}' has datatype ${t.datatype}, the config says ${want}`,
+        );
+      }
+    }
+    return out;
   }
 
   async close(): Promise<void> {

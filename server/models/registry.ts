@@ -388,8 +388,10 @@ export class ModelRegistry {
     if (newReady || oldReady.length === 0) {
       this.#models.set(name, entry);
       await Promise.all(oldReady.map((v) => v.unload()));
-      // As Triton: a version the new config no longer serves stays in the index as UNAVAILABLE "unloaded".
-      for (const v of oldReady) if (!entry.versions.has(v.version)) entry.versions.set(v.version, v);
+      // As Triton: a version the new config no longer serves stays in the index as UNAVAILABLE "unloaded"
+      // (also over later reloads).
+      const dropped = old ? [...old.versions.values()].filter((v) => v.unloaded) : [];
+      for (const v of dropped) if (!entry.versions.has(v.version)) entry.versions.set(v.version, v);
       if (old && old !== entry) await this.#discard(old.location);
       return entry;
     }
