@@ -8,9 +8,10 @@
  * @module
  */
 
-import { invalidArg, notFound, ServerError, unavailable } from "../core/errors.ts";
+import { invalidArg, ServerError, unavailable } from "../core/errors.ts";
 import { type IpcMapping, openTrtShim, type Stream, type TrtShim, TrtShimError } from "../../ffi/trtshim.ts";
 import type { ShmLocation } from "./system_shm.ts";
+import { RegionTable } from "./regions.ts";
 
 /** The size of a CUDA IPC memory handle (`cudaIpcMemHandle_t`). */
 export const CUDA_IPC_HANDLE_SIZE = 64;
@@ -33,7 +34,7 @@ export class CudaSharedMemory {
   #allowed: boolean;
   #shimPath: string;
   #taken: (name: string) => boolean;
-  #regions = new Map<string, CudaRegion>();
+  #regions = new RegionTable<CudaRegion>("CUDA shared memory");
 
   /**
    * Creates an empty registry.
@@ -120,7 +121,7 @@ export class CudaSharedMemory {
       mapping.close();
       throw unavailable(`${where}: cannot create a stream on GPU ${deviceId}: ${(err as Error).message}`);
     }
-    this.#regions.set(name, { name, device_id: deviceId, byte_size: byteSize, mapping, stream, inUse: 0 });
+    this.#regions.add({ name, device_id: deviceId, byte_size: byteSize, mapping, stream, inUse: 0 });
   }
 
   /**
@@ -128,20 +129,7 @@ export class CudaSharedMemory {
    * @param name the region name
    */
   unregister(name: string): void {
-    const targets = name === "" ? [...this.#regions.values()] : [this.#regions.get(name)];
-    if (name !== "" && !targets[0]) return; // unregistering an unknown region is not an error
-    for (const r of targets) {
-      if (r && r.inUse > 0) {
-        throw unavailable(
-          `Cannot unregister CUDA shared memory region '${r.name}': ${r.inUse} running requests use it`,
-        );
-      }
-    }
-    for (const r of targets) {
-      if (!r) continue;
-      this.#regions.delete(r.name);
-      this.#release(r);
-    }
+    this.#regions.unregister(name, (r) => this.#release(r));
   }
 
   #release(r: CudaRegion): void {
@@ -162,23 +150,16 @@ export class CudaSharedMemory {
    * @param name the region name, "" for all
    */
   status(name: string): CudaRegionStatus[] {
-    const list = name === ""
-      ? [...this.#regions.values()]
-      : [this.#regions.get(name)].filter((r) => r !== undefined);
-    if (name !== "" && list.length === 0) throw notFound(`Unknown CUDA shared memory region '${name}'`);
-    return list.map((r) => ({ name: r.name, device_id: r.device_id, byte_size: r.byte_size }));
+    return this.#regions.select(name).map((r) => ({
+      name: r.name,
+      device_id: r.device_id,
+      byte_size: r.byte_size,
+    }));
   }
 
   #region(loc: ShmLocation, what: string, size: number, action: "read" | "write"): CudaRegion {
     this.checkAllowed();
-    const r = this.#regions.get(loc.region);
-    if (!r) throw invalidArg(`Cannot ${action} ${what}: unknown shared memory region '${loc.region}'`);
-    if (loc.offset + size > r.byte_size) {
-      throw invalidArg(
-        `Cannot ${action} ${what}: offset ${loc.offset} + ${size} bytes is beyond region '${loc.region}' of ${r.byte_size} bytes`,
-      );
-    }
-    return r;
+    return this.#regions.locate(loc, what, size, action);
   }
 
   /**
@@ -205,11 +186,7 @@ export class CudaSharedMemory {
    * @returns a function that ends the use
    */
   use(names: Iterable<string>): () => void {
-    const rs = [...new Set(names)].map((n) => this.#regions.get(n)).filter((r) => r !== undefined);
-    for (const r of rs) r.inUse++;
-    return () => {
-      for (const r of rs) r.inUse--;
-    };
+    return this.#regions.use(names);
   }
 
   /**
@@ -265,11 +242,7 @@ export class CudaSharedMemory {
 
   /** Closes every region no running request uses (at shutdown those are left to the process's exit). */
   close(): void {
-    for (const r of [...this.#regions.values()]) {
-      if (r.inUse > 0) continue;
-      this.#regions.delete(r.name);
-      this.#release(r);
-    }
+    this.#regions.clear((r) => this.#release(r), (r) => r.inUse > 0);
   }
 }
 

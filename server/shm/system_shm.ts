@@ -12,19 +12,18 @@ import {
   deserializeBytes,
   elementCount,
   elementSize,
-  serializeBytes,
   type TensorData,
 } from "../core/dtypes.ts";
-import { invalidArg, notFound, ServerError, toServerError, unavailable } from "../core/errors.ts";
+import { invalidArg, ServerError, toServerError, unavailable } from "../core/errors.ts";
 import type {
   InferRequest,
   InferResponse,
   ParamValue,
   RequestedOutput,
   ResponseSink,
-  Tensor,
 } from "../core/types.ts";
 import type { CudaSharedMemory } from "./cuda_shm.ts";
+import { RegionTable, shmOutputs, writtenParameters } from "./regions.ts";
 
 /** A registered region as the status endpoints report it. */
 export interface RegionStatus {
@@ -80,7 +79,7 @@ export function shmLocation(params: Record<string, ParamValue>, what: string): S
 
 /** The registry of system shared-memory regions. */
 export class SystemSharedMemory {
-  #regions = new Map<string, Region>();
+  #regions = new RegionTable<Region>("shared memory");
   #allowed: boolean;
   #dir: string;
 
@@ -142,7 +141,7 @@ export class SystemSharedMemory {
         `${where}: offset ${offset} + byte_size ${byteSize} is beyond the end of '${key}' (${size} bytes)`,
       );
     }
-    this.#regions.set(name, { name, key, offset, byte_size: byteSize, file, inUse: 0 });
+    this.#regions.add({ name, key, offset, byte_size: byteSize, file, inUse: 0 });
   }
 
   /**
@@ -150,20 +149,7 @@ export class SystemSharedMemory {
    * @param name the region name
    */
   unregister(name: string): void {
-    const targets = name === "" ? [...this.#regions.values()] : [this.#regions.get(name)];
-    if (name !== "" && !targets[0]) return; // unregistering an unknown region is not an error
-    for (const r of targets) {
-      if (r && r.inUse > 0) {
-        throw unavailable(
-          `Cannot unregister shared memory region '${r.name}': ${r.inUse} running requests use it`,
-        );
-      }
-    }
-    for (const r of targets) {
-      if (!r) continue;
-      r.file.close();
-      this.#regions.delete(r.name);
-    }
+    this.#regions.unregister(name, (r) => r.file.close());
   }
 
   /**
@@ -171,23 +157,17 @@ export class SystemSharedMemory {
    * @param name the region name, "" for all
    */
   status(name: string): RegionStatus[] {
-    const list = name === ""
-      ? [...this.#regions.values()]
-      : [this.#regions.get(name)].filter((r) => r !== undefined);
-    if (name !== "" && list.length === 0) throw notFound(`Unknown shared memory region '${name}'`);
-    return list.map((r) => ({ name: r.name, key: r.key, offset: r.offset, byte_size: r.byte_size }));
+    return this.#regions.select(name).map((r) => ({
+      name: r.name,
+      key: r.key,
+      offset: r.offset,
+      byte_size: r.byte_size,
+    }));
   }
 
   #region(loc: ShmLocation, what: string, size: number, action: "read" | "write"): Region {
     this.#checkAllowed();
-    const r = this.#regions.get(loc.region);
-    if (!r) throw invalidArg(`Cannot ${action} ${what}: unknown shared memory region '${loc.region}'`);
-    if (loc.offset + size > r.byte_size) {
-      throw invalidArg(
-        `Cannot ${action} ${what}: offset ${loc.offset} + ${size} bytes is beyond region '${loc.region}' of ${r.byte_size} bytes`,
-      );
-    }
-    return r;
+    return this.#regions.locate(loc, what, size, action);
   }
 
   /**
@@ -205,11 +185,7 @@ export class SystemSharedMemory {
    * @returns a function that ends the use
    */
   use(names: Iterable<string>): () => void {
-    const rs = [...new Set(names)].map((n) => this.#regions.get(n)).filter((r) => r !== undefined);
-    for (const r of rs) r.inUse++;
-    return () => {
-      for (const r of rs) r.inUse--;
-    };
+    return this.#regions.use(names);
   }
 
   /**
@@ -262,36 +238,19 @@ export class SystemSharedMemory {
     requested: readonly RequestedOutput[],
   ): Map<string, Record<string, ParamValue>> {
     const written = new Map<string, Record<string, ParamValue>>();
-    for (const o of requested) {
-      const what = `output '${o.name}'`;
-      const loc = shmLocation(o.parameters, what);
-      if (!loc) continue;
-      const t: Tensor | undefined = response.outputs.find((x) => x.name === o.name);
-      if (!t) continue;
-      const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
-      if (bytes.byteLength > loc.byteSize) {
-        throw invalidArg(
-          `Cannot write ${what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${loc.byteSize}`,
-        );
-      }
-      const r = this.#region(loc, what, bytes.byteLength, "write");
-      r.file.seekSync(r.offset + loc.offset, Deno.SeekMode.Start);
+    for (const o of shmOutputs(response, requested)) {
+      const r = this.#region(o.loc, o.what, o.bytes.byteLength, "write");
+      r.file.seekSync(r.offset + o.loc.offset, Deno.SeekMode.Start);
       let off = 0;
-      while (off < bytes.byteLength) off += r.file.writeSync(bytes.subarray(off));
-      const params: Record<string, ParamValue> = {
-        shared_memory_region: loc.region,
-        shared_memory_byte_size: bytes.byteLength,
-      };
-      if (loc.offset) params.shared_memory_offset = loc.offset;
-      written.set(o.name, params);
+      while (off < o.bytes.byteLength) off += r.file.writeSync(o.bytes.subarray(off));
+      written.set(o.name, writtenParameters(o));
     }
     return written;
   }
 
   /** Closes every region. */
   close(): void {
-    for (const r of this.#regions.values()) r.file.close();
-    this.#regions.clear();
+    this.#regions.clear((r) => r.file.close());
   }
 }
 
@@ -386,25 +345,9 @@ export class ShmRequest {
       return typeof r === "string" && cuda !== undefined && cuda.has(r);
     };
     const written = this.#shm!.writeOutputs(response, request.outputs.filter((o) => !inCuda(o)));
-    for (const o of request.outputs) {
-      if (!inCuda(o)) continue;
-      const what = `output '${o.name}'`;
-      const loc = shmLocation(o.parameters, what)!;
-      const t = response.outputs.find((x) => x.name === o.name);
-      if (!t) continue;
-      const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
-      if (bytes.byteLength > loc.byteSize) {
-        throw invalidArg(
-          `Cannot write ${what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${loc.byteSize}`,
-        );
-      }
-      await cuda!.write(loc, bytes, what);
-      const params: Record<string, ParamValue> = {
-        shared_memory_region: loc.region,
-        shared_memory_byte_size: bytes.byteLength,
-      };
-      if (loc.offset) params.shared_memory_offset = loc.offset;
-      written.set(o.name, params);
+    for (const o of shmOutputs(response, request.outputs.filter(inCuda))) {
+      await cuda!.write(o.loc, o.bytes, o.what);
+      written.set(o.name, writtenParameters(o));
     }
     return written;
   }
