@@ -20,6 +20,7 @@ import { fileURLToPath } from "node:url";
 import { sessionOptions } from "../server/backends/onnxruntime.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
 import { cpuSeconds, machineBusySeconds, waitQuiet } from "./cpu_usage.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
@@ -316,74 +317,6 @@ class ServerSlot {
   stop(): Promise<void> {
     return this.server.stop();
   }
-}
-
-interface ChildServer {
-  port: number;
-  pid: number;
-  /** The exit code once the process has exited, else undefined. */
-  exitCode(): number | undefined;
-  stop(): Promise<void>;
-  log(): string;
-}
-
-async function startChildServer(denoArgs: string[], serverArgs: string[]): Promise<ChildServer> {
-  const port = freePort();
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      ...denoArgs,
-      "main.ts",
-      `--http-port=${port}`,
-      ...(serverArgs.some((a) => a.startsWith("--grpc-port=")) ? [] : ["--allow-grpc=false"]),
-      "--allow-metrics=false",
-      "--log-info=false",
-      ...serverArgs,
-    ],
-    cwd: ROOT,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  let output = "";
-  const drain = async (s: ReadableStream<Uint8Array>) => {
-    for await (const chunk of s.pipeThrough(new TextDecoderStream())) output = (output + chunk).slice(-8000);
-  };
-  const drained = Promise.all([drain(child.stdout), drain(child.stderr)]);
-  let exited = false;
-  let code: number | undefined;
-  const status = child.status.then((s) => {
-    exited = true;
-    code = s.code;
-    output += `\n[server exited: code ${s.code}${s.signal ? `, signal ${s.signal}` : ""}]`;
-    return s;
-  });
-  const server: ChildServer = {
-    port,
-    pid: child.pid,
-    exitCode: () => code,
-    async stop() {
-      if (!exited) child.kill("SIGTERM");
-      const timer = setTimeout(() => !exited && child.kill("SIGKILL"), 5000);
-      await status;
-      clearTimeout(timer);
-      await drained;
-    },
-    log: () => output,
-  };
-  const deadline = performance.now() + 60_000;
-  while (performance.now() < deadline) {
-    if (exited) break;
-    try {
-      const res = await fetch(`http://127.0.0.1:${port}/v2/health/ready`);
-      await res.body?.cancel();
-      if (res.status === 200) return server;
-    } catch { /* not listening yet */ }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  await server.stop();
-  throw new Error(`Cannot start the server: it was not ready within 60 s: ${output}`);
 }
 
 /** Other processes' CPU above which a point is marked as disturbed. */

@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 import { sessionOptions } from "../server/backends/onnxruntime.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
 import { cpuSeconds, machineBusySeconds, threadCpuSeconds, waitQuiet } from "./cpu_usage.ts";
-import { freePort } from "./loadgen.ts";
+import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type LoadReport, type LoadSpec, mlpInput } from "./mlp_load.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -151,63 +151,8 @@ function inProcess(
   return leastDisturbed(() => inProcessOnce(label, options, batch, seconds), (r) => r.otherCpuPct);
 }
 
-interface ChildServer {
-  port: number;
-  pid: number;
-  stop(): Promise<void>;
-  log(): string;
-}
-
-async function startServer(): Promise<ChildServer> {
-  const port = freePort();
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      "main.ts",
-      `--http-port=${port}`,
-      "--allow-grpc=false",
-      "--allow-metrics=false",
-      "--log-info=false",
-      `--model-repository=${MODELS}`,
-    ],
-    cwd: ROOT,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  let output = "";
-  const drain = async (s: ReadableStream<Uint8Array>) => {
-    for await (const chunk of s.pipeThrough(new TextDecoderStream())) output = (output + chunk).slice(-8000);
-  };
-  const drained = Promise.all([drain(child.stdout), drain(child.stderr)]);
-  let exited = false;
-  const status = child.status.then((s) => {
-    exited = true;
-    return s;
-  });
-  const server: ChildServer = {
-    port,
-    pid: child.pid,
-    async stop() {
-      if (!exited) child.kill("SIGTERM");
-      const timer = setTimeout(() => !exited && child.kill("SIGKILL"), 5000);
-      await status;
-      clearTimeout(timer);
-      await drained;
-    },
-    log: () => output,
-  };
-  for (let i = 0; i < 600 && !exited; i++) {
-    const ok = await fetch(`http://127.0.0.1:${port}/v2/health/ready`).then((r) => {
-      void r.body?.cancel();
-      return r.ok;
-    }, () => false);
-    if (ok) return server;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  await server.stop();
-  throw new Error(`Cannot start the server: ${output}`);
+function startServer(): Promise<ChildServer> {
+  return startChildServer([], [`--model-repository=${MODELS}`]);
 }
 
 async function loadOnce(server: ChildServer, spec: Omit<LoadSpec, "port" | "serverPid">): Promise<MlpPoint> {
