@@ -204,6 +204,12 @@ function readTensor(file: Deno.FsFile, d: TensorDesc, what: string): Tensor {
   return { name: d.name, datatype: d.datatype, shape: d.shape, data };
 }
 
+/** An error as the stub reads it: its code name and message. */
+function wireError(err: unknown): { code: string; message: string } {
+  const e = err instanceof ServerError ? err : internal(String((err as Error)?.message ?? err));
+  return { code: e.code, message: e.message };
+}
+
 function errorOf(e: { message: string; code: string }): ServerError {
   const code = (ERROR_CODES.has(e.code) ? e.code : "INTERNAL") as ErrorCode;
   return new ServerError(code, e.message);
@@ -514,10 +520,6 @@ class Stub {
   /** A decoupled BLS call: each response goes back in its own file, the last one flagged final. */
   async #blsStream(msg: Extract<StubMessage, { op: "bls" }>): Promise<void> {
     const reply = (extra: Record<string, unknown>) => this.#send({ op: "bls_stream", id: msg.id, ...extra });
-    const failed = (err: unknown) => {
-      const e = err instanceof ServerError ? err : internal(String((err as Error)?.message ?? err));
-      return { code: e.code, message: e.message };
-    };
     if (!stubFile(msg.file, "dinfer-bls-")) {
       await reply({
         final: true,
@@ -531,7 +533,7 @@ class Stub {
       using file = Deno.openSync(msg.file, { read: true });
       request = this.#blsRequest(msg, file);
     } catch (err) {
-      await reply({ final: true, error: failed(err) });
+      await reply({ final: true, error: wireError(err) });
       return;
     }
     let n = 0;
@@ -543,7 +545,7 @@ class Stub {
         if (response === undefined) {
           this.#send({ op: "bls_stream", id: msg.id, final }).catch(() => {});
         } else if (response instanceof Error) {
-          this.#send({ op: "bls_stream", id: msg.id, final, error: failed(response) }).catch(() => {});
+          this.#send({ op: "bls_stream", id: msg.id, final, error: wireError(response) }).catch(() => {});
         } else {
           const path = join(
             shmDir(),
@@ -556,12 +558,12 @@ class Stub {
               .catch(() => Deno.remove(path).catch(() => {}));
           } catch (err) {
             Deno.remove(path).catch(() => {});
-            this.#send({ op: "bls_stream", id: msg.id, final, error: failed(err) }).catch(() => {});
+            this.#send({ op: "bls_stream", id: msg.id, final, error: wireError(err) }).catch(() => {});
           }
         }
       });
     } catch (err) {
-      await reply({ final: true, error: failed(err) });
+      await reply({ final: true, error: wireError(err) });
       return;
     }
     if (!finalSent) await reply({ final: true });
@@ -583,8 +585,7 @@ class Stub {
       const { descs } = writeTensors(file, 0, response.outputs, size);
       await reply({ outputs: descs });
     } catch (err) {
-      const e = err instanceof ServerError ? err : internal(String((err as Error)?.message ?? err));
-      await reply({ error: { code: e.code, message: e.message } });
+      await reply({ error: wireError(err) });
     }
   }
 
