@@ -23,15 +23,21 @@ export interface ChildServer {
  * metrics off) and waits until it is ready.
  * @param denoArgs extra arguments for `deno run` (e.g. `--inspect=...`)
  * @param serverArgs extra server flags
+ * @param options `script`: the program to run instead of `main.ts` (it gets the same flags), relative to the
+ *   repository root
  */
-export async function startChildServer(denoArgs: string[], serverArgs: string[]): Promise<ChildServer> {
+export async function startChildServer(
+  denoArgs: string[],
+  serverArgs: string[],
+  options: { script?: string } = {},
+): Promise<ChildServer> {
   const port = freePort();
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "-A",
       ...denoArgs,
-      "main.ts",
+      options.script ?? "main.ts",
       `--http-port=${port}`,
       ...(serverArgs.some((a) => a.startsWith("--grpc-port=")) ? [] : ["--allow-grpc=false"]),
       "--allow-metrics=false",

@@ -913,6 +913,74 @@ async function profileServer(flags: Flags): Promise<ProfileSummary> {
   }
 }
 
+/** dinfer beside the stack's floor (bench/floor_server.ts) at 1 connection, JSON, in alternating rounds. */
+interface FloorComparison {
+  rounds: number;
+  roundS: number;
+  /** p50 of each round, in microseconds. */
+  dinferP50s: number[];
+  floorP50s: number[];
+  /** Server CPU per answered request of each server, over all rounds. */
+  dinferCpuUs: number;
+  floorCpuUs: number;
+  dinferP50: number;
+  floorP50: number;
+  wrong: boolean;
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s.length === 0
+    ? NaN
+    : s.length % 2
+    ? s[s.length >> 1]!
+    : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+/**
+ * Measures dinfer and the floor server one after the other, round after round (both started fresh, idle while
+ * the other is measured), so that both see the same state of a shared machine; the medians are compared.
+ */
+async function measureFloor(flags: Flags): Promise<FloorComparison> {
+  const rounds = flags.quick ? 2 : 5;
+  const roundS = flags.quick ? 1 : 2;
+  const dinfer = await startChildServer([], flags.serverArgs);
+  const floor = await startChildServer([], [], { script: "bench/floor_server.ts" });
+  const result: FloorComparison = {
+    rounds,
+    roundS,
+    dinferP50s: [],
+    floorP50s: [],
+    dinferCpuUs: 0,
+    floorCpuUs: 0,
+    dinferP50: NaN,
+    floorP50: NaN,
+    wrong: false,
+  };
+  const cpu = { dinfer: 0, floor: 0 };
+  const count = { dinfer: 0, floor: 0 };
+  try {
+    const roundFlags = { ...flags, durationS: roundS, warmupS: Math.min(flags.warmupS, 0.5) };
+    for (let r = 0; r < rounds; r++) {
+      for (const [name, server] of [["dinfer", dinfer], ["floor", floor]] as const) {
+        const p = await measure(server, "json", 1, roundFlags, r === 0 ? (flags.quick ? 1 : 3) : 0);
+        if (p.errors > 0 || p.mismatches > 0) result.wrong = true;
+        (name === "dinfer" ? result.dinferP50s : result.floorP50s).push(p.p50Us);
+        cpu[name] += (p.serverCpuPct / 100) * roundS;
+        count[name] += p.count;
+      }
+    }
+  } finally {
+    await dinfer.stop();
+    await floor.stop();
+  }
+  result.dinferCpuUs = (1e6 * cpu.dinfer) / count.dinfer;
+  result.floorCpuUs = (1e6 * cpu.floor) / count.floor;
+  result.dinferP50 = median(result.dinferP50s);
+  result.floorP50 = median(result.floorP50s);
+  return result;
+}
+
 async function main(args: string[]): Promise<void> {
   const flags = parseFlags(args);
   const info = await machine();
@@ -1000,6 +1068,18 @@ async function main(args: string[]): Promise<void> {
     console.log(`\n${flags.h2load ? H2LOAD_MISSING : H2LOAD_SKIPPED}`);
   }
 
+  console.log(
+    `\nThe stack's floor (bench/floor_server.ts) beside dinfer, JSON at 1 connection, alternating ...`,
+  );
+  const cmp = await measureFloor(flags);
+  console.log(
+    `  dinfer p50 ${fmt(cmp.dinferP50)} µs [${cmp.dinferP50s.map((v) => fmt(v)).join(" ")}], floor p50 ${
+      fmt(cmp.floorP50)
+    } µs [${cmp.floorP50s.map((v) => fmt(v)).join(" ")}]; server CPU per request: dinfer ${
+      fmt(cmp.dinferCpuUs)
+    } µs, floor ${fmt(cmp.floorCpuUs)} µs`,
+  );
+
   console.log(`\nBatching: MLP 784-1024-1024-10, 64 connections of single-sample binary requests ...`);
   const mlp = await measureMlp(flags.durationS, flags.warmupS);
   console.log(mlpMarkdown(mlp));
@@ -1024,7 +1104,7 @@ async function main(args: string[]): Promise<void> {
   const bin1 = at("binary", 1);
   const json16 = at("json", 16);
   const h2Wrong = h2 !== undefined && (h2.points.some((p) => p.wrong) || h2.checks.some((c) => c.wrong));
-  const wrong = points.some((p) => p.mismatches > 0 || p.errors > 0) || h2Wrong;
+  const wrong = points.some((p) => p.mismatches > 0 || p.errors > 0) || h2Wrong || cmp.wrong;
   const added = json1 ? json1.p50Us - base.p50Us : NaN;
   const addedBin = bin1 ? bin1.p50Us - base.p50Us : NaN;
   const rateMet = json16 !== undefined && json16.rate >= TARGET_RATE && !wrong;
@@ -1040,6 +1120,17 @@ async function main(args: string[]): Promise<void> {
     `| added latency beyond the HTTP round trip | ${fmt(added - floor.p50Us)} µs | ${
       fmt(addedBin - floor.p50Us)
     } µs |`,
+    `| the stack's floor at 1 connection: \`bench/floor_server.ts\` (Deno.serve, JSON.parse, one native ONNX ` +
+    `Runtime run, the JSON answer; nothing else), median p50 of ${cmp.rounds} rounds alternating with dinfer, ` +
+    `and what it adds over the baseline | ${fmt(cmp.floorP50)} µs (+${
+      fmt(cmp.floorP50 - base.p50Us)
+    } µs) | - |`,
+    `| dinfer in the same rounds: median p50, and what it adds over the floor | ${fmt(cmp.dinferP50)} µs (+${
+      fmt(cmp.dinferP50 - cmp.floorP50)
+    } µs) | - |`,
+    `| server CPU per request in those rounds: dinfer, the floor | ${fmt(cmp.dinferCpuUs)} µs, ${
+      fmt(cmp.floorCpuUs)
+    } µs | - |`,
     `| for information: added latency at 1 connection against the idle-gap baseline (server p50 − ${
       fmt(base.idle.p50Us, 1)
     } µs) | ${fmt((json1?.p50Us ?? NaN) - base.idle.p50Us)} µs | ${
@@ -1089,6 +1180,10 @@ async function main(args: string[]): Promise<void> {
     } infer/s | ${rateMet ? "yes" : "**no**"} |`,
     `| ≤ ${TARGET_ADDED_US} µs added latency at 1 connection (JSON p50 − baseline p50) | ${fmt(added)} µs | ${
       latencyMet ? "yes" : "**no**"
+    } |`,
+    `| for information: what the stack's floor adds in the same run (floor p50 − baseline p50); no server on ` +
+    `Deno.serve and onnxruntime-node adds less on this machine | ${fmt(cmp.floorP50 - base.p50Us)} µs | ${
+      cmp.floorP50 - base.p50Us <= TARGET_ADDED_US ? "within the target" : "**above the target**"
     } |`,
   ].join("\n");
 
@@ -1179,6 +1274,14 @@ ${Object.entries(info).map(([k, v]) => `- ${k}: ${v}`).join("\n")}
   for status and Content-Length; ${flags.warmupS} s warm-up not counted, then ${flags.durationS} s measured per
   point; latency is write-start to last-byte per request. The first response and every 1000th are checked
   against the expected outputs (JSON parsed, binary outputs decoded), so a wrong answer cannot pass as fast.
+- **The stack's floor** (\`bench/floor_server.ts\`): the least a server on dinfer's stack can do for the
+  same JSON request — \`Deno.serve\`, \`JSON.parse\`, one synchronous run through onnxruntime-node's native
+  binding with the server's session options, the JSON answer — with no validation, scheduling, statistics
+  or other endpoints. It and a fresh dinfer server are measured at 1 connection in ${cmp.rounds} alternating
+  rounds of ${cmp.roundS} s (each idle while the other runs, so both see the same state of a shared machine);
+  the medians are reported. The gap between the floor and the baseline is what the machine and the stack
+  cost (HTTP round trip, and a model run that is slower after the thread has waited for the network than
+  back to back); the gap between dinfer and the floor is dinfer's own.
 - **JSON**: \`{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[...]}, ...]}\`, all outputs
   in JSON. **Binary**: \`Inference-Header-Content-Length\` body with both inputs as \`binary_data_size: 64\`
   and both outputs requested with \`binary_data: true\`.
