@@ -1,29 +1,23 @@
 /**
- * How busy the frontends are, as the dynamic batcher needs to know it: how many inference requests arrived in
- * the current event-loop turn and in the last turn that had arrivals. A request that arrives alone should run at once; one of
- * several arriving together should wait one turn to be batched with them.
+ * How busy the frontends are, as the dynamic batcher needs to know it: how many inference requests are between
+ * their arrival at a frontend and their answer. A request that is alone should run at once; one of several in
+ * flight should wait one event-loop turn to be batched with the others.
  * @module
  */
 
-import { setImmediate } from "node:timers";
+let inFlight = 0;
 
-let thisTurn = 0;
-let lastTurn = 0;
-let scheduled = false;
-
-/** Counts an arriving inference request (the frontends call it first thing). */
+/** Counts an arriving inference request (the frontends call it first thing, and `requestAnswered` once after). */
 export function requestArrived(): void {
-  thisTurn++;
-  if (scheduled) return;
-  scheduled = true;
-  setImmediate(() => {
-    lastTurn = thisTurn;
-    thisTurn = 0;
-    scheduled = false;
-  });
+  inFlight++;
 }
 
-/** Whether requests are arriving together: more than one in this turn or in the last turn that had arrivals. */
+/** Ends the count of a request `requestArrived` counted, once it is answered or has failed. */
+export function requestAnswered(): void {
+  if (inFlight > 0) inFlight--;
+}
+
+/** Whether requests are arriving together: more than one inference request is in flight at the frontends. */
 export function arrivingTogether(): boolean {
-  return thisTurn > 1 || lastTurn > 1;
+  return inFlight > 1;
 }

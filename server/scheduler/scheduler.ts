@@ -211,7 +211,7 @@ export class PoolScheduler implements Scheduler {
     }
     request.request.trace?.mark("QUEUE_START");
     return new Promise((resolve, reject) => {
-      this.#levels[2 * (level - 1)]!.push({
+      const pending: Pending = {
         request,
         resolve,
         reject,
@@ -219,13 +219,25 @@ export class PoolScheduler implements Scheduler {
         received,
         deadline,
         seq: this.#seq++,
-      });
-      this.#queued++;
-      if (deadline !== Infinity) this.#arm(deadline - performance.now());
+      };
+      const options = this.#options;
       // Without a queue delay, requests arriving together wait one event-loop turn to run as one batch; a
       // request that arrives alone runs at once.
-      const batching = this.#options.maxBatchSize > 1 && this.#options.maxQueueDelayMicroseconds === 0;
-      if (batching && this.#options.together()) this.#pumpSoon();
+      const together = options.maxBatchSize > 1 && options.maxQueueDelayMicroseconds === 0 &&
+        options.together();
+      if (
+        !together && this.#queued === 0 && this.#free.length > 0 && options.delayUntilQueued === 0 &&
+        (options.maxBatchSize <= 1 || options.maxQueueDelayMicroseconds === 0)
+      ) {
+        // Nothing queued, an instance free and nothing to wait for: the batch is this request alone, as
+        // #take would form it, without passing through the queue.
+        this.#run(this.#free.pop()!, [pending]);
+        return;
+      }
+      this.#levels[2 * (level - 1)]!.push(pending);
+      this.#queued++;
+      if (deadline !== Infinity) this.#arm(deadline - performance.now());
+      if (together) this.#pumpSoon();
       else this.#pump();
     });
   }

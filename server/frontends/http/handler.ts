@@ -7,7 +7,7 @@
 import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
 import { nowNs } from "../../metrics/stats.ts";
-import { requestArrived } from "../../core/load.ts";
+import { requestAnswered, requestArrived } from "../../core/load.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
@@ -23,6 +23,12 @@ export interface HttpOptions extends FrontendOptions {
 export type Handler = (request: Request) => Promise<Response>;
 
 const JSON_HEADERS = { "content-type": "application/json" };
+
+/**
+ * `/v2/models/{model}[/versions/{version}]/infer` with no percent-encoded segment: the inference route,
+ * matched before the general router (the hot path).
+ */
+const INFER_PATH = /^\/v2\/models\/([^/%]+)(?:\/versions\/([^/%]+))?\/infer$/;
 
 function json(body: unknown, status = 200): Response {
   return new Response(JSON.stringify(body), { status, headers: JSON_HEADERS });
@@ -166,8 +172,46 @@ async function compressed(body: Uint8Array, encoding: "gzip" | "deflate"): Promi
  * @returns the handler
  */
 export function createHttpHandler(registry: ModelRegistry, options: HttpOptions): Handler {
+  /** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
+  function rawInput(model: string, version: string, bytes: number) {
+    const mv = registry.resolve(model, version);
+    const inputs = mv.config.input;
+    if (inputs.length !== 1) {
+      throw invalidArg(
+        `Cannot read the inference request for '${model}': the raw binary form needs a model with exactly one input, it has ${inputs.length}`,
+      );
+    }
+    const spec = inputs[0]!;
+    const datatype = fromConfigType(spec.data_type)!;
+    const batch = mv.config.max_batch_size > 0 ? [1] : [];
+    const dims = [...spec.dims];
+    const wild = dims.filter((d) => d === -1).length;
+    if (wild > 0) {
+      const size = datatype === "BYTES"
+        ? 0
+        : (dims.filter((d) => d > 0).reduce((a, b) => a * b, 1) * elementSize(datatype));
+      if (wild > 1 || datatype === "BYTES" || size === 0 || bytes % size !== 0) {
+        throw invalidArg(
+          `Cannot read the inference request for '${model}': the shape of input '${spec.name}' [${
+            dims.join(",")
+          }] cannot be derived from ${bytes} bytes of raw data`,
+        );
+      }
+      dims[dims.indexOf(-1)] = bytes / size;
+    }
+    return { name: spec.name, datatype, shape: [...batch, ...dims] };
+  }
+
   async function infer(request: Request, model: string, version: string): Promise<Response> {
     requestArrived();
+    try {
+      return await inferCounted(request, model, version);
+    } finally {
+      requestAnswered();
+    }
+  }
+
+  async function inferCounted(request: Request, model: string, version: string): Promise<Response> {
     const recvStart = nowNs();
     // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
     if (registry.resolve(model, version).decoupled) {
@@ -186,34 +230,13 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     const body = await readBody(request, options.maxInputSize);
     const recvEnd = nowNs();
     const shm = new ShmRequest(options.shm, options.cudaShm);
-    const decoded = decodeInferRequest(body, headerLength, { model, version }, (bytes) => {
-      const mv = registry.resolve(model, version);
-      const inputs = mv.config.input;
-      if (inputs.length !== 1) {
-        throw invalidArg(
-          `Cannot read the inference request for '${model}': the raw binary form needs a model with exactly one input, it has ${inputs.length}`,
-        );
-      }
-      const spec = inputs[0]!;
-      const datatype = fromConfigType(spec.data_type)!;
-      const batch = mv.config.max_batch_size > 0 ? [1] : [];
-      const dims = [...spec.dims];
-      const wild = dims.filter((d) => d === -1).length;
-      if (wild > 0) {
-        const size = datatype === "BYTES"
-          ? 0
-          : (dims.filter((d) => d > 0).reduce((a, b) => a * b, 1) * elementSize(datatype));
-        if (wild > 1 || datatype === "BYTES" || size === 0 || bytes % size !== 0) {
-          throw invalidArg(
-            `Cannot read the inference request for '${model}': the shape of input '${spec.name}' [${
-              dims.join(",")
-            }] cannot be derived from ${bytes} bytes of raw data`,
-          );
-        }
-        dims[dims.indexOf(-1)] = bytes / size;
-      }
-      return { name: spec.name, datatype, shape: [...batch, ...dims] };
-    }, shm.reader);
+    const decoded = decodeInferRequest(
+      body,
+      headerLength,
+      { model, version },
+      headerLength === 0 ? (bytes) => rawInput(model, version, bytes) : undefined,
+      shm.reader,
+    );
     let response, shmOutputs;
     try {
       ({ response, shmOutputs } = await shm.run(decoded.request, (r) => registry.infer(r)));
@@ -226,18 +249,14 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       }
     }
     const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, shmOutputs);
-    const headers: Record<string, string> = {};
-    if (encoded.headerLength !== undefined) {
-      headers[HEADER_LENGTH] = String(encoded.headerLength);
-      headers["content-type"] = "application/octet-stream";
-    } else {
-      headers["content-type"] = "application/json";
-    }
+    let headers: Record<string, string> = encoded.headerLength === undefined
+      ? JSON_HEADERS
+      : { [HEADER_LENGTH]: String(encoded.headerLength), "content-type": "application/octet-stream" };
     let out = encoded.body;
     const encoding = pickEncoding(request);
     if (encoding) {
       out = await compressed(out, encoding);
-      headers["content-encoding"] = encoding;
+      headers = { ...headers, "content-encoding": encoding };
     }
     const trace = decoded.request.trace;
     if (trace) {
@@ -446,14 +465,14 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     throw notFound(`Not found: ${method} '${url.pathname}'`);
   }
 
-  return async function handle(request: Request): Promise<Response> {
+  return function handle(request: Request): Promise<Response> {
     if (options.logger && options.logger.verboseLevel >= 1) {
       options.logger.verbose(1, `HTTP request: ${request.method} ${pathOf(request.url)}`);
     }
-    try {
-      return await route(request);
-    } catch (err) {
-      return errorResponse(err);
+    if (request.method === "POST") {
+      const m = INFER_PATH.exec(pathOf(request.url));
+      if (m) return infer(request, m[1]!, m[2] ?? "").catch(errorResponse);
     }
+    return route(request).catch(errorResponse);
   };
 }
