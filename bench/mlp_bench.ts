@@ -20,6 +20,7 @@ import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
 import { cpuSeconds, machineBusySeconds, threadCpuSeconds, waitQuiet } from "./cpu_usage.ts";
 import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type LoadReport, type LoadSpec, mlpInput } from "./mlp_load.ts";
+import { httpRequest, runLoad } from "./loadgen.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODELS = `${ROOT}bench/models`;
@@ -66,11 +67,40 @@ export interface MlpResult {
   inProcessAtServerBatch: InProcess | undefined;
   batched: MlpPoint;
   unbatched: MlpPoint;
+  /** The bare HTTP exchange: the same server answering empty `GET /v2/health/live` requests. */
+  empty: EmptyPoint;
   connections: number;
   /** Cores of the machine. */
   cores: number;
   /** When and where, for the report. */
   machine: { date: string; cpu: string; commit: string };
+}
+
+/** The server answering empty requests: what Deno.serve's exchange alone costs it. */
+export interface EmptyPoint {
+  /** Requests per second. */
+  rate: number;
+  /** The server's CPU time per answered request, in µs. */
+  serverUsPerRequest: number;
+  /** Non-200 answers and connection failures. */
+  errors: number;
+}
+
+/** Loads the server with empty `GET /v2/health/live` requests from this process; the server's CPU per request. */
+async function emptyRequests(server: ChildServer, seconds: number): Promise<EmptyPoint> {
+  await waitQuiet(10, { ours: [server.pid] });
+  let s0 = 0, s1 = 0;
+  const result = await runLoad({ hostname: "127.0.0.1", port: server.port }, {
+    request: httpRequest({ method: "GET", path: "/v2/health/live", host: `127.0.0.1:${server.port}` }),
+    connections: CONNECTIONS,
+    durationS: seconds,
+    warmupS: 0.5,
+    onWindow(edge) {
+      if (edge === "start") s0 = cpuSeconds(server.pid);
+      else s1 = cpuSeconds(server.pid);
+    },
+  });
+  return { rate: result.rate, serverUsPerRequest: (1e6 * (s1 - s0)) / result.count, errors: result.errors };
 }
 
 async function mlpConfigOptions(): Promise<ort.InferenceSession.SessionOptions> {
@@ -207,7 +237,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
   const best = inProc.reduce((a, b) => (b.rate > a.rate ? b : a));
   const expected = await expectedLogits();
   const server = await startServer();
-  let batched: MlpPoint, unbatched: MlpPoint;
+  let batched: MlpPoint, unbatched: MlpPoint, empty: EmptyPoint;
   try {
     const run = (model: string) =>
       leastDisturbed(
@@ -216,6 +246,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
       );
     batched = await run("mlp");
     unbatched = await run("mlp_nobatch");
+    empty = await emptyRequests(server, Math.min(durationS, 2));
   } finally {
     await server.stop();
   }
@@ -230,6 +261,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     inProcessAtServerBatch,
     batched,
     unbatched,
+    empty,
     connections: CONNECTIONS,
     cores: navigator.hardwareConcurrency,
     machine: { date: new Date().toISOString().replace(/\.\d+Z$/, "Z"), cpu, commit: gitCommit() },
@@ -351,6 +383,21 @@ answering). The instance was executing a batch ${
   the model's own work, ${f(load)} µs in the load generator).
 - All of the cores at today's costs: at most ${x((cores * 1e6) / (server + load))}; with a load generator that
   cost nothing: ${x((cores * 1e6) / server)}.
+- The bare HTTP exchange: the same server answering empty \`GET /v2/health/live\` requests from ${r.connections}
+  connections (${f(r.empty.rate)} req/s${r.empty.errors ? `, ${r.empty.errors} errors` : ""}) spends ${
+    f(r.empty.serverUsPerRequest)
+  } µs of CPU per request on the exchange alone (Deno.serve and the router). With the model's ${
+    f(compute)
+  } µs that is ${
+    f(r.empty.serverUsPerRequest + compute)
+  } µs per inference before any decoding, batching or client: ${
+    r.empty.serverUsPerRequest + compute > budget
+      ? `more than the ${
+        f(budget)
+      } µs the target allows, so no server on Deno.serve reaches ${TARGET}× on this
+  machine, whatever the client costs`
+      : `within the ${f(budget)} µs the target allows`
+  }.
 - One event loop: the server's main thread serves every request, so its ${
     f(mainRest)
   } µs per request outside ONNX
