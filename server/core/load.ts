@@ -1,23 +1,29 @@
 /**
- * How busy the frontends are, as the dynamic batcher needs to know it: how many inference requests are between
- * their arrival at a frontend and their answer. A request that is alone should run at once; one of several in
- * flight should wait one event-loop turn to be batched with the others.
+ * How busy the frontends are, as the dynamic batcher needs to know it: how many inference requests arrived in
+ * the current event-loop turn and in the last turn that had arrivals. A request that arrives alone should run at once; one of
+ * several arriving together should wait one turn to be batched with them.
  * @module
  */
 
-let inFlight = 0;
+import { setImmediate } from "node:timers";
 
-/** Counts an arriving inference request (the frontends call it first thing, and `requestAnswered` once after). */
+let thisTurn = 0;
+let lastTurn = 0;
+let scheduled = false;
+
+/** Counts an arriving inference request (the frontends call it first thing). */
 export function requestArrived(): void {
-  inFlight++;
+  thisTurn++;
+  if (scheduled) return;
+  scheduled = true;
+  setImmediate(() => {
+    lastTurn = thisTurn;
+    thisTurn = 0;
+    scheduled = false;
+  });
 }
 
-/** Ends the count of a request `requestArrived` counted, once it is answered or has failed. */
-export function requestAnswered(): void {
-  if (inFlight > 0) inFlight--;
-}
-
-/** Whether requests are arriving together: more than one inference request is in flight at the frontends. */
+/** Whether requests are arriving together: more than one in this turn or in the last turn that had arrivals. */
 export function arrivingTogether(): boolean {
-  return inFlight > 1;
+  return thisTurn > 1 || lastTurn > 1;
 }

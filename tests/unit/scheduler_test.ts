@@ -12,7 +12,7 @@ import type { InferResponse, ParamValue, Tensor } from "../../server/core/types.
 import type { ValidatedRequest } from "../../server/core/validate.ts";
 import type { BackendInstance } from "../../server/backends/backend.ts";
 import { modelStatistics, VersionStats } from "../../server/metrics/stats.ts";
-import { arrivingTogether, requestAnswered, requestArrived } from "../../server/core/load.ts";
+import { arrivingTogether, requestArrived } from "../../server/core/load.ts";
 import type { BatchModel } from "../../server/scheduler/batch.ts";
 import {
   type BatchingOptions,
@@ -630,17 +630,24 @@ Deno.test("the hold comes from DINFER_DELAY_SCHEDULER when the options leave it 
   assertEquals(delayFromEnvironment(), 0);
 });
 
-Deno.test("requests count as together while more than one is in flight at the frontends", () => {
+Deno.test("arrivals are counted per event-loop turn: one alone is not 'together', two are", async () => {
+  // A known start whatever ran before: a turn with one arrival.
+  await new Promise((r) => setImmediate(r));
+  requestArrived();
+  await new Promise((r) => setImmediate(r));
   assertEquals(arrivingTogether(), false);
   requestArrived();
-  assertEquals(arrivingTogether(), false, "one request alone runs at once");
-  requestArrived();
-  assertEquals(arrivingTogether(), true, "a second one in flight: they wait one turn to batch");
-  requestAnswered();
   assertEquals(arrivingTogether(), false);
-  requestAnswered();
-  requestAnswered(); // one too many is ignored: the count never goes below zero
+  requestArrived();
+  assertEquals(arrivingTogether(), true);
+  await new Promise((r) => setImmediate(r));
+  // The last turn with arrivals had two: the next arrival still counts as together.
+  assertEquals(arrivingTogether(), true);
+  requestArrived();
+  assertEquals(arrivingTogether(), true);
+  await new Promise((r) => setImmediate(r));
+  // That turn had one: a lone arrival now runs at once.
   requestArrived();
   assertEquals(arrivingTogether(), false);
-  requestAnswered();
+  await new Promise((r) => setImmediate(r));
 });

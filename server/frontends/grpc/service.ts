@@ -14,7 +14,7 @@ import { grpcStatus, invalidArg, type ServerError, toServerError, unsupported } 
 import { lookupType } from "../../core/protos.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { nowNs } from "../../metrics/stats.ts";
-import { requestAnswered, requestArrived } from "../../core/load.ts";
+import { requestArrived } from "../../core/load.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
 import type { InferRequest, InferResponse, ParamValue } from "../../core/types.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
@@ -278,18 +278,14 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   };
   const infer = async (msg: Record<string, unknown>) => {
     requestArrived();
+    const received = nowNs();
+    const session = new ShmRequest(shm, options.cudaShm);
+    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
     try {
-      const received = nowNs();
-      const session = new ShmRequest(shm, options.cudaShm);
-      const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
-      try {
-        const { response, shmOutputs } = await session.run(request, (r) => registry.infer(r));
-        return encodeModelInferResponse(response, shmOutputs);
-      } finally {
-        endTrace(request, received);
-      }
+      const { response, shmOutputs } = await session.run(request, (r) => registry.infer(r));
+      return encodeModelInferResponse(response, shmOutputs);
     } finally {
-      requestAnswered();
+      endTrace(request, received);
     }
   };
   service.ModelInfer = method(`/${SERVICE}/ModelInfer`, inferReqCodec, inferResCodec);
@@ -325,14 +321,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     msg: Record<string, unknown>,
     write: (out: Record<string, unknown>) => void,
   ) => {
-    // A stream may stay open long after its request ran: it counts as in flight until its first answer.
     requestArrived();
-    let answered = false;
-    const answer = () => {
-      if (answered) return;
-      answered = true;
-      requestAnswered();
-    };
     const received = nowNs();
     const session = new ShmRequest(shm, options.cudaShm);
     const params = (msg.parameters ?? {}) as Record<string, { bool_param?: boolean }>;
@@ -346,7 +335,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
         shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
         final: boolean,
       ) => {
-        answer();
         if (ended) return;
         ended = final;
         if (response instanceof Error) write(streamError(msg, response));
@@ -366,7 +354,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
         if (wantsEmptyFinal) write(emptyFinal(msg));
       }
     } finally {
-      answer();
       if (request) endTrace(request, received);
     }
   };

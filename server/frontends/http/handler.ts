@@ -7,7 +7,7 @@
 import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
 import { nowNs } from "../../metrics/stats.ts";
-import { requestAnswered, requestArrived } from "../../core/load.ts";
+import { requestArrived } from "../../core/load.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
@@ -204,14 +204,6 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
 
   async function infer(request: Request, model: string, version: string): Promise<Response> {
     requestArrived();
-    try {
-      return await inferCounted(request, model, version);
-    } finally {
-      requestAnswered();
-    }
-  }
-
-  async function inferCounted(request: Request, model: string, version: string): Promise<Response> {
     const recvStart = nowNs();
     // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
     if (registry.resolve(model, version).decoupled) {
