@@ -456,10 +456,21 @@ class InlineRunner implements SessionRunner {
 }
 
 /** The native session class of onnxruntime-node's binding (what its public InferenceSession wraps). */
+/**
+ * A tensor as the native binding reads it: its `type`, `dims`, `location` and `data` (what an `ort.Tensor`
+ * exposes, without the checks and conversions of its constructor, which the server's validation already did).
+ */
+interface NativeTensor {
+  type: ort.Tensor.Type;
+  dims: readonly number[];
+  location: "cpu";
+  data: ArrayBufferView | string[];
+}
+
 interface NativeSession {
   loadModel(path: string, options: ort.InferenceSession.SessionOptions): void;
   run(
-    feeds: Record<string, ort.Tensor>,
+    feeds: Record<string, NativeTensor>,
     fetches: Record<string, null>,
     options: Record<string, unknown>,
   ): Record<string, ort.Tensor>;
@@ -518,8 +529,8 @@ class NativeRunner implements SessionRunner {
   }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     try {
-      const input: Record<string, ort.Tensor> = {};
-      for (const f of feeds) input[f.name] = toOrtTensor(f);
+      const input: Record<string, NativeTensor> = {};
+      for (const f of feeds) input[f.name] = { type: f.type, dims: f.dims, location: "cpu", data: f.data };
       const want: Record<string, null> = {};
       for (const name of fetches) want[name] = null;
       const results = this.#session.run(input, want, {});

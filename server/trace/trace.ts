@@ -472,7 +472,8 @@ export class TraceManager {
   }
 
   #effective(model: string): Settings {
-    return { ...this.#global, ...(this.#models.get(model) ?? {}) };
+    const own = this.#models.get(model);
+    return own ? { ...this.#global, ...own } : this.#global;
   }
 
   /** The setting a model samples under: its own when it has one, else the global one (""). */
