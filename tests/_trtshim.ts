@@ -5,7 +5,7 @@
  * @module
  */
 
-import { freePorts, ROOT } from "./helpers.ts";
+import { ROOT, startServerProcess } from "./helpers.ts";
 
 /** The mock library the tests use (built beside libtrtshim.so in every configuration). */
 export const MOCK_SHIM: string = `${ROOT}build/shim/libtrtshim_mock.so`;
@@ -58,56 +58,23 @@ export interface ShimServer extends AsyncDisposable {
  *   one device of compute capability 0.0, unless given)
  */
 export async function startShimServer(flags: string[], env: Record<string, string>): Promise<ShimServer> {
-  const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      "main.ts",
-      `--http-port=${http}`,
-      `--grpc-port=${grpc}`,
-      `--metrics-port=${metrics}`,
-      "--http-address=127.0.0.1",
-      "--grpc-address=127.0.0.1",
-      "--metrics-address=127.0.0.1",
-      "--allow-grpc=false",
-      "--exit-on-error=false",
-      "--log-info=false",
-      ...flags,
-    ],
-    cwd: ROOT,
-    env: { TRTSHIM_MOCK_DEVICE_COUNT: "1", TRTSHIM_MOCK_COMPUTE_CAPABILITY: "0.0", ...env },
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const output = child.output();
-  const url = `http://127.0.0.1:${http}`;
-  const stop = async () => {
-    try {
-      child.kill("SIGTERM");
-    } catch {
-      // Already gone.
-    }
-    return await output;
-  };
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    try {
-      const r = await fetch(`${url}/v2/health/live`);
-      await r.body?.cancel();
-      if (r.status === 200) {
-        return {
-          url,
-          metricsUrl: `http://127.0.0.1:${metrics}/metrics`,
-          [Symbol.asyncDispose]: () => stop().then(() => {}),
-        };
+  const p = await startServerProcess(
+    ["--allow-grpc=false", "--exit-on-error=false", "--log-info=false", ...flags],
+    {
+      env: { TRTSHIM_MOCK_DEVICE_COUNT: "1", TRTSHIM_MOCK_COMPUTE_CAPABILITY: "0.0", ...env },
+      readyPath: "/v2/health/live",
+    },
+  );
+  return {
+    url: p.url,
+    metricsUrl: `http://127.0.0.1:${p.metrics}/metrics`,
+    [Symbol.asyncDispose]: async () => {
+      try {
+        p.child.kill("SIGTERM");
+      } catch {
+        // Already gone.
       }
-    } catch {
-      // Not listening yet.
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  const out = await stop();
-  throw new Error(`dinfer did not start: ${new TextDecoder().decode(out.stderr)}`);
+      await p.output;
+    },
+  };
 }

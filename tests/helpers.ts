@@ -27,6 +27,73 @@ export function freePorts(n: number): number[] {
   return ports;
 }
 
+/** A dinfer process started for a test. */
+export interface ServerProcess {
+  child: Deno.ChildProcess;
+  /** What the process wrote (stdout and stderr), once it has exited. */
+  output: Promise<Deno.CommandOutput>;
+  /** The HTTP, gRPC and metrics ports. */
+  http: number;
+  grpc: number;
+  metrics: number;
+  /** `http://127.0.0.1:<http port>` */
+  url: string;
+}
+
+/**
+ * Starts dinfer as a process (`main.ts`) on free loopback ports and waits until it answers: for tests that need
+ * an environment of their own, signals or an exit code.
+ * @param flags command-line flags besides the ports and addresses
+ * @param options `env`: extra environment variables; `readyPath`: the endpoint that must answer 200 (default
+ *   `/v2/health/ready`); `timeoutMs`: how long to wait (default 30 s)
+ * @returns the process, which the caller stops
+ */
+export async function startServerProcess(
+  flags: string[],
+  options: { env?: Record<string, string>; readyPath?: string; timeoutMs?: number } = {},
+): Promise<ServerProcess> {
+  const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "main.ts",
+      `--http-port=${http}`,
+      `--grpc-port=${grpc}`,
+      `--metrics-port=${metrics}`,
+      "--http-address=127.0.0.1",
+      "--grpc-address=127.0.0.1",
+      "--metrics-address=127.0.0.1",
+      ...flags,
+    ],
+    cwd: ROOT,
+    env: options.env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const output = child.output();
+  const url = `http://127.0.0.1:${http}`;
+  const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+  while (Date.now() < deadline) {
+    try {
+      const r = await fetch(`${url}${options.readyPath ?? "/v2/health/ready"}`);
+      await r.body?.cancel();
+      if (r.status === 200) return { child, output, http, grpc, metrics, url };
+    } catch {
+      // Not listening yet.
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  try {
+    child.kill("SIGKILL");
+  } catch {
+    // Already gone.
+  }
+  const out = await output;
+  throw new Error(`dinfer did not get ready: ${new TextDecoder().decode(out.stderr)}`);
+}
+
 /** A server started for a test. */
 export interface TestServer {
   /** The running server. */

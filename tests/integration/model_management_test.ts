@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { tmpdir } from "node:os";
 import { StartupError } from "../../server/server.ts";
-import { EXAMPLES, FIXTURES, freePorts, pythonPath, ROOT, startTestServer } from "../helpers.ts";
+import { EXAMPLES, FIXTURES, pythonPath, ROOT, startServerProcess, startTestServer } from "../helpers.ts";
 import { type Answer, call, copyDir, get, inferJson, outputsOf } from "./_http.ts";
 import { pythonJson } from "./_python.ts";
 
@@ -749,46 +749,12 @@ async function slowServer(repo: string, flags: string[]) {
 instance_group [ { count: 1 kind: KIND_CPU } ]`,
     ),
   );
-  const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      "main.ts",
-      `--model-repository=${repo}`,
-      `--http-port=${http}`,
-      `--grpc-port=${grpc}`,
-      `--metrics-port=${metrics}`,
-      "--http-address=127.0.0.1",
-      "--grpc-address=127.0.0.1",
-      "--metrics-address=127.0.0.1",
-      ...flags,
-    ],
-    cwd: ROOT,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const output = child.output();
-  const base = `http://127.0.0.1:${http}`;
-  let status = 0;
-  const deadline = Date.now() + 20_000;
-  while (Date.now() < deadline) {
-    try {
-      const r = await fetch(`${base}/v2/health/ready`);
-      await r.body?.cancel();
-      status = r.status;
-      if (status === 200) break;
-    } catch {
-      // Not listening yet.
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  if (status !== 200) {
-    child.kill("SIGKILL");
-    const out = await output;
-    throw new Error(`dinfer did not get ready: ${decoder.decode(out.stderr)}`);
-  }
+  const { child, output, url: base, http } = await startServerProcess([
+    `--model-repository=${repo}`,
+    ...flags,
+  ], {
+    timeoutMs: 20_000,
+  });
   /** Sends one request of batch 1 holding [i, i + 0.5]. */
   const send = (i: number) =>
     inferJson(base, "slow", {
