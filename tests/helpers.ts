@@ -27,6 +27,21 @@ export function freePorts(n: number): number[] {
   return ports;
 }
 
+/**
+ * The flags that put a server's HTTP, gRPC and metrics endpoints on the given ports of 127.0.0.1.
+ * @param ports the HTTP, gRPC and metrics ports
+ */
+export function loopbackFlags([http, grpc, metrics]: number[]): string[] {
+  return [
+    `--http-port=${http}`,
+    `--grpc-port=${grpc}`,
+    `--metrics-port=${metrics}`,
+    "--http-address=127.0.0.1",
+    "--grpc-address=127.0.0.1",
+    "--metrics-address=127.0.0.1",
+  ];
+}
+
 /** A dinfer process started for a test. */
 export interface ServerProcess {
   child: Deno.ChildProcess;
@@ -43,7 +58,7 @@ export interface ServerProcess {
 /**
  * Starts dinfer as a process (`main.ts`) on free loopback ports and waits until it answers: for tests that need
  * an environment of their own, signals or an exit code.
- * @param flags command-line flags besides the ports and addresses
+ * @param flags command-line arguments besides the ports and addresses (they come first, so `serve` may lead)
  * @param options `env`: extra environment variables; `readyPath`: the endpoint that must answer 200 (default
  *   `/v2/health/ready`); `timeoutMs`: how long to wait (default 30 s)
  * @returns the process, which the caller stops
@@ -54,18 +69,7 @@ export async function startServerProcess(
 ): Promise<ServerProcess> {
   const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
   const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      "main.ts",
-      `--http-port=${http}`,
-      `--grpc-port=${grpc}`,
-      `--metrics-port=${metrics}`,
-      "--http-address=127.0.0.1",
-      "--grpc-address=127.0.0.1",
-      "--metrics-address=127.0.0.1",
-      ...flags,
-    ],
+    args: ["run", "-A", "main.ts", ...flags, ...loopbackFlags([http, grpc, metrics])],
     cwd: ROOT,
     env: options.env,
     stdin: "null",

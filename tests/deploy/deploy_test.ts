@@ -10,7 +10,7 @@
 import { dirname, join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { assert, assertEquals } from "../assert.ts";
-import { EXAMPLES, freePorts, pythonPath, ROOT, startTestServer } from "../helpers.ts";
+import { EXAMPLES, freePorts, loopbackFlags, pythonPath, ROOT, startTestServer } from "../helpers.ts";
 
 /** The Kubernetes version the manifests are validated against (a schema set kubernetes-validate ships). */
 const KUBERNETES_VERSION = "1.37.0";
@@ -521,7 +521,7 @@ Deno.test("the HEALTHCHECK command passes against a ready server and fails when 
 
 Deno.test("the ENTRYPOINT's Deno permissions serve, infer and export the autoscaling metric", async () => {
   const ep = entrypoint(stage("cpu"));
-  const [http, grpc, metrics] = freePorts(3);
+  const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
   const args = ep.slice(1).map((a) =>
     a === "/app/main.ts"
       ? join(ROOT, "main.ts")
@@ -532,12 +532,7 @@ Deno.test("the ENTRYPOINT's Deno permissions serve, infer and export the autosca
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       ...args,
-      `--http-port=${http}`,
-      `--grpc-port=${grpc}`,
-      `--metrics-port=${metrics}`,
-      "--http-address=127.0.0.1",
-      "--grpc-address=127.0.0.1",
-      "--metrics-address=127.0.0.1",
+      ...loopbackFlags([http, grpc, metrics]),
       "--log-info=false",
     ],
     cwd: ROOT,

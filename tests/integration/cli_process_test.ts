@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { EXAMPLES, FIXTURES, freePorts, ROOT } from "../helpers.ts";
+import { EXAMPLES, FIXTURES, freePorts, loopbackFlags, ROOT, startServerProcess } from "../helpers.ts";
 
 const decoder = new TextDecoder();
 
@@ -67,17 +67,7 @@ Deno.test("a model that fails to load exits 1 naming it (--exit-on-error default
       await Deno.copyFile(`${FIXTURES}/${name}/config.pbtxt`, `${repo}/${name}/config.pbtxt`);
       await Deno.copyFile(`${FIXTURES}/${name}/1/model.onnx`, `${repo}/${name}/1/model.onnx`);
     }
-    const [http, grpc, metrics] = freePorts(3);
-    const r = await run([
-      `--model-repository=${repo}`,
-      `--http-port=${http}`,
-      `--grpc-port=${grpc}`,
-      `--metrics-port=${metrics}`,
-      "--http-address=127.0.0.1",
-      "--grpc-address=127.0.0.1",
-      "--metrics-address=127.0.0.1",
-      "--log-info=false",
-    ]);
+    const r = await run([`--model-repository=${repo}`, ...loopbackFlags(freePorts(3)), "--log-info=false"]);
     assert.equal(r.code, 1);
     const errors = lines(r.stderr).filter((l) => l.startsWith("dinfer: "));
     assert.equal(errors.length, 1, r.stderr);
@@ -89,33 +79,10 @@ Deno.test("a model that fails to load exits 1 naming it (--exit-on-error default
 });
 
 Deno.test("a normal start serves, is ready, and exits 0 on SIGTERM", async () => {
-  const [http, grpc, metrics] = freePorts(3);
-  const child = dinfer([
-    "serve",
-    `--model-repository=${EXAMPLES}`,
-    `--http-port=${http}`,
-    `--grpc-port=${grpc}`,
-    `--metrics-port=${metrics}`,
-    "--http-address=127.0.0.1",
-    "--grpc-address=127.0.0.1",
-    "--metrics-address=127.0.0.1",
-  ], { stdout: "piped", stderr: "piped" }).spawn();
-  const output = child.output();
+  const { child, output, http } = await startServerProcess(["serve", `--model-repository=${EXAMPLES}`], {
+    timeoutMs: 20_000,
+  });
   try {
-    let status = 0;
-    const deadline = Date.now() + 20_000;
-    while (Date.now() < deadline) {
-      try {
-        const r = await fetch(`http://127.0.0.1:${http}/v2/health/ready`);
-        await r.body?.cancel();
-        status = r.status;
-        if (status === 200) break;
-      } catch {
-        // Not listening yet.
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.equal(status, 200);
     const meta = await fetch(`http://127.0.0.1:${http}/v2`);
     assert.equal((await meta.json()).name, "dinfer");
   } finally {
