@@ -455,7 +455,6 @@ class InlineRunner implements SessionRunner {
   }
 }
 
-/** The native session class of onnxruntime-node's binding (what its public InferenceSession wraps). */
 /**
  * A tensor as the native binding reads it: its `type`, `dims`, `location` and `data` (what an `ort.Tensor`
  * exposes, without the checks and conversions of its constructor, which the server's validation already did).
@@ -467,6 +466,7 @@ interface NativeTensor {
   data: ArrayBufferView | string[];
 }
 
+/** The native session class of onnxruntime-node's binding (what its public InferenceSession wraps). */
 interface NativeSession {
   loadModel(path: string, options: ort.InferenceSession.SessionOptions): void;
   run(
