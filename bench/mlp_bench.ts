@@ -76,7 +76,7 @@ export interface MlpResult {
   machine: { date: string; cpu: string; commit: string };
 }
 
-/** The server answering empty requests: what Deno.serve's exchange alone costs it. */
+/** The server answering empty requests: what the bare exchange (Deno.serve and the router) costs it. */
 export interface EmptyPoint {
   /** Requests per second. */
   rate: number;
