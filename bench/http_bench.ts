@@ -10,7 +10,7 @@
  * `--connections=1,8,16,32`, `--quick` (1 s per point), `--profile` (also profile the server under JSON load
  * at 16 connections and add the top functions to the results), `--profile-grpc` (profile the server under
  * h2load's gRPC load at 16 streams), `--no-h2load` (skip the h2load points as if h2load were absent),
- * `--no-write` (print only), `--out=<path>` (write there instead of `bench/RESULTS.md`),
+ * `--peers-only` (only dinfer beside the hand-written peer and the floor, printed), `--no-write` (print only), `--out=<path>` (write there instead of `bench/RESULTS.md`),
  * `--server-arg=<arg>` (repeatable: one more server flag, e.g. `--server-arg=--model-repository=/tmp/models`).
  * @module
  */
@@ -41,6 +41,8 @@ interface Flags {
   warmupS: number;
   connections: number[];
   quick: boolean;
+  /** Only the comparison with the hand-written peer and the floor (printed, not written). */
+  peersOnly: boolean;
   profile: boolean;
   profileGrpc: boolean;
   h2load: boolean;
@@ -55,6 +57,7 @@ function parseFlags(args: string[]): Flags {
     warmupS: 1,
     connections: [1, 8, 16, 32],
     quick: false,
+    peersOnly: false,
     profile: false,
     profileGrpc: false,
     h2load: true,
@@ -76,6 +79,7 @@ function parseFlags(args: string[]): Flags {
     if (k === "--duration") flags.durationS = num();
     else if (k === "--warmup") flags.warmupS = num();
     else if (k === "--connections") flags.connections = (v ?? "").split(",").map(Number);
+    else if (k === "--peers-only") flags.peersOnly = true;
     else if (k === "--quick") {
       flags.quick = true;
       flags.durationS = 1;
@@ -981,10 +985,113 @@ async function measureFloor(flags: Flags): Promise<FloorComparison> {
   return result;
 }
 
+/** dinfer beside the hand-written peer server and the stack's floor, JSON, at 1 and 16 connections. */
+interface PeerComparison {
+  rounds: number;
+  roundS: number;
+  /** Per connection count, per server: the throughput and p50 of each round, and CPU µs per request. */
+  points: {
+    connections: number;
+    server: "dinfer" | "peer" | "floor";
+    rates: number[];
+    p50s: number[];
+    cpuUs: number;
+  }[];
+  wrong: boolean;
+}
+
+/**
+ * Measures dinfer, the hand-written peer (`bench/peer_onnx_server.ts`: Deno.serve, JSON.parse, the public
+ * `await session.run()`, Response.json) and the floor one after the other, round after round, at 1 and at 16
+ * connections, so that all three see the same state of a shared machine; medians are compared.
+ */
+async function measurePeers(flags: Flags): Promise<PeerComparison> {
+  const rounds = flags.quick ? 2 : 3;
+  const roundS = flags.quick ? 1 : 3;
+  const servers = {
+    dinfer: await startChildServer([], flags.serverArgs),
+    peer: await startChildServer([], [], { script: "bench/peer_onnx_server.ts" }),
+    floor: await startChildServer([], [], { script: "bench/floor_server.ts" }),
+  };
+  const result: PeerComparison = { rounds, roundS, points: [], wrong: false };
+  const acc = new Map<string, { rates: number[]; p50s: number[]; cpuS: number; count: number }>();
+  try {
+    const roundFlags = { ...flags, durationS: roundS, warmupS: Math.min(flags.warmupS, 0.5) };
+    for (let r = 0; r < rounds; r++) {
+      for (const connections of [1, 16]) {
+        for (const name of ["dinfer", "peer", "floor"] as const) {
+          const p = await measure(servers[name], "json", connections, roundFlags, r === 0 ? 1 : 0);
+          if (p.errors > 0 || p.mismatches > 0) result.wrong = true;
+          const key = `${name}/${connections}`;
+          const a = acc.get(key) ?? { rates: [], p50s: [], cpuS: 0, count: 0 };
+          a.rates.push(p.rate);
+          a.p50s.push(p.p50Us);
+          a.cpuS += (p.serverCpuPct / 100) * roundS;
+          a.count += p.count;
+          acc.set(key, a);
+        }
+      }
+    }
+  } finally {
+    for (const s of Object.values(servers)) await s.stop();
+  }
+  for (const connections of [1, 16]) {
+    for (const server of ["dinfer", "peer", "floor"] as const) {
+      const a = acc.get(`${server}/${connections}`)!;
+      result.points.push({
+        connections,
+        server,
+        rates: a.rates,
+        p50s: a.p50s,
+        cpuUs: (1e6 * a.cpuS) / a.count,
+      });
+    }
+  }
+  return result;
+}
+
+function peersMarkdown(cmp: PeerComparison): string {
+  const get = (server: string, c: number) =>
+    cmp.points.find((p) => p.server === server && p.connections === c)!;
+  const rows: string[] = [];
+  for (const c of [1, 16]) {
+    const d = get("dinfer", c);
+    const p = get("peer", c);
+    const f = get("floor", c);
+    const ratio = median(d.rates) / median(p.rates);
+    rows.push(
+      `| ${c} | ${fmt(median(d.rates))} [${d.rates.map((v) => fmt(v)).join(" ")}] | ${
+        fmt(median(p.rates))
+      } [${p.rates.map((v) => fmt(v)).join(" ")}] | **${ratio.toFixed(2)}** | ${fmt(median(f.rates))} | ${
+        fmt(median(d.p50s))
+      } / ${fmt(median(p.p50s))} / ${fmt(median(f.p50s))} | ${fmt(d.cpuUs)} / ${fmt(p.cpuUs)} / ${
+        fmt(f.cpuUs)
+      } |`,
+    );
+  }
+  return `## dinfer beside a hand-written server (simple, JSON)
+
+The peer is what a user would write instead (\`bench/peer_onnx_server.ts\`: \`Deno.serve\`, \`JSON.parse\`,
+onnxruntime-node's public \`await session.run()\` with default session options, \`Response.json\`); the floor is
+\`bench/floor_server.ts\`. All three run as fresh child processes, measured one after the other in
+${cmp.rounds} alternating rounds of ${cmp.roundS} s per connection count (the bench's closed-loop load generator);
+medians, with each round's value in brackets. Target: dinfer ≥ 1.0× the peer at 1 and at 16 connections.
+
+| connections | dinfer infer/s | peer infer/s | dinfer / peer | floor infer/s | p50 µs dinfer / peer / floor | server CPU µs per request dinfer / peer / floor |
+|---:|---:|---:|---:|---:|---:|---:|
+${rows.join("\n")}
+${cmp.wrong ? "\n**Some responses were wrong or failed: the numbers above do not count.**\n" : ""}
+`;
+}
+
 async function main(args: string[]): Promise<void> {
   const flags = parseFlags(args);
   const info = await machine();
   for (const [k, v] of Object.entries(info)) console.log(`${k}: ${v}`);
+  if (flags.peersOnly) {
+    console.log(peersMarkdown(await measurePeers(flags)));
+    return;
+  }
 
   console.log(`\nBaseline: 'simple' in-process with onnxruntime-node, sequential ...`);
   const base = await baseline(Math.min(flags.durationS, 3), Math.min(flags.warmupS, 0.5));
@@ -1079,6 +1186,12 @@ async function main(args: string[]): Promise<void> {
       fmt(cmp.dinferCpuUs)
     } µs, floor ${fmt(cmp.floorCpuUs)} µs`,
   );
+
+  console.log(
+    `\ndinfer beside the hand-written peer and the floor, JSON at 1 and 16 connections, alternating ...`,
+  );
+  const peers = await measurePeers(flags);
+  console.log(peersMarkdown(peers));
 
   console.log(`\nBatching: MLP 784-1024-1024-10, 64 connections of single-sample binary requests ...`);
   const mlp = await measureMlp(flags.durationS, flags.warmupS);
@@ -1318,6 +1431,7 @@ ${h2Section}
 
 ${targets}
 ${wrong ? "\nSome responses were errors or wrong (see the tables): the targets count as not met.\n" : ""}
+${peersMarkdown(peers)}
 ${mlpMarkdown(mlp)}
 ## gRPC
 
