@@ -36,6 +36,7 @@ export interface ServerOptions {
   logFile: string;
   logFormat: "default" | "ISO8601";
   httpMaxInputSize: number;
+  httpThreadCount: number;
   autoCompleteConfig: boolean;
   backendConfig: Record<string, Record<string, string>>;
   allowClientShm: boolean;
@@ -83,7 +84,9 @@ export const FLAGS: Record<string, FlagSpec> = {
     kind: "int",
     default: "8",
     min: 1,
-    help: "Accepted for compatibility (one event loop serves HTTP)",
+    max: 256,
+    help:
+      "Threads that accept and read HTTP requests, at most one per CPU core (the main thread and listener threads)",
   },
   "http-max-input-size": {
     kind: "int",
@@ -315,6 +318,7 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     logFile: one("log-file"),
     logFormat: one("log-format") as "default" | "ISO8601",
     httpMaxInputSize: int("http-max-input-size"),
+    httpThreadCount: int("http-thread-count"),
     autoCompleteConfig: !values["disable-auto-complete-config"] && !strictModelConfig,
     backendConfig,
     allowClientShm: bool("allow-client-shm"),

@@ -7,7 +7,8 @@ import { fileURLToPath } from "node:url";
 import type { ServerOptions } from "./cli.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
-import { createHttpHandler } from "./frontends/http/handler.ts";
+import { createHttpFrontend } from "./frontends/http/handler.ts";
+import { HttpWorkers } from "./frontends/http/workers.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
 import { openGpuReader } from "./metrics/gpu.ts";
@@ -152,6 +153,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   let httpServer: Deno.HttpServer<Deno.NetAddr> | undefined;
   let metricsServer: Deno.HttpServer<Deno.NetAddr> | undefined;
   let httpAddr: Deno.NetAddr | undefined;
+  let httpWorkers: HttpWorkers | undefined;
   let metricsAddr: Deno.NetAddr | undefined;
   let grpcServer: GrpcServer | undefined;
   let grpcPort: number | undefined;
@@ -168,14 +170,24 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     traces,
   };
   if (options.allowHttp) {
-    const handler = createHttpHandler(registry, { ...frontend, maxInputSize: options.httpMaxInputSize });
+    const http = createHttpFrontend(registry, { ...frontend, maxInputSize: options.httpMaxInputSize });
+    const listeners = Math.min(options.httpThreadCount, navigator.hardwareConcurrency || 1);
     httpServer = Deno.serve({
       port: options.httpPort,
       hostname: options.httpAddress,
       signal: abort.signal,
+      // Listener threads join the same port; the kernel spreads connections over them.
+      ...(listeners > 1 ? { reusePort: true } : {}),
       onListen: () => {},
-    }, handler);
+    }, http.handle);
     httpAddr = httpServer.addr;
+    if (listeners > 1) {
+      httpWorkers = await HttpWorkers.start(listeners - 1, http, {
+        hostname: httpAddr.hostname,
+        port: httpAddr.port,
+        maxInputSize: options.httpMaxInputSize,
+      });
+    }
     log.info(`Started HTTPService at ${httpAddr.hostname}:${httpAddr.port}`);
   }
   if (options.allowGrpc) {
@@ -231,6 +243,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
       const drain = Promise.allSettled([
         httpServer?.shutdown(),
+        httpWorkers?.shutdown(),
         metricsServer?.shutdown(),
         grpcServer?.shutdown(),
       ])
@@ -243,6 +256,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
           `In-flight requests did not finish within --exit-timeout-secs=${options.exitTimeoutSecs}`,
         );
         grpcServer?.forceShutdown();
+        httpWorkers?.terminate();
         void registry.close();
       } else {
         await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);

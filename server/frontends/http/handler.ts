@@ -8,9 +8,11 @@ import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
 import { nowNs } from "../../metrics/stats.ts";
 import { requestArrived } from "../../core/load.ts";
+import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
+import { INFER_PATH, pathOf } from "./_paths.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 
 /** What the HTTP frontend serves and how. */
@@ -23,12 +25,6 @@ export interface HttpOptions extends FrontendOptions {
 export type Handler = (request: Request) => Promise<Response>;
 
 const JSON_HEADERS = { "content-type": "application/json" };
-
-/**
- * `/v2/models/{model}[/versions/{version}]/infer` with no percent-encoded segment: the inference route,
- * matched before the general router (the hot path).
- */
-const INFER_PATH = /^\/v2\/models\/([^/%]+)(?:\/versions\/([^/%]+))?\/infer$/;
 
 function json(body: unknown, status = 200): Response {
   return new Response(JSON.stringify(body), { status, headers: JSON_HEADERS });
@@ -86,16 +82,6 @@ async function readBody(request: Request, limit: number, asText = false): Promis
     body = await inflate(body, encoding, limit);
   }
   return body;
-}
-
-/** The path of an absolute request URL, without parsing the whole URL (a hot path). */
-function pathOf(url: string): string {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  if (start < 0) return "/";
-  let end = url.indexOf("?", start);
-  const hash = url.indexOf("#", start);
-  if (end < 0 || (hash >= 0 && hash < end)) end = hash;
-  return end < 0 ? url.slice(start) : url.slice(start, end);
 }
 
 async function readJsonBody(request: Request, limit: number, what: string): Promise<Record<string, unknown>> {
@@ -181,6 +167,30 @@ async function compressed(body: Uint8Array, encoding: "gzip" | "deflate"): Promi
  * @returns the handler
  */
 export function createHttpHandler(registry: ModelRegistry, options: HttpOptions): Handler {
+  return createHttpFrontend(registry, options).handle;
+}
+
+/** The HTTP frontend: the request handler, and the main thread's part of requests that listener threads read. */
+export interface HttpFrontend {
+  /** Answers a request. */
+  handle: Handler;
+  /**
+   * Runs an inference request a listener thread has decoded (no shared memory): the decoupled rule, the
+   * registry, the trace.
+   * @param request the decoded request
+   * @param recvStart when its reading started (nowNs)
+   * @param recvEnd when its reading ended (nowNs)
+   */
+  inferDecoded(request: InferRequest, recvStart: number, recvEnd: number): Promise<InferResponse>;
+}
+
+/**
+ * Creates the HTTP frontend over a model registry.
+ * @param registry the models
+ * @param options server facts and limits
+ * @returns the handler and the entry point for requests decoded on listener threads
+ */
+export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions): HttpFrontend {
   /** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
   function rawInput(model: string, version: string, bytes: number) {
     const mv = registry.resolve(model, version);
@@ -469,7 +479,38 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     throw notFound(`Not found: ${method} '${url.pathname}'`);
   }
 
-  return function handle(request: Request): Promise<Response> {
+  async function inferDecoded(
+    request: InferRequest,
+    recvStart: number,
+    recvEnd: number,
+  ): Promise<InferResponse> {
+    requestArrived();
+    if (options.logger && options.logger.verboseLevel >= 1) {
+      const version = request.version ? `/versions/${request.version}` : "";
+      options.logger.verbose(1, `HTTP request: POST /v2/models/${request.model}${version}/infer`);
+    }
+    if (registry.resolve(request.model, request.version).decoupled) {
+      throw unsupported("HTTP end point doesn't support models with decoupled transaction policy");
+    }
+    let response: InferResponse | undefined;
+    try {
+      response = await registry.infer(request);
+    } finally {
+      const trace = request.trace;
+      if (trace) {
+        trace.mark("HTTP_RECV_START", recvStart);
+        trace.mark("HTTP_RECV_END", recvEnd);
+        if (response !== undefined) {
+          trace.mark("HTTP_SEND_START");
+          trace.mark("HTTP_SEND_END");
+        }
+        trace.end();
+      }
+    }
+    return response;
+  }
+
+  function handle(request: Request): Promise<Response> {
     if (options.logger && options.logger.verboseLevel >= 1) {
       options.logger.verbose(1, `HTTP request: ${request.method} ${pathOf(request.url)}`);
     }
@@ -478,5 +519,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       if (m) return infer(request, m[1]!, m[2] ?? "").catch(errorResponse);
     }
     return route(request).catch(errorResponse);
-  };
+  }
+
+  return { handle, inferDecoded };
 }

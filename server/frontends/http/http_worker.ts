@@ -1,0 +1,280 @@
+/**
+ * An HTTP listener thread (a Web Worker): it accepts connections on the server's HTTP port beside the main
+ * thread (`reusePort`, so the kernel spreads connections over the listeners), reads requests and answers
+ * them. Inference requests are decoded and their answers encoded here, so the main thread, which holds the
+ * models, only validates, schedules and runs them; every other request (and any inference request this thread
+ * cannot decode on its own: compressed bodies, the raw binary form, shared memory, malformed input) is handed
+ * to the main thread's handler whole. See `workers.ts` for the main thread's side.
+ * @module
+ */
+
+/// <reference lib="deno.worker" />
+
+import { httpStatus } from "../../core/errors.ts";
+import { nowNs } from "../../metrics/stats.ts";
+import type { ShmLocation } from "../../shm/system_shm.ts";
+import {
+  type DecodedRequest,
+  decodeInferRequest,
+  encodeInferResponse,
+  HEADER_LENGTH,
+} from "./infer_codec.ts";
+import { INFER_PATH, pathOf } from "./_paths.ts";
+import type { FromWorker, ToWorker } from "./workers.ts";
+import {
+  type Answer,
+  Channel,
+  decodeAnswer,
+  encodeRequest,
+  FREE,
+  REQUEST,
+  RESPONSE,
+  SLOTS,
+} from "./_channel.ts";
+
+let nextId = 0;
+const pending = new Map<number, (reply: ToWorker) => void>();
+let server: Deno.HttpServer<Deno.NetAddr> | undefined;
+let maxInputSize = 0;
+let channel: Channel | undefined;
+const freeSlots: number[] = [];
+
+/** The key under which an answer too large for its slot comes by postMessage. */
+function slotKey(slot: number): number {
+  return -2 - slot;
+}
+
+async function waitForAnswer(ch: Channel, slot: number): Promise<void> {
+  const i = ch.stateIndex(slot);
+  for (;;) {
+    const state = Atomics.load(ch.control, i);
+    if (state === RESPONSE) return;
+    const w = Atomics.waitAsync(ch.control, i, state);
+    if (w.async) await w.value;
+  }
+}
+
+/** Runs a decoded request on the main thread through the shared-memory channel; undefined if it cannot. */
+async function viaChannel(frame: Parameters<typeof encodeRequest>[0]): Promise<Answer | undefined> {
+  const ch = channel;
+  if (!ch) return undefined;
+  const encoded = encodeRequest(frame);
+  if (!encoded) return undefined;
+  const slot = freeSlots.pop();
+  if (slot === undefined) return undefined;
+  if (!ch.write(slot, encoded)) {
+    freeSlots.push(slot);
+    return undefined;
+  }
+  // An answer too large for the slot comes by postMessage under the slot's key.
+  const large = new Promise<ToWorker>((resolve) => pending.set(slotKey(slot), resolve));
+  Atomics.store(ch.control, ch.stateIndex(slot), REQUEST);
+  Atomics.add(ch.control, 0, 1);
+  Atomics.notify(ch.control, 0);
+  await waitForAnswer(ch, slot);
+  const { header, bytes } = ch.read(slot);
+  let answer: Answer;
+  if ((header as { pm?: boolean }).pm) {
+    const reply = await large;
+    answer = reply.op === "inferred"
+      ? { response: reply.response }
+      : reply.op === "error"
+      ? { error: { code: reply.code, message: reply.message } }
+      : { error: { code: "INTERNAL", message: `Unexpected reply '${reply.op}'` } };
+  } else {
+    pending.delete(slotKey(slot));
+    answer = decodeAnswer(header, bytes);
+  }
+  Atomics.store(ch.control, ch.stateIndex(slot), FREE);
+  freeSlots.push(slot);
+  return answer;
+}
+
+const JSON_HEADERS = { "content-type": "application/json" };
+
+/** Thrown by the shared-memory reader: such a request is answered by the main thread. */
+const NEEDS_MAIN = new Error("needs the main thread");
+
+function ask(message: FromWorker, transfer: Transferable[] = []): Promise<ToWorker> {
+  return new Promise((resolve) => {
+    pending.set(message.id, resolve);
+    self.postMessage(message, transfer);
+  });
+}
+
+/** The body, at most `limit` bytes (null when it is larger). */
+async function readCapped(request: Request, limit: number): Promise<Uint8Array | null> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > limit) return null;
+  if (!request.body) return new Uint8Array(0);
+  if (declared !== null) return await request.bytes();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  const reader = request.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limit) {
+      await reader.cancel();
+      return null;
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.byteLength;
+  }
+  return out;
+}
+
+/** Hands a request to the main thread's handler and answers with what it returns. */
+async function forward(request: Request, body: Uint8Array | null): Promise<Response> {
+  const id = nextId++;
+  const headers = [...request.headers];
+  const bytes = body && body.byteLength > 0 ? body : null;
+  const transfer = bytes && bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength
+    ? [bytes.buffer as ArrayBuffer]
+    : [];
+  const reply = await ask(
+    {
+      op: "http",
+      id,
+      method: request.method,
+      url: request.url,
+      headers,
+      body: bytes,
+      tooLarge: body === null,
+    },
+    transfer,
+  );
+  if (reply.op !== "http") throw new Error(`unexpected reply '${reply.op}'`);
+  return new Response(reply.body as BodyInit | null, { status: reply.status, headers: reply.headers });
+}
+
+/** Decodes an inference request here, or returns undefined when the main thread must read it. */
+function decodeHere(
+  request: Request,
+  body: Uint8Array,
+  model: string,
+  version: string,
+): { decoded: DecodedRequest; headerLength: number | undefined } | undefined {
+  const encoding = request.headers.get("content-encoding");
+  if (encoding && encoding.trim().toLowerCase() !== "identity") return undefined;
+  const accept = request.headers.get("accept-encoding");
+  if (accept && /gzip|deflate/i.test(accept)) return undefined;
+  const hl = request.headers.get(HEADER_LENGTH);
+  let headerLength: number | undefined;
+  if (hl !== null) {
+    if (!/^\s*[0-9]+\s*$/.test(hl)) return undefined;
+    headerLength = Number(hl);
+    if (headerLength === 0) return undefined; // the raw binary form needs the model's config
+  }
+  let decoded: DecodedRequest;
+  try {
+    decoded = decodeInferRequest(
+      headerLength === undefined ? new TextDecoder().decode(body) : body,
+      headerLength,
+      { model, version },
+      undefined,
+      (_loc: ShmLocation) => {
+        throw NEEDS_MAIN;
+      },
+    );
+  } catch {
+    return undefined; // errors are worded by the main thread, which knows the model (NOT_FOUND comes first)
+  }
+  if (decoded.request.outputs.some((o) => o.parameters.shared_memory_region !== undefined)) return undefined;
+  return { decoded, headerLength };
+}
+
+/** The buffers of a request's tensors, to transfer rather than copy. */
+function buffersOf(tensors: { data: Uint8Array | Uint8Array[] }[]): ArrayBuffer[] {
+  const seen = new Set<ArrayBuffer>();
+  for (const t of tensors) {
+    const parts = Array.isArray(t.data) ? t.data : [t.data];
+    for (const p of parts) {
+      // A binary body moves whole: its tensors are views of it, and nothing else uses it afterwards.
+      const b = p.buffer;
+      if (b instanceof ArrayBuffer && b.byteLength > 0) seen.add(b);
+    }
+  }
+  return [...seen];
+}
+
+async function infer(request: Request, model: string, version: string): Promise<Response> {
+  const recvStart = nowNs();
+  const body = await readCapped(request, maxInputSize);
+  if (body === null) return forward(request, null);
+  const recvEnd = nowNs();
+  const here = decodeHere(request, body, model, version);
+  if (!here) return forward(request, body);
+  const { decoded } = here;
+  const outputs = decoded.request.outputs;
+  let answer = await viaChannel({ request: decoded.request, recvStart, recvEnd });
+  if (!answer) {
+    const id = nextId++;
+    const reply = await ask(
+      { op: "infer", id, request: decoded.request, recvStart, recvEnd },
+      buffersOf(decoded.request.inputs),
+    );
+    if (reply.op === "error") answer = { error: { code: reply.code, message: reply.message } };
+    else if (reply.op === "inferred") answer = { response: reply.response };
+    else throw new Error(`unexpected reply '${reply.op}'`);
+  }
+  if ("error" in answer) {
+    return new Response(JSON.stringify({ error: answer.error.message }), {
+      status: httpStatus(answer.error.code),
+      headers: JSON_HEADERS,
+    });
+  }
+  const encoded = encodeInferResponse(answer.response, outputs, decoded.binaryOutput);
+  const headers: Record<string, string> = encoded.headerLength === undefined
+    ? JSON_HEADERS
+    : { [HEADER_LENGTH]: String(encoded.headerLength), "content-type": "application/octet-stream" };
+  return new Response((encoded.text ?? encoded.body) as BodyInit, { status: 200, headers });
+}
+
+function handle(request: Request): Promise<Response> {
+  if (request.method === "POST") {
+    const m = INFER_PATH.exec(pathOf(request.url));
+    if (m) return infer(request, m[1]!, m[2] ?? "");
+  }
+  if (request.method === "GET" || request.method === "HEAD") return forward(request, null);
+  return readCapped(request, maxInputSize).then((body) => forward(request, body));
+}
+
+self.onmessage = (e: MessageEvent<ToWorker>) => {
+  const msg = e.data;
+  switch (msg.op) {
+    case "start":
+      maxInputSize = msg.maxInputSize;
+      channel = new Channel(msg.channel);
+      for (let slot = SLOTS - 1; slot >= 0; slot--) freeSlots.push(slot);
+      server = Deno.serve({
+        hostname: msg.hostname,
+        port: msg.port,
+        reusePort: true,
+        onListen: () => {},
+        onError: (err) =>
+          new Response(JSON.stringify({ error: `Cannot answer the request: ${(err as Error).message}` }), {
+            status: 500,
+            headers: JSON_HEADERS,
+          }),
+      }, handle);
+      self.postMessage({ op: "listening", id: -1 } satisfies FromWorker);
+      return;
+    case "stop":
+      void (server?.shutdown() ?? Promise.resolve()).then(() =>
+        self.postMessage({ op: "stopped", id: -1 } satisfies FromWorker)
+      );
+      return;
+    default: {
+      const resolve = pending.get(msg.id);
+      pending.delete(msg.id);
+      resolve?.(msg);
+    }
+  }
+};

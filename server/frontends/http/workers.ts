@@ -1,0 +1,276 @@
+/**
+ * HTTP listener threads (`--http-thread-count`): Web Workers that accept connections on the HTTP port beside
+ * the main thread's own listener (`reusePort`), read and decode requests and encode answers, while the main
+ * thread keeps the models, the schedulers and every piece of state. This file is the main thread's side:
+ * it starts the threads, runs what they hand over, and stops them. `http_worker.ts` is the threads' side.
+ * @module
+ */
+
+import { type ErrorCode, toServerError } from "../../core/errors.ts";
+import type { InferRequest, InferResponse } from "../../core/types.ts";
+import type { HttpFrontend } from "./handler.ts";
+import {
+  type Answer,
+  Channel,
+  type ChannelMemory,
+  decodeRequest,
+  encodeAnswer,
+  REQUEST,
+  RESPONSE,
+  SLOTS,
+  TAKEN,
+} from "./_channel.ts";
+
+/** Messages from the main thread to a listener thread. */
+export type ToWorker =
+  | { op: "start"; id: -1; hostname: string; port: number; maxInputSize: number; channel: ChannelMemory }
+  | { op: "stop"; id: -1 }
+  | { op: "inferred"; id: number; response: InferResponse }
+  | { op: "error"; id: number; code: ErrorCode; message: string }
+  | { op: "http"; id: number; status: number; headers: [string, string][]; body: Uint8Array | null };
+
+/** Messages from a listener thread to the main thread. */
+export type FromWorker =
+  | { op: "listening"; id: -1 }
+  | { op: "stopped"; id: -1 }
+  | { op: "infer"; id: number; request: InferRequest; recvStart: number; recvEnd: number }
+  | {
+    op: "http";
+    id: number;
+    method: string;
+    url: string;
+    headers: [string, string][];
+    body: Uint8Array | null;
+    /** The body was larger than --http-max-input-size and was not read. */
+    tooLarge: boolean;
+  };
+
+/** What the listener threads serve. */
+export interface HttpWorkersOptions {
+  /** The address the main thread listens on. */
+  hostname: string;
+  /** The port the main thread listens on (the threads join it). */
+  port: number;
+  /** `--http-max-input-size`. */
+  maxInputSize: number;
+}
+
+/** The buffers of a response's outputs, moved to the listener thread rather than copied. */
+function outputBuffers(response: InferResponse): ArrayBuffer[] {
+  const seen = new Set<ArrayBuffer>();
+  for (const t of response.outputs) {
+    const parts = Array.isArray(t.data) ? t.data : [t.data];
+    for (const p of parts) {
+      // Only buffers a tensor owns alone: a view into a shared buffer (a batch's output) is copied.
+      if (p.buffer instanceof ArrayBuffer && p.byteOffset === 0 && p.byteLength === p.buffer.byteLength) {
+        seen.add(p.buffer);
+      }
+    }
+  }
+  return [...seen];
+}
+
+/** A request the main thread answers for a listener thread, built from what the thread read. */
+function rebuildRequest(msg: Extract<FromWorker, { op: "http" }>, maxInputSize: number): Request {
+  const headers = new Headers(msg.headers);
+  if (msg.tooLarge) {
+    // The handler refuses it by its declared length (or by its size when none was declared).
+    const declared = headers.get("content-length");
+    if (declared === null) headers.set("content-length", String(maxInputSize + 1));
+    return new Request(msg.url, { method: msg.method, headers });
+  }
+  const hasBody = msg.method !== "GET" && msg.method !== "HEAD";
+  return new Request(msg.url, {
+    method: msg.method,
+    headers,
+    body: hasBody ? (msg.body ?? new Uint8Array(0)) as BodyInit : null,
+  });
+}
+
+/** The running listener threads. */
+export class HttpWorkers {
+  #workers: Worker[] = [];
+  #channels: Channel[] = [];
+  #stopped = false;
+
+  private constructor() {}
+
+  /**
+   * Starts `count` listener threads on the main thread's HTTP address and port.
+   * @param count how many
+   * @param frontend the main thread's HTTP frontend
+   * @param options where they listen and their limits
+   * @returns the threads, once all listen
+   */
+  static async start(
+    count: number,
+    frontend: HttpFrontend,
+    options: HttpWorkersOptions,
+  ): Promise<HttpWorkers> {
+    const pool = new HttpWorkers();
+    const started: Promise<void>[] = [];
+    for (let i = 0; i < count; i++) {
+      const worker = new Worker(new URL("./http_worker.ts", import.meta.url).href, {
+        type: "module",
+        name: `http-${i + 1}`,
+      });
+      pool.#workers.push(worker);
+      const memory = Channel.allocate();
+      const channel = new Channel(memory);
+      pool.#channels.push(channel);
+      started.push(
+        new Promise((resolve, reject) => {
+          worker.onerror = (e) => {
+            e.preventDefault();
+            reject(new Error(e.message));
+          };
+          worker.onmessage = (e: MessageEvent<FromWorker>) => {
+            if (e.data.op === "listening") {
+              void pool.#poll(channel, worker, frontend);
+              resolve();
+            } else void pool.#serve(worker, e.data, frontend, options);
+          };
+        }),
+      );
+      worker.postMessage(
+        {
+          op: "start",
+          id: -1,
+          hostname: options.hostname,
+          port: options.port,
+          maxInputSize: options.maxInputSize,
+          channel: memory,
+        } satisfies ToWorker,
+      );
+    }
+    try {
+      await Promise.all(started);
+    } catch (err) {
+      for (const w of pool.#workers) w.terminate();
+      throw err;
+    }
+    return pool;
+  }
+
+  /** Takes the requests a listener thread writes into its channel, as long as the pool runs. */
+  async #poll(channel: Channel, worker: Worker, frontend: HttpFrontend): Promise<void> {
+    let seen = 0;
+    while (!this.#stopped) {
+      const bell = Atomics.load(channel.control, 0);
+      if (bell === seen) {
+        const w = Atomics.waitAsync(channel.control, 0, bell);
+        if (w.async) await w.value;
+        continue;
+      }
+      seen = bell;
+      for (let slot = 0; slot < SLOTS; slot++) {
+        const i = channel.stateIndex(slot);
+        if (Atomics.compareExchange(channel.control, i, REQUEST, TAKEN) === REQUEST) {
+          void this.#runSlot(channel, worker, slot, frontend);
+        }
+      }
+    }
+  }
+
+  async #runSlot(channel: Channel, worker: Worker, slot: number, frontend: HttpFrontend): Promise<void> {
+    let answer: Answer;
+    try {
+      const { header, bytes } = channel.read(slot);
+      const f = decodeRequest(header, bytes);
+      answer = { response: await frontend.inferDecoded(f.request, f.recvStart, f.recvEnd) };
+    } catch (err) {
+      const e = toServerError(err);
+      answer = { error: { code: e.code, message: e.message } };
+    }
+    const frame = encodeAnswer(answer);
+    if (!frame || !channel.write(slot, frame)) {
+      // Too large for the slot: the answer goes by postMessage, the slot says so.
+      const id = -2 - slot;
+      const reply: ToWorker = "error" in answer
+        ? { op: "error", id, code: answer.error.code, message: answer.error.message }
+        : { op: "inferred", id, response: answer.response };
+      worker.postMessage(reply, "response" in answer ? outputBuffers(answer.response) : []);
+      channel.write(slot, { header: new TextEncoder().encode('{"pm":true}'), bodies: [] });
+    }
+    Atomics.store(channel.control, channel.stateIndex(slot), RESPONSE);
+    Atomics.notify(channel.control, channel.stateIndex(slot));
+  }
+
+  async #serve(worker: Worker, msg: FromWorker, frontend: HttpFrontend, options: HttpWorkersOptions) {
+    if (msg.op === "infer") {
+      let reply: ToWorker;
+      let transfer: ArrayBuffer[] = [];
+      try {
+        const response = await frontend.inferDecoded(msg.request, msg.recvStart, msg.recvEnd);
+        reply = { op: "inferred", id: msg.id, response };
+        transfer = outputBuffers(response);
+      } catch (err) {
+        const e = toServerError(err);
+        reply = { op: "error", id: msg.id, code: e.code, message: e.message };
+      }
+      worker.postMessage(reply, transfer);
+    } else if (msg.op === "http") {
+      let response: Response;
+      let body: Uint8Array | null;
+      try {
+        response = await frontend.handle(rebuildRequest(msg, options.maxInputSize));
+        body = response.body ? new Uint8Array(await response.arrayBuffer()) : null;
+      } catch (err) {
+        const e = toServerError(err);
+        response = new Response(null, { status: 500, headers: { "content-type": "application/json" } });
+        body = new TextEncoder().encode(JSON.stringify({ error: e.message }));
+      }
+      worker.postMessage(
+        {
+          op: "http",
+          id: msg.id,
+          status: response.status,
+          headers: [...response.headers],
+          body,
+        } satisfies ToWorker,
+        body ? [body.buffer as ArrayBuffer] : [],
+      );
+    } else if (msg.op === "stopped") {
+      worker.terminate();
+    }
+  }
+
+  /**
+   * Stops accepting connections and finishes the requests the threads are answering.
+   * @returns when every thread has stopped
+   */
+  async shutdown(): Promise<void> {
+    const stopPolling = () => {
+      this.#stopped = true;
+      for (const c of this.#channels) {
+        Atomics.add(c.control, 0, 1);
+        Atomics.notify(c.control, 0);
+      }
+    };
+    await Promise.all(this.#workers.map((worker) =>
+      new Promise<void>((resolve) => {
+        const previous = worker.onmessage;
+        worker.onmessage = (e: MessageEvent<FromWorker>) => {
+          if (e.data.op === "stopped") {
+            worker.terminate();
+            resolve();
+          } else previous?.call(worker, e);
+        };
+        worker.postMessage({ op: "stop", id: -1 } satisfies ToWorker);
+      })
+    ));
+    stopPolling();
+    this.#workers = [];
+  }
+
+  /** Ends the threads at once (requests they are answering are dropped). */
+  terminate(): void {
+    this.#stopped = true;
+    for (const c of this.#channels) {
+      Atomics.add(c.control, 0, 1);
+      Atomics.notify(c.control, 0);
+    }
+    for (const w of this.#workers) w.terminate();
+    this.#workers = [];
+  }
+}
