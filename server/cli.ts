@@ -36,6 +36,7 @@ export interface ServerOptions {
   logFile: string;
   logFormat: "default" | "ISO8601";
   httpMaxInputSize: number;
+  /** `--http-thread-count`; 0 for auto (see httpListenerCount). */
   httpThreadCount: number;
   autoCompleteConfig: boolean;
   backendConfig: Record<string, Record<string, string>>;
@@ -81,12 +82,11 @@ export const FLAGS: Record<string, FlagSpec> = {
   "http-port": { kind: "int", default: "8000", min: 0, max: 65535, help: "HTTP port" },
   "http-address": { kind: "string", default: "0.0.0.0", help: "HTTP listen address" },
   "http-thread-count": {
-    kind: "int",
-    default: "8",
-    min: 1,
-    max: 256,
+    kind: "string",
+    default: "auto",
     help:
-      "Threads that accept and read HTTP requests, at most one per CPU core (the main thread and listener threads)",
+      "Threads that accept, read and answer HTTP requests (the main thread and listener threads): a number " +
+      "(at most one per CPU core) or auto (half the cores, at most 8)",
   },
   "http-max-input-size": {
     kind: "int",
@@ -224,6 +224,26 @@ function parseInt(flag: string, v: string, spec: FlagSpec): number {
   return n;
 }
 
+/** `--http-thread-count`: a positive number, or 0 for `auto`. */
+function threadCount(v: string): number {
+  if (v === "auto") return 0;
+  if (!/^[0-9]+$/.test(v) || Number(v) < 1 || Number(v) > 256) {
+    throw new CliError(`Bad value '${v}' for --http-thread-count: expected 'auto' or a number from 1 to 256`);
+  }
+  return Number(v);
+}
+
+/**
+ * How many threads serve HTTP: `--http-thread-count` capped at the number of cores; `auto` (0) is half the
+ * cores, at most 8 (the other half is left to the models: ONNX Runtime's thread pools, Python stubs).
+ * @param requested the flag's value, 0 for auto
+ * @param cores the number of CPU cores
+ */
+export function httpListenerCount(requested: number, cores: number): number {
+  const n = Math.max(1, cores);
+  return requested === 0 ? Math.min(8, Math.max(1, Math.floor(n / 2))) : Math.min(requested, n);
+}
+
 /**
  * Parses the serve command line.
  * @param args the arguments after `serve`
@@ -318,7 +338,7 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     logFile: one("log-file"),
     logFormat: one("log-format") as "default" | "ISO8601",
     httpMaxInputSize: int("http-max-input-size"),
-    httpThreadCount: int("http-thread-count"),
+    httpThreadCount: threadCount(one("http-thread-count")),
     autoCompleteConfig: !values["disable-auto-complete-config"] && !strictModelConfig,
     backendConfig,
     allowClientShm: bool("allow-client-shm"),

@@ -4,7 +4,7 @@
  */
 
 import { fileURLToPath } from "node:url";
-import type { ServerOptions } from "./cli.ts";
+import { httpListenerCount, type ServerOptions } from "./cli.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
@@ -171,7 +171,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   };
   if (options.allowHttp) {
     const http = createHttpFrontend(registry, { ...frontend, maxInputSize: options.httpMaxInputSize });
-    const listeners = Math.min(options.httpThreadCount, navigator.hardwareConcurrency || 1);
+    const listeners = httpListenerCount(options.httpThreadCount, navigator.hardwareConcurrency || 1);
     httpServer = Deno.serve({
       port: options.httpPort,
       hostname: options.httpAddress,

@@ -4,6 +4,7 @@ import {
   defaultOptions,
   FLAGS,
   helpText,
+  httpListenerCount,
   parseCommandLine,
   type ServerOptions,
 } from "../../server/cli.ts";
@@ -44,6 +45,7 @@ const DEFAULTS: ServerOptions = {
   logFile: "",
   logFormat: "default",
   httpMaxInputSize: 67108864,
+  httpThreadCount: 0,
   autoCompleteConfig: true,
   backendConfig: {},
   allowClientShm: false,
@@ -114,6 +116,7 @@ Deno.test("integer flags are parsed", () => {
   assertEquals(o.grpcKeepaliveTimeoutMs, 500);
   assertEquals(o.grpcHttp2MaxPingsWithoutData, 0);
   assertEquals(o.metricsIntervalMs, 100);
+  assertEquals(o.httpThreadCount, 4);
 });
 
 Deno.test("boolean flags take true/false, 1/0, yes/no, on/off in any case", () => {
@@ -319,4 +322,27 @@ Deno.test("every flag's default parses as its kind", () => {
     if (spec.default === undefined || spec.kind === "flag" || spec.kind === "list") continue;
     parse([`--${name}=${spec.default}`]);
   }
+});
+
+Deno.test("--http-thread-count takes auto or a number from 1 to 256", () => {
+  assertEquals(parse(["--http-thread-count=auto"]).httpThreadCount, 0);
+  assertEquals(parse(["--http-thread-count=256"]).httpThreadCount, 256);
+  fails(
+    ["--http-thread-count=0"],
+    "Bad value '0' for --http-thread-count: expected 'auto' or a number from 1 to 256",
+  );
+  fails(
+    ["--http-thread-count=2x"],
+    "Bad value '2x' for --http-thread-count: expected 'auto' or a number from 1 to 256",
+  );
+});
+
+Deno.test("HTTP listener threads: auto is half the cores (at most 8), a number is capped at the cores", () => {
+  assertEquals(httpListenerCount(0, 1), 1);
+  assertEquals(httpListenerCount(0, 2), 1);
+  assertEquals(httpListenerCount(0, 16), 8);
+  assertEquals(httpListenerCount(0, 64), 8);
+  assertEquals(httpListenerCount(4, 2), 2);
+  assertEquals(httpListenerCount(4, 16), 4);
+  assertEquals(httpListenerCount(1, 16), 1);
 });

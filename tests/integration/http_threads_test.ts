@@ -1,0 +1,197 @@
+/**
+ * HTTP listener threads (`--http-thread-count`): a server with several threads on its HTTP port answers every
+ * kind of request exactly as a server with one thread does. Each request goes on a fresh connection, so that
+ * the kernel spreads them over the threads (SO_REUSEPORT); with 24 connections per case, the chance that none
+ * reaches a listener thread is 2^-24.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { startTestServer } from "../helpers.ts";
+import { binaryBody, rawRequest, SIMPLE_DIFF, SIMPLE_REQUEST, SIMPLE_SUM } from "./_http.ts";
+
+const ROUNDS = 24;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+interface Case {
+  name: string;
+  method: string;
+  path: string;
+  headers?: Record<string, string>;
+  body?: Uint8Array;
+}
+
+function int32Bytes(values: number[]): Uint8Array {
+  return new Uint8Array(Int32Array.from(values).buffer);
+}
+
+function gzip(bytes: Uint8Array): Promise<Uint8Array> {
+  const stream = new Blob([bytes as BlobPart]).stream().pipeThrough(new CompressionStream("gzip"));
+  return new Response(stream).bytes();
+}
+
+const json = (v: unknown) => encoder.encode(JSON.stringify(v));
+const binary = binaryBody({
+  inputs: [
+    { name: "INPUT0", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+    { name: "INPUT1", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+  ],
+  outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }, { name: "OUTPUT1" }],
+}, [int32Bytes(Array.from({ length: 16 }, (_, i) => i)), int32Bytes(Array(16).fill(1))]);
+
+const CASES: Case[] = [
+  { name: "JSON inference", method: "POST", path: "/v2/models/simple/infer", body: json(SIMPLE_REQUEST) },
+  {
+    name: "binary inference with a binary and a JSON output",
+    method: "POST",
+    path: "/v2/models/simple/infer",
+    headers: { "inference-header-content-length": String(binary.headerLength) },
+    body: binary.body,
+  },
+  {
+    name: "BYTES inference",
+    method: "POST",
+    path: "/v2/models/simple_string/infer",
+    body: json({
+      id: "7",
+      inputs: [
+        {
+          name: "INPUT0",
+          datatype: "BYTES",
+          shape: [1, 16],
+          data: Array.from({ length: 16 }, (_, i) => `${i}`),
+        },
+        { name: "INPUT1", datatype: "BYTES", shape: [1, 16], data: Array(16).fill("2") },
+      ],
+    }),
+  },
+  {
+    name: "classification",
+    method: "POST",
+    path: "/v2/models/digits/infer",
+    body: json({
+      inputs: [{
+        name: "input",
+        datatype: "FP32",
+        shape: [1, 64],
+        data: Array.from({ length: 64 }, (_, i) => i % 17),
+      }],
+      outputs: [{ name: "probabilities", parameters: { classification: 2 } }],
+    }),
+  },
+  { name: "an unknown model", method: "POST", path: "/v2/models/nope/infer", body: json(SIMPLE_REQUEST) },
+  {
+    name: "malformed JSON",
+    method: "POST",
+    path: "/v2/models/simple/infer",
+    body: encoder.encode('{"inputs": ['),
+  },
+  {
+    name: "a wrong shape",
+    method: "POST",
+    path: "/v2/models/simple/infer",
+    body: json({
+      inputs: [
+        { name: "INPUT0", datatype: "INT32", shape: [1, 15], data: Array(15).fill(1) },
+        { name: "INPUT1", datatype: "INT32", shape: [1, 16], data: Array(16).fill(1) },
+      ],
+    }),
+  },
+  {
+    name: "a body over --http-max-input-size",
+    method: "POST",
+    path: "/v2/models/simple/infer",
+    body: json({ ...SIMPLE_REQUEST, id: "x".repeat(5000) }),
+  },
+  { name: "model metadata", method: "GET", path: "/v2/models/simple" },
+  { name: "readiness", method: "GET", path: "/v2/health/ready" },
+  { name: "an unknown route", method: "GET", path: "/v2/nothing" },
+  { name: "the repository index", method: "POST", path: "/v2/repository/index", body: json({ ready: true }) },
+];
+
+async function answer(base: string, c: Case): Promise<string> {
+  const a = await rawRequest(base, {
+    method: c.method,
+    path: c.path,
+    headers: { "content-type": "application/json", ...c.headers },
+    ...(c.body ? { body: c.body } : {}),
+  });
+  const hl = a.headers.get("inference-header-content-length");
+  const head = hl === null ? a.body : a.body.subarray(0, Number(hl));
+  const rest = hl === null ? [] : [...a.body.subarray(Number(hl))];
+  return JSON.stringify({ status: a.status, head: decoder.decode(head), rest, hl });
+}
+
+Deno.test("a server with two HTTP threads answers every request as a server with one thread does", async () => {
+  const flags = ["--http-max-input-size=4096"];
+  await using one = await startTestServer([...flags, "--http-thread-count=1"]);
+  await using two = await startTestServer([...flags, "--http-thread-count=2"]);
+  for (const c of CASES) {
+    const expected = await answer(one.url, c);
+    for (let i = 0; i < ROUNDS; i++) assert.equal(await answer(two.url, c), expected, c.name);
+  }
+  // A compressed request, answered compressed.
+  const gz = await gzip(json(SIMPLE_REQUEST));
+  for (let i = 0; i < ROUNDS; i++) {
+    const a = await rawRequest(two.url, {
+      method: "POST",
+      path: "/v2/models/simple/infer",
+      headers: { "content-encoding": "gzip", "accept-encoding": "gzip" },
+      body: gz,
+    });
+    assert.equal(a.status, 200);
+    assert.equal(a.headers.get("content-encoding"), "gzip");
+    const text = decoder.decode(
+      await new Response(
+        new Blob([a.body as BlobPart]).stream().pipeThrough(
+          new DecompressionStream("gzip"),
+        ),
+      ).bytes(),
+    );
+    const outputs = (JSON.parse(text) as { outputs: { name: string; data: number[] }[] }).outputs;
+    assert.deepEqual(outputs.map((o) => [o.name, o.data]), [["OUTPUT0", SIMPLE_SUM], [
+      "OUTPUT1",
+      SIMPLE_DIFF,
+    ]]);
+  }
+});
+
+Deno.test("requests answered by HTTP listener threads are counted in the model's statistics", async () => {
+  await using two = await startTestServer(["--http-thread-count=2"]);
+  const body = json(SIMPLE_REQUEST);
+  const n = 40;
+  const answers = await Promise.all(
+    Array.from(
+      { length: n },
+      () => rawRequest(two.url, { method: "POST", path: "/v2/models/simple/infer", body }),
+    ),
+  );
+  assert.deepEqual(answers.map((a) => a.status), Array(n).fill(200));
+  for (const a of answers) {
+    const outputs = (JSON.parse(decoder.decode(a.body)) as { outputs: { data: number[] }[] }).outputs;
+    assert.deepEqual(outputs.map((o) => o.data), [SIMPLE_SUM, SIMPLE_DIFF]);
+  }
+  const stats = await rawRequest(two.url, { method: "GET", path: "/v2/models/simple/stats" });
+  const model = (JSON.parse(decoder.decode(stats.body)) as {
+    model_stats: { inference_count: number; inference_stats: { success: { count: number } } }[];
+  }).model_stats[0]!;
+  assert.equal(model.inference_count, n);
+  assert.equal(model.inference_stats.success.count, n);
+});
+
+Deno.test("a server with HTTP listener threads finishes requests in flight when it shuts down", async () => {
+  const two = await startTestServer(["--http-thread-count=2"]);
+  const body = json(SIMPLE_REQUEST);
+  const inFlight = Array.from(
+    { length: 16 },
+    () => rawRequest(two.url, { method: "POST", path: "/v2/models/simple/infer", body }),
+  );
+  await new Promise((r) => setTimeout(r, 0));
+  const closing = two.close();
+  const answers = await Promise.allSettled(inFlight);
+  await closing;
+  // Every request is answered or was refused before it connected; none is answered with an error.
+  for (const a of answers) if (a.status === "fulfilled") assert.equal(a.value.status, 200);
+  await assert.rejects(() => rawRequest(two.url, { method: "GET", path: "/v2/health/live" }));
+});
