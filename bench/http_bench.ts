@@ -985,6 +985,10 @@ async function measureFloor(flags: Flags): Promise<FloorComparison> {
   return result;
 }
 
+/** The servers of the peer comparison: dinfer as configured, dinfer with two HTTP threads, the peer, the floor. */
+type PeerName = "dinfer" | "dinfer2" | "peer" | "floor";
+const PEER_NAMES: readonly PeerName[] = ["dinfer", "dinfer2", "peer", "floor"];
+
 /** dinfer beside the hand-written peer server and the stack's floor, JSON, at 1 and 16 connections. */
 interface PeerComparison {
   rounds: number;
@@ -992,7 +996,7 @@ interface PeerComparison {
   /** Per connection count, per server: the throughput and p50 of each round, and CPU µs per request. */
   points: {
     connections: number;
-    server: "dinfer" | "peer" | "floor";
+    server: PeerName;
     rates: number[];
     p50s: number[];
     cpuUs: number;
@@ -1010,6 +1014,7 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
   const roundS = flags.quick ? 1 : 3;
   const servers = {
     dinfer: await startChildServer([], flags.serverArgs),
+    dinfer2: await startChildServer([], [...flags.serverArgs, "--http-thread-count=2"]),
     peer: await startChildServer([], [], { script: "bench/peer_onnx_server.ts" }),
     floor: await startChildServer([], [], { script: "bench/floor_server.ts" }),
   };
@@ -1019,7 +1024,7 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
     const roundFlags = { ...flags, durationS: roundS, warmupS: Math.min(flags.warmupS, 0.5) };
     for (let r = 0; r < rounds; r++) {
       for (const connections of [1, 16]) {
-        for (const name of ["dinfer", "peer", "floor"] as const) {
+        for (const name of PEER_NAMES) {
           const p = await measure(servers[name], "json", connections, roundFlags, r === 0 ? 1 : 0);
           if (p.errors > 0 || p.mismatches > 0) result.wrong = true;
           const key = `${name}/${connections}`;
@@ -1036,7 +1041,7 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
     for (const s of Object.values(servers)) await s.stop();
   }
   for (const connections of [1, 16]) {
-    for (const server of ["dinfer", "peer", "floor"] as const) {
+    for (const server of PEER_NAMES) {
       const a = acc.get(`${server}/${connections}`)!;
       result.points.push({
         connections,
@@ -1055,30 +1060,33 @@ function peersMarkdown(cmp: PeerComparison): string {
     cmp.points.find((p) => p.server === server && p.connections === c)!;
   const rows: string[] = [];
   for (const c of [1, 16]) {
-    const d = get("dinfer", c);
     const p = get("peer", c);
     const f = get("floor", c);
-    const ratio = median(d.rates) / median(p.rates);
-    rows.push(
-      `| ${c} | ${fmt(median(d.rates))} [${d.rates.map((v) => fmt(v)).join(" ")}] | ${
-        fmt(median(p.rates))
-      } [${p.rates.map((v) => fmt(v)).join(" ")}] | **${ratio.toFixed(2)}** | ${fmt(median(f.rates))} | ${
-        fmt(median(d.p50s))
-      } / ${fmt(median(p.p50s))} / ${fmt(median(f.p50s))} | ${fmt(d.cpuUs)} / ${fmt(p.cpuUs)} / ${
-        fmt(f.cpuUs)
-      } |`,
-    );
+    for (const [name, label] of [["dinfer", "dinfer"], ["dinfer2", "dinfer, 2 HTTP threads"]] as const) {
+      const d = get(name, c);
+      const ratio = median(d.rates) / median(p.rates);
+      const rates = (x: { rates: number[] }) =>
+        `${fmt(median(x.rates))} [${x.rates.map((v) => fmt(v)).join(" ")}]`;
+      const p50s = [d, p, f].map((x) => fmt(median(x.p50s))).join(" / ");
+      const cpus = [d, p, f].map((x) => fmt(x.cpuUs)).join(" / ");
+      rows.push(
+        `| ${c} | ${label} | ${rates(d)} | ${rates(p)} | **${ratio.toFixed(2)}** | ${
+          fmt(median(f.rates))
+        } | ${p50s} | ${cpus} |`,
+      );
+    }
   }
   return `## dinfer beside a hand-written server (simple, JSON)
 
 The peer is what a user would write instead (\`bench/peer_onnx_server.ts\`: \`Deno.serve\`, \`JSON.parse\`,
 onnxruntime-node's public \`await session.run()\` with default session options, \`Response.json\`); the floor is
-\`bench/floor_server.ts\`. All three run as fresh child processes, measured one after the other in
+\`bench/floor_server.ts\`. dinfer runs twice: as configured (\`--http-thread-count=auto\`) and with two HTTP threads
+(\`--http-thread-count=2\`: a listener thread beside the main thread, see the README). All four run as fresh child processes, measured one after the other in
 ${cmp.rounds} alternating rounds of ${cmp.roundS} s per connection count (the bench's closed-loop load generator);
 medians, with each round's value in brackets. Target: dinfer ≥ 1.0× the peer at 1 and at 16 connections.
 
-| connections | dinfer infer/s | peer infer/s | dinfer / peer | floor infer/s | p50 µs dinfer / peer / floor | server CPU µs per request dinfer / peer / floor |
-|---:|---:|---:|---:|---:|---:|---:|
+| connections | server | dinfer infer/s | peer infer/s | dinfer / peer | floor infer/s | p50 µs dinfer / peer / floor | server CPU µs per request dinfer / peer / floor |
+|---:|---|---:|---:|---:|---:|---:|---:|
 ${rows.join("\n")}
 ${cmp.wrong ? "\n**Some responses were wrong or failed: the numbers above do not count.**\n" : ""}
 `;

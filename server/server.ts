@@ -186,7 +186,9 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         hostname: httpAddr.hostname,
         port: httpAddr.port,
         maxInputSize: options.httpMaxInputSize,
+        onError: (message) => log.error(message),
       });
+      log.info(`HTTPService serves on ${listeners} threads`);
     }
     log.info(`Started HTTPService at ${httpAddr.hostname}:${httpAddr.port}`);
   }

@@ -157,6 +157,49 @@ Deno.test("a server with two HTTP threads answers every request as a server with
   }
 });
 
+/** POSTs a body in chunks (no Content-Length) on a fresh connection; returns the status and the body. */
+async function postChunked(base: string, path: string, body: Uint8Array): Promise<string> {
+  const url = new URL(base);
+  const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
+  try {
+    const head = `POST ${path} HTTP/1.1\r\nHost: ${url.host}\r\nConnection: close\r\n` +
+      "Transfer-Encoding: chunked\r\n\r\n";
+    const parts: Uint8Array[] = [encoder.encode(head)];
+    for (let off = 0; off < body.byteLength; off += 1000) {
+      const chunk = body.subarray(off, off + 1000);
+      parts.push(encoder.encode(`${chunk.byteLength.toString(16)}\r\n`), chunk, encoder.encode("\r\n"));
+    }
+    parts.push(encoder.encode("0\r\n\r\n"));
+    for (const p of parts) for (let o = 0; o < p.byteLength;) o += await conn.write(p.subarray(o));
+    const chunks: Uint8Array[] = [];
+    const buf = new Uint8Array(65536);
+    for (;;) {
+      const n = await conn.read(buf).catch(() => null);
+      if (n === null) break;
+      chunks.push(buf.slice(0, n));
+    }
+    const text = decoder.decode(new Uint8Array(chunks.flatMap((c) => [...c])));
+    return `${text.split(" ")[1]} ${text.slice(text.indexOf("{"))}`;
+  } finally {
+    conn.close();
+  }
+}
+
+Deno.test("a chunked body over --http-max-input-size is refused by both kinds of thread with the same error", async () => {
+  const flags = ["--http-max-input-size=4096"];
+  await using one = await startTestServer([...flags, "--http-thread-count=1"]);
+  await using two = await startTestServer([...flags, "--http-thread-count=2"]);
+  const big = json({ ...SIMPLE_REQUEST, id: "x".repeat(5000) });
+  const small = json(SIMPLE_REQUEST);
+  for (const body of [big, small]) {
+    const expected = await postChunked(one.url, "/v2/models/simple/infer", body);
+    assert.equal(expected.split(" ")[0], body === big ? "400" : "200");
+    for (let i = 0; i < ROUNDS; i++) {
+      assert.equal(await postChunked(two.url, "/v2/models/simple/infer", body), expected);
+    }
+  }
+});
+
 Deno.test("requests answered by HTTP listener threads are counted in the model's statistics", async () => {
   await using two = await startTestServer(["--http-thread-count=2"]);
   const body = json(SIMPLE_REQUEST);

@@ -53,6 +53,8 @@ export interface HttpWorkersOptions {
   port: number;
   /** `--http-max-input-size`. */
   maxInputSize: number;
+  /** Reports a thread that failed after it started. */
+  onError?: (message: string) => void;
 }
 
 /** The buffers of a response's outputs, moved to the listener thread rather than copied. */
@@ -70,14 +72,32 @@ function outputBuffers(response: InferResponse): ArrayBuffer[] {
   return [...seen];
 }
 
+/** A body of `size` zero bytes, made as it is read (for a request whose real body was too large to read). */
+function zeros(size: number): ReadableStream<Uint8Array> {
+  const chunk = new Uint8Array(Math.min(size, 65536));
+  let left = size;
+  return new ReadableStream({
+    pull(controller) {
+      if (left <= 0) return controller.close();
+      const n = Math.min(left, chunk.byteLength);
+      controller.enqueue(n === chunk.byteLength ? chunk : chunk.subarray(0, n));
+      left -= n;
+    },
+  });
+}
+
 /** A request the main thread answers for a listener thread, built from what the thread read. */
 function rebuildRequest(msg: Extract<FromWorker, { op: "http" }>, maxInputSize: number): Request {
   const headers = new Headers(msg.headers);
   if (msg.tooLarge) {
-    // The handler refuses it by its declared length (or by its size when none was declared).
+    // The thread stopped reading at the limit: the handler refuses the request by its declared length, or by
+    // the size of a body that stands in for it, as it refuses one it reads itself.
     const declared = headers.get("content-length");
-    if (declared === null) headers.set("content-length", String(maxInputSize + 1));
-    return new Request(msg.url, { method: msg.method, headers });
+    return new Request(msg.url, {
+      method: msg.method,
+      headers,
+      body: declared === null ? zeros(maxInputSize + 1) : null,
+    });
   }
   const hasBody = msg.method !== "GET" && msg.method !== "HEAD";
   return new Request(msg.url, {
@@ -120,12 +140,16 @@ export class HttpWorkers {
       pool.#channels.push(channel);
       started.push(
         new Promise((resolve, reject) => {
+          let listening = false;
           worker.onerror = (e) => {
             e.preventDefault();
-            reject(new Error(e.message));
+            // After the start, a thread that fails is reported and left out; the other threads keep serving.
+            if (listening) options.onError?.(`HTTP listener thread ${i + 1} failed: ${e.message}`);
+            else reject(new Error(e.message));
           };
           worker.onmessage = (e: MessageEvent<FromWorker>) => {
             if (e.data.op === "listening") {
+              listening = true;
               void pool.#poll(channel, worker, frontend);
               resolve();
             } else void pool.#serve(worker, e.data, frontend, options);
