@@ -1482,8 +1482,23 @@ ${profileTable(grpcProfile.summary)}
 `
       : ""
   }`;
-  await Deno.writeTextFile(flags.out, md);
+  await Deno.writeTextFile(flags.out, `${md.trimEnd()}\n${await otherSections(flags.out)}`);
   console.log(`\nWrote ${flags.out}`);
+}
+
+/**
+ * The sections other benchmarks keep in the results file (each between `<!-- name:start -->` and
+ * `<!-- name:end -->`), so that rewriting this benchmark's part keeps them.
+ */
+async function otherSections(path: string): Promise<string> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch {
+    return "";
+  }
+  const sections = text.match(/<!-- ([\w-]+):start -->[\s\S]*?<!-- \1:end -->/g) ?? [];
+  return sections.map((s) => `\n${s}\n`).join("");
 }
 
 if (import.meta.main) {
