@@ -1,0 +1,144 @@
+/**
+ * gRPC against HTTP binary on dinfer and on the transport floor (`bench/transport_floor_server.ts`: fixed answers,
+ * no decoding, no model), both through h2load at 16 requests in flight (gRPC: 16 streams on one connection;
+ * HTTP/1.1: 16 connections), in alternating rounds. The floor's gRPC/HTTP ratio is the most any server on this
+ * stack (Deno, node:http2, @grpc/grpc-js) can reach; dinfer's ratio is read against it.
+ *
+ * Usage: `deno run -A bench/grpc_floor.ts [--rounds=3] [--seconds=3] [--no-write]`; writes its section of
+ * bench/RESULTS.md. Needs h2load (Debian package `nghttp2-client`).
+ * @module
+ */
+
+import { startChildServer } from "./child_server.ts";
+import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
+import { findH2load, runH2load } from "./h2load.ts";
+import { freePort } from "./loadgen.ts";
+
+const ROOT = new URL("../", import.meta.url).pathname;
+const RESULTS = `${ROOT}bench/RESULTS.md`;
+const START = "<!-- grpc_floor:start -->";
+const END = "<!-- grpc_floor:end -->";
+
+function arg(name: string, fallback: number): number {
+  const v = Deno.args.find((a) => a.startsWith(`--${name}=`));
+  return v ? Number(v.slice(name.length + 3)) : fallback;
+}
+const rounds = arg("rounds", 3);
+const seconds = arg("seconds", 3);
+const write = !Deno.args.includes("--no-write");
+
+const h2load = findH2load();
+if (!h2load) {
+  console.error("h2load is not on PATH (apt-get install nghttp2-client): nothing measured");
+  Deno.exit(1);
+}
+
+const input0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
+const input1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
+const header = new TextEncoder().encode(JSON.stringify({
+  inputs: [
+    { name: "INPUT0", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+    { name: "INPUT1", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+  ],
+  outputs: [
+    { name: "OUTPUT0", parameters: { binary_data: true } },
+    { name: "OUTPUT1", parameters: { binary_data: true } },
+  ],
+}));
+const binary = new Uint8Array(header.byteLength + 128);
+binary.set(header, 0);
+binary.set(new Uint8Array(input0.buffer), header.byteLength);
+binary.set(new Uint8Array(input1.buffer), header.byteLength + 64);
+
+const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-grpc-floor-" });
+await Deno.writeFile(`${dir}/grpc.bin`, grpcFrame(simpleInferRequest(input0, input1)));
+await Deno.writeFile(`${dir}/binary.bin`, binary);
+
+function args(protocol: "grpc" | "binary", ports: { http: number; grpc: number }, s: number): string[] {
+  const duration = ["-D", `${Math.round(s * 1000)}ms`];
+  return protocol === "grpc"
+    ? [
+      ...duration,
+      ...["-c", "1", "-m", "16", "-d", `${dir}/grpc.bin`],
+      ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
+      `http://127.0.0.1:${ports.grpc}/inference.GRPCInferenceService/ModelInfer`,
+    ]
+    : [
+      ...duration,
+      ...["--h1", "-c", "16", "-m", "1", "-d", `${dir}/binary.bin`],
+      ...["-H", "content-type: application/octet-stream"],
+      ...["-H", `inference-header-content-length: ${header.byteLength}`],
+      `http://127.0.0.1:${ports.http}/v2/models/simple/infer`,
+    ];
+}
+
+const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
+const fmt = (v: number) => Math.round(v).toLocaleString("en-US");
+
+const grpcPorts = { dinfer: freePort(), floor: freePort() };
+const servers = {
+  dinfer: await startChildServer([], [`--grpc-port=${grpcPorts.dinfer}`]),
+  floor: await startChildServer([], [`--grpc-port=${grpcPorts.floor}`], {
+    script: "bench/transport_floor_server.ts",
+  }),
+};
+const rates: Record<string, number[]> = {};
+try {
+  for (let r = 0; r < rounds; r++) {
+    for (const name of ["dinfer", "floor"] as const) {
+      for (const protocol of ["binary", "grpc"] as const) {
+        const ports = { http: servers[name].port, grpc: grpcPorts[name] };
+        await runH2load(args(protocol, ports, 0.5), { path: h2load });
+        const run = await runH2load(args(protocol, ports, seconds), { path: h2load });
+        if (run.succeeded !== run.total || run.total === 0) {
+          throw new Error(`${name} ${protocol}: ${run.succeeded} of ${run.total} requests succeeded`);
+        }
+        (rates[`${name}/${protocol}`] ??= []).push(run.succeeded / run.seconds);
+        console.log(`round ${r + 1} ${name} ${protocol}: ${fmt(run.succeeded / run.seconds)} req/s`);
+      }
+    }
+  }
+} finally {
+  await servers.dinfer.stop();
+  await servers.floor.stop();
+  await Deno.remove(dir, { recursive: true });
+}
+
+const row = (name: string) => {
+  const b = rates[`${name}/binary`]!, g = rates[`${name}/grpc`]!;
+  const list = (v: number[]) => v.map(fmt).join(" ");
+  return `| ${name} | ${fmt(median(b))} [${list(b)}] | ${fmt(median(g))} [${list(g)}] | **${
+    (median(g) / median(b)).toFixed(2)
+  }** |`;
+};
+const cpus = navigator.hardwareConcurrency;
+const section = `${START}
+## gRPC against HTTP binary, and the transport floor
+
+Measured ${new Date().toISOString()} on ${cpus} CPUs by \`bench/grpc_floor.ts\`: h2load, 16 requests in flight
+(gRPC: 16 streams on one HTTP/2 connection; HTTP binary: 16 HTTP/1.1 connections), ${rounds} alternating rounds of
+${seconds} s after 0.5 s of warm-up, medians (each round in brackets). The floor
+(\`bench/transport_floor_server.ts\`) answers the same requests with fixed bytes, reading nothing: its gRPC/HTTP
+ratio is the most any server on Deno's node:http2 and @grpc/grpc-js can reach against Deno.serve.
+
+| server | HTTP binary req/s | gRPC req/s | gRPC / HTTP |
+|---|---:|---:|---:|
+${row("dinfer")}
+${row("floor")}
+
+The target "gRPC ≥ 1.0× HTTP binary" holds only if the floor's ratio is at least 1.0.
+${END}`;
+console.log(`\n${section}`);
+if (write) {
+  let text = "";
+  try {
+    text = await Deno.readTextFile(RESULTS);
+  } catch {
+    // a new file
+  }
+  const a = text.indexOf(START), b = text.indexOf(END);
+  text = a >= 0 && b > a
+    ? text.slice(0, a) + section + text.slice(b + END.length)
+    : `${text.trimEnd()}\n\n${section}\n`;
+  await Deno.writeTextFile(RESULTS, text);
+}

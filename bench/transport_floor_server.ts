@@ -1,0 +1,95 @@
+/**
+ * The transport floor for gRPC against HTTP: the least a server on dinfer's stack can do to answer the
+ * benchmark's `simple` request over each protocol, with no decoding and no model — a fixed ModelInferResponse
+ * over gRPC (@grpc/grpc-js on Deno's node:http2, connections accepted and handed to grpc-js as dinfer does) and a
+ * fixed binary-extension answer over HTTP (`Deno.serve`). What it reaches over gRPC relative to HTTP bounds what
+ * any server on this stack can reach, dinfer included.
+ *
+ * Usage: `deno run -A bench/transport_floor_server.ts --http-port=N --grpc-port=M` (other flags are ignored).
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import net from "node:net";
+import * as grpc from "@grpc/grpc-js";
+import { lookupType } from "../server/core/protos.ts";
+import { GoawayFilter } from "../server/frontends/grpc/goaway_filter.ts";
+
+function flag(name: string): number {
+  const v = Number(Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3));
+  if (!Number.isInteger(v) || v <= 0) {
+    console.error(`Cannot start the transport floor server: --${name}=N is required`);
+    Deno.exit(2);
+  }
+  return v;
+}
+
+const httpPort = flag("http-port");
+const grpcPort = flag("grpc-port");
+
+// The answer to the benchmark's request (INPUT0 = 3i-7, INPUT1 = 100-i², see http_bench.ts), precomputed.
+const input0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
+const input1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
+const sum = new Uint8Array(input0.map((v, i) => v + input1[i]!).buffer);
+const diff = new Uint8Array(input0.map((v, i) => v - input1[i]!).buffer);
+
+const ResponseType = lookupType(".inference.ModelInferResponse");
+const grpcAnswer = Buffer.from(
+  ResponseType.encode(ResponseType.fromObject({
+    model_name: "simple",
+    model_version: "1",
+    outputs: [
+      { name: "OUTPUT0", datatype: "INT32", shape: [1, 16] },
+      { name: "OUTPUT1", datatype: "INT32", shape: [1, 16] },
+    ],
+    raw_output_contents: [sum, diff],
+  })).finish(),
+);
+
+const header = new TextEncoder().encode(JSON.stringify({
+  model_name: "simple",
+  model_version: "1",
+  outputs: [
+    { name: "OUTPUT0", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+    { name: "OUTPUT1", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+  ],
+}));
+const httpAnswer = new Uint8Array(header.byteLength + 128);
+httpAnswer.set(header, 0);
+httpAnswer.set(sum, header.byteLength);
+httpAnswer.set(diff, header.byteLength + 64);
+const httpHeaders = {
+  "content-type": "application/octet-stream",
+  "inference-header-content-length": String(header.byteLength),
+};
+
+const raw = (b: Buffer) => b;
+const server = new grpc.Server({ "grpc.enable_channelz": 0 });
+server.addService({
+  ModelInfer: {
+    path: "/inference.GRPCInferenceService/ModelInfer",
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: raw,
+    requestDeserialize: raw,
+    responseSerialize: raw,
+    responseDeserialize: raw,
+  },
+}, {
+  ModelInfer: (_call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) =>
+    callback(null, grpcAnswer),
+});
+const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+net.createServer((socket) => {
+  socket.setNoDelay(true);
+  injector.injectConnection(new GoawayFilter(socket));
+}).listen(grpcPort, "127.0.0.1");
+
+Deno.serve({ port: httpPort, hostname: "127.0.0.1", onListen: () => {} }, async (request) => {
+  if (request.method === "POST") {
+    await request.arrayBuffer();
+    return new Response(httpAnswer, { headers: httpHeaders });
+  }
+  // Health, and the statistics dinfer's benchmark reads (no requests counted here).
+  return new Response(null);
+});
