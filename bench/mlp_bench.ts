@@ -67,6 +67,10 @@ export interface MlpResult {
   inProcessAtServerBatch: InProcess | undefined;
   batched: MlpPoint;
   unbatched: MlpPoint;
+  /** The same load with the server's HTTP side on two threads (`--http-thread-count=2`). */
+  batchedTwoThreads: MlpPoint;
+  /** The bare exchange (bench/mlp_bare_server.ts): the same requests answered with fixed bytes, no model. */
+  bare: MlpPoint;
   /** The bare HTTP exchange: the same server answering empty `GET /v2/health/live` requests. */
   empty: EmptyPoint;
   connections: number;
@@ -181,8 +185,8 @@ function inProcess(
   return leastDisturbed(() => inProcessOnce(label, options, batch, seconds), (r) => r.otherCpuPct);
 }
 
-function startServer(): Promise<ChildServer> {
-  return startChildServer([], [`--model-repository=${MODELS}`]);
+function startServer(extra: string[] = [], script?: string): Promise<ChildServer> {
+  return startChildServer([], [`--model-repository=${MODELS}`, ...extra], script ? { script } : {});
 }
 
 async function loadOnce(server: ChildServer, spec: Omit<LoadSpec, "port" | "serverPid">): Promise<MlpPoint> {
@@ -237,18 +241,30 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
   const best = inProc.reduce((a, b) => (b.rate > a.rate ? b : a));
   const expected = await expectedLogits();
   const server = await startServer();
-  let batched: MlpPoint, unbatched: MlpPoint, empty: EmptyPoint;
+  let batched: MlpPoint, unbatched: MlpPoint, empty: EmptyPoint, batchedTwoThreads: MlpPoint, bare: MlpPoint;
+  const runOn = (s: ChildServer, model: string) =>
+    leastDisturbed(
+      () => loadOnce(s, { model, connections: CONNECTIONS, durationS, warmupS, expected }),
+      otherPct,
+    );
   try {
-    const run = (model: string) =>
-      leastDisturbed(
-        () => loadOnce(server, { model, connections: CONNECTIONS, durationS, warmupS, expected }),
-        otherPct,
-      );
-    batched = await run("mlp");
-    unbatched = await run("mlp_nobatch");
+    batched = await runOn(server, "mlp");
+    unbatched = await runOn(server, "mlp_nobatch");
     empty = await emptyRequests(server, Math.min(durationS, 2));
   } finally {
     await server.stop();
+  }
+  const twoThreads = await startServer(["--http-thread-count=2"]);
+  try {
+    batchedTwoThreads = await runOn(twoThreads, "mlp");
+  } finally {
+    await twoThreads.stop();
+  }
+  const bareServer = await startServer([], "bench/mlp_bare_server.ts");
+  try {
+    bare = await runOn(bareServer, "mlp");
+  } finally {
+    await bareServer.stop();
   }
   const meanBatch = Math.round(batched.inferences / Math.max(1, batched.executions));
   const inProcessAtServerBatch = meanBatch > 0 && meanBatch !== 64
@@ -261,6 +277,8 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     inProcessAtServerBatch,
     batched,
     unbatched,
+    batchedTwoThreads,
+    bare,
     empty,
     connections: CONNECTIONS,
     cores: navigator.hardwareConcurrency,
@@ -323,10 +341,11 @@ export function mlpMarkdown(r: MlpResult): string {
     .sort((x, y) => y[1] - x[1])
     .map(([name, s]) => `${name} ${f((100 * s) / b.seconds)}% (${f(perInference(s, b))} µs/infer)`)
     .join(", ");
-  const errors = [b, r.unbatched].filter((p) => p.load.firstError).map((p) =>
+  const errors = [b, r.batchedTwoThreads, r.unbatched, r.bare].filter((p) => p.load.firstError).map((p) =>
     `\n${p.model}: first error: ${p.load.firstError}`
   ).join("");
   const x = (rate: number) => `${f(rate)} inferences/s, ${(rate / base).toFixed(2)}×`;
+  const combined = 1 / (1 / base + 1 / Math.max(1, r.bare.load.rate));
   return `## Batching: MLP 784-1024-1024-10
 
 Measured ${r.machine.date} on ${cores} cores (${r.machine.cpu}), server code ${r.machine.commit};
@@ -351,8 +370,22 @@ it; a point above ${DISTURBED_PCT}% is measured again, up to 3 times, and the le
 | model | infer/s | p50 µs | p99 µs | / in-process | mean batch | server CPU (main thread) | server CPU µs/infer (main thread) | load generator CPU | load generator CPU µs/req | other CPU | errors | checked (wrong) |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 ${row("mlp (dynamic batching)", b)}
+${row("mlp, 2 HTTP threads", r.batchedTwoThreads)}
 ${row("mlp_nobatch", r.unbatched)}
+${row("bare exchange (no model)", r.bare)}
 ${errors}
+**The stack's combined limit** (the target since the two-core floor showed 0.8× of in-process unsound): ONNX
+Runtime in-process (${
+    f(base)
+  } inferences/s) and the bare exchange (\`bench/mlp_bare_server.ts\`: Deno.serve reads
+the same requests from the same load generator and answers fixed bytes, ${
+    f(r.bare.load.rate)
+  } req/s) share the
+same cores, so together they reach at most 1 / (1/raw + 1/bare) = **${f(combined)} inferences/s**. dinfer with
+dynamic batching: **${(b.load.rate / combined).toFixed(2)}** of it (target ≥ 0.8: ${
+    b.load.rate / combined >= 0.8 ? "met" : "**not met**"
+  }); with two HTTP threads: **${(r.batchedTwoThreads.load.rate / combined).toFixed(2)}**.
+
 Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.toFixed(2)}×** — ${
     ratio >= TARGET ? "met" : "**not met**"
   }. With batching ${(b.load.rate / Math.max(1, r.unbatched.load.rate)).toFixed(1)}× the throughput without.
