@@ -195,10 +195,14 @@ export async function buildRelease(options: BuildOptions = {}): Promise<BuildRes
       const encoder = new TextEncoder();
       for (const entry of entries) {
         const pathBytes = encoder.encode(entry.path);
+        // The launcher's limit (PATH_MAX, with the cache folder in front).
+        if (pathBytes.length > 3000) throw new Error(`Cannot package '${entry.path}': path too long`);
         if (entry.type === "f") {
           using src = Deno.openSync(entry.source!);
           const actual = src.statSync().size;
-          if (actual !== entry.size) throw new Error(`Cannot package '${entry.source}': it changed while read`);
+          if (actual !== entry.size) {
+            throw new Error(`Cannot package '${entry.source}': it changed while read`);
+          }
           await writer.write(header(entry, pathBytes, actual));
           await writer.write(pathBytes);
           for await (const chunk of src.readable) await writer.write(chunk);
@@ -239,7 +243,9 @@ if (import.meta.main) {
   const outputArg = Deno.args.find((a) => a.startsWith("--output="));
   const unknown = Deno.args.filter((a) => !a.startsWith("--output="));
   if (unknown.length > 0) {
-    console.error(`dinfer release: unknown argument '${unknown[0]}' (usage: ./dinfer release [--output=PATH])`);
+    console.error(
+      `dinfer release: unknown argument '${unknown[0]}' (usage: ./dinfer release [--output=PATH])`,
+    );
     Deno.exit(2);
   }
   try {

@@ -100,7 +100,7 @@ static int read_exact(struct reader *r, void *buf, size_t n, const char **why) {
   return 0;
 }
 
-/* Copies n inflated bytes to fd. */
+/* Copies n inflated bytes to fd; -1: the payload is unreadable, -2: fd is not writable. */
 static int copy_to(struct reader *r, int fd, uint64_t n, const char **why) {
   static unsigned char buf[1 << 16];
   while (n > 0) {
@@ -111,7 +111,7 @@ static int copy_to(struct reader *r, int fd, uint64_t n, const char **why) {
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) {
         *why = strerror(errno);
-        return -1;
+        return -2;
       }
       off += (size_t)w;
     }
@@ -225,7 +225,11 @@ static int unpack(int fd, uint64_t offset, uint64_t size, uint64_t count, const 
       int c = copy_to(&r, out, dlen, &reason);
       if (close(out) < 0 && c == 0) {
         reason = strerror(errno);
-        c = -1;
+        c = -2;
+      }
+      if (c == -2) {
+        snprintf(why, whylen, "cannot write '%s': %s", full, reason);
+        goto out_why;
       }
       if (c < 0) goto out;
     } else if (type == 'l') {
@@ -261,7 +265,9 @@ static int unpack(int fd, uint64_t offset, uint64_t size, uint64_t count, const 
   }
   rc = 0;
 out:
-  if (rc < 0 && reason) snprintf(why, whylen, "%s", reason);
+  /* Whatever went wrong here (zlib's complaint, a garbled entry, a stream too short or too long), the
+   * payload differs from what was built. */
+  if (rc < 0) snprintf(why, whylen, "the payload is damaged (%s)", reason ? reason : "unreadable");
 out_why:
   inflateEnd(&r.z);
   return rc;

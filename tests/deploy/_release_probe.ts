@@ -11,7 +11,9 @@
 import { freePorts, loopbackFlags } from "../helpers.ts";
 
 const [release, cwd, home] = Deno.args;
-if (!release || !cwd || !home) throw new Error("Usage: _release_probe.ts <release file> <empty folder> <home>");
+if (!release || !cwd || !home) {
+  throw new Error("Usage: _release_probe.ts <release file> <empty folder> <home>");
+}
 
 const ports = freePorts(3);
 const url = `http://127.0.0.1:${ports[0]}`;

@@ -69,7 +69,15 @@ Deno.test("release file: built, needs only glibc, serves offline from an empty f
       const cwd = join(work, "empty");
       Deno.mkdirSync(cwd);
       Deno.mkdirSync(home);
-      const probe = [Deno.execPath(), "run", "-A", join(ROOT, "tests/deploy/_release_probe.ts"), file, cwd, home];
+      const probe = [
+        Deno.execPath(),
+        "run",
+        "-A",
+        join(ROOT, "tests/deploy/_release_probe.ts"),
+        file,
+        cwd,
+        home,
+      ];
       const isolated = await networkNamespace();
       if (!isolated) console.log("  (no network namespace here: the release ran with the machine's network)");
       const out = isolated
@@ -127,7 +135,11 @@ Deno.test("release file: built, needs only glibc, serves offline from an empty f
       const out = await exec(damaged, ["--help"], { PATH: "/usr/bin:/bin", HOME: home2 });
       assertEquals(out.code, 127);
       assert(
-        out.stderr.startsWith(`dinfer: Cannot unpack '${damaged}' into '${join(home2, ".cache/dinfer")}': `),
+        out.stderr.startsWith(
+          `dinfer: Cannot unpack '${damaged}' into '${
+            join(home2, ".cache/dinfer")
+          }': the payload is damaged (`,
+        ),
         out.stderr,
       );
       assertEquals(list(join(home2, ".cache", "dinfer")), []);
