@@ -340,7 +340,12 @@ int main(int argc, char **argv) {
       remove_tree(tmp);
       die("Cannot write '%s': %s", stamp, strerror(errno));
     }
-    sync();
+    /* The stamp and the files reach the disk before the rename makes them the copy that runs. */
+    int tfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (tfd >= 0) {
+      syncfs(tfd);
+      close(tfd);
+    }
     if (rename(tmp, dir) < 0) {
       int err = errno;
       remove_tree(tmp);

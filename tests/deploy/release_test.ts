@@ -124,6 +124,15 @@ Deno.test("release file: built, needs only glibc, serves offline from an empty f
       assertEquals(Deno.statSync(stamp).mtime?.getTime(), before);
     });
 
+    await t.step("two first starts at once both run and leave one copy", async () => {
+      const home4 = join(work, "home4");
+      const env = { PATH: "/usr/bin:/bin", HOME: home4 };
+      const [a, b] = await Promise.all([exec(file, ["--help"], env), exec(file, ["--help"], env)]);
+      assertEquals([a.code, b.code], [0, 0], a.stderr + b.stderr);
+      assert(a.stdout.includes("--model-repository") && b.stdout.includes("--model-repository"));
+      assertEquals(list(join(home4, ".cache", "dinfer")), [built.id]);
+    });
+
     await t.step("a damaged payload is refused and leaves no folder behind", async () => {
       const bytes = Deno.readFileSync(file);
       const trailer = new DataView(bytes.buffer, bytes.length - 64);
