@@ -209,7 +209,10 @@ static int unpack(int fd, uint64_t offset, uint64_t size, uint64_t count, const 
       snprintf(why, whylen, "entry '%s' is not a relative path inside the release", path);
       goto out_why;
     }
-    join(full, sizeof full, dir, path);
+    if (snprintf(full, sizeof full, "%s/%s", dir, path) >= (int)sizeof full) {
+      snprintf(why, whylen, "entry '%s' makes a path longer than %d bytes", path, PATH_MAX - 1);
+      goto out_why;
+    }
     if (type == 'd') {
       if (dlen != 0 || mkdirs(full, 0755) < 0) {
         snprintf(why, whylen, "cannot create folder '%s': %s", full, dlen ? "bad entry" : strerror(errno));
