@@ -605,6 +605,7 @@ Deno.test("deno task compile embeds the files the server reads at run time", asy
       "examples/models",
       "server/backends/python/",
       "server/backends/onnxruntime_worker.ts",
+      "server/frontends/http/http_worker.ts",
     ]
   ) {
     assert(includes.includes(path), `--include ${path}`);
