@@ -12,7 +12,8 @@ import { type ModelSignature, validateRequest } from "../core/validate.ts";
 import type { Backend, BackendInstance } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
-import { nowNs, VersionStats } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
+import { VersionStats } from "../metrics/stats.ts";
 import {
   type BatchingOptions,
   OPEN_POLICY,

@@ -10,7 +10,8 @@ import { internal, invalidArg, toServerError, unavailable } from "../core/errors
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
-import { nowNs, type VersionStats } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
+import type { VersionStats } from "../metrics/stats.ts";
 import type { Scheduler } from "./scheduler.ts";
 
 /** One step of an ensemble as configured. */
