@@ -16,6 +16,7 @@ import {
 } from "../core/dtypes.ts";
 import { internal, invalidArg, ServerError, unsupported } from "../core/errors.ts";
 import {
+  completeBatching,
   type ModelConfig,
   type ModelInputConfig,
   type ModelOutputConfig,
@@ -192,12 +193,7 @@ async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<
     const hasIo = config.input.length > 0 || config.output.length > 0;
     if (config.max_batch_size === 0 && !hasIo && all.length > 0) {
       const batchable = all.every((m) => m.isTensor && m.shape.length > 0 && dimsOf(m.shape)[0] === -1);
-      if (batchable) {
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
-        if (!config.dynamic_batching && !config.sequence_batching && !config.ensemble_scheduling) {
-          config.dynamic_batching = {};
-        }
-      }
+      if (batchable) completeBatching(config, DEFAULT_MAX_BATCH_SIZE);
     }
     const strip = config.max_batch_size > 0 ? 1 : 0;
     // Control inputs and implicit state of the sequence batcher are filled by the server, not declared.

@@ -86,3 +86,16 @@ export function sequenceTensorNames(config: ModelConfig): Set<string> {
   }
   return names;
 }
+
+/**
+ * Sets the max_batch_size that auto-complete found in a model and, unless the config chose a scheduler,
+ * turns on dynamic batching, as Triton does for models whose first dimension is dynamic.
+ * @param config the config being completed, changed in place
+ * @param maxBatchSize the max_batch_size
+ */
+export function completeBatching(config: ModelConfig, maxBatchSize: number): void {
+  config.max_batch_size = maxBatchSize;
+  if (!config.dynamic_batching && !config.sequence_batching && !config.ensemble_scheduling) {
+    config.dynamic_batching = {};
+  }
+}

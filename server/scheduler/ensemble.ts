@@ -209,20 +209,9 @@ export class EnsembleScheduler implements Scheduler {
     try {
       const response = await this.#run(request);
       const end = nowNs();
-      this.#stats?.recordExecution({
-        batchSize: request.batchSize,
-        start,
-        inputEnd: start,
-        inferEnd: end,
-        outputEnd: end,
-      });
-      this.#stats?.recordSuccess(request.batchSize, received, {
-        batchSize: request.batchSize,
-        start,
-        inputEnd: start,
-        inferEnd: end,
-        outputEnd: end,
-      });
+      const times = { batchSize: request.batchSize, start, inputEnd: start, inferEnd: end, outputEnd: end };
+      this.#stats?.recordExecution(times);
+      this.#stats?.recordSuccess(request.batchSize, received, times);
       return response;
     } catch (err) {
       this.#stats?.recordFailure(received, "BACKEND");
