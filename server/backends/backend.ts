@@ -4,7 +4,8 @@
  */
 
 import type { ModelConfig } from "../core/model_config.ts";
-import type { ParamValue, Tensor } from "../core/types.ts";
+import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
+import type { Logger } from "../logging.ts";
 
 /** One request of a batch, for backends whose requests stay separate (see executeRequests). */
 export interface BackendRequest {
@@ -65,6 +66,23 @@ export interface BackendInstance {
   close(): Promise<void>;
 }
 
+/** What the server lends a backend whose models call back into it (Triton's BLS) or write to its log. */
+export interface ServerAccess {
+  /**
+   * Runs a request on any model of the server.
+   * @param request the request
+   */
+  infer(request: InferRequest): Promise<InferResponse>;
+  /**
+   * Runs a request on any model and streams its responses (decoupled models).
+   * @param request the request
+   * @param sink receives each response
+   */
+  inferStream(request: InferRequest, sink: ResponseSink): Promise<void>;
+  /** The server log, when the server has one. */
+  logger: Logger | undefined;
+}
+
 /** A runtime that can complete configurations and create instances. */
 export interface Backend {
   /** The backend name as configs write it (`onnxruntime`, `tensorrt`, `python`). */
@@ -83,4 +101,10 @@ export interface Backend {
    * @param ctx where the model lives and how the instance is placed
    */
   createInstance(config: ModelConfig, ctx: InstanceContext): Promise<BackendInstance>;
+  /**
+   * Optional: takes what the server lends its backends, before any model loads. A backend object serves one
+   * server (one model registry).
+   * @param server calls into the server's models, and its log
+   */
+  bind?(server: ServerAccess): void;
 }

@@ -15,10 +15,16 @@ import {
   utf8Encode,
 } from "../core/dtypes.ts";
 import { internal, invalidArg, ServerError, unsupported } from "../core/errors.ts";
-import type { ModelConfig, ModelInputConfig, ModelOutputConfig } from "../core/model_config.ts";
+import {
+  completeBatching,
+  type ModelConfig,
+  type ModelInputConfig,
+  type ModelOutputConfig,
+  sequenceTensorNames,
+} from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
-import { sequenceTensorNames } from "../scheduler/sequence.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
+import { initializerTypes } from "./onnx_proto.ts";
 import type { WorkerReply, WorkerRequest } from "./onnxruntime_worker.ts";
 
 const TO_ORT: Partial<Record<Datatype, ort.Tensor.Type>> = {
@@ -187,12 +193,7 @@ async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<
     const hasIo = config.input.length > 0 || config.output.length > 0;
     if (config.max_batch_size === 0 && !hasIo && all.length > 0) {
       const batchable = all.every((m) => m.isTensor && m.shape.length > 0 && dimsOf(m.shape)[0] === -1);
-      if (batchable) {
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
-        if (!config.dynamic_batching && !config.sequence_batching && !config.ensemble_scheduling) {
-          config.dynamic_batching = {};
-        }
-      }
+      if (batchable) completeBatching(config, DEFAULT_MAX_BATCH_SIZE);
     }
     const strip = config.max_batch_size > 0 ? 1 : 0;
     // Control inputs and implicit state of the sequence batcher are filled by the server, not declared.
@@ -235,80 +236,6 @@ function shapeText(dims: readonly number[]): string {
 
 function namesText(list: readonly { name: string }[]): string {
   return list.length > 0 ? list.map((m) => m.name).join(", ") : "none";
-}
-
-/** Reads the protobuf varint at `pos`; returns it and the position after it. */
-function readVarint(buf: Uint8Array, pos: number): [number, number] {
-  let value = 0;
-  let scale = 1;
-  for (;;) {
-    const b = buf[pos++];
-    if (b === undefined) throw new Error("truncated varint");
-    value += (b & 0x7f) * scale;
-    if (b < 0x80) return [value, pos];
-    scale *= 128;
-  }
-}
-
-/** The fields of a protobuf message: number, and the varint value or the bytes of a length-delimited field. */
-function* protoFields(buf: Uint8Array): Generator<{ field: number; value: number; bytes?: Uint8Array }> {
-  let pos = 0;
-  while (pos < buf.length) {
-    let key: number;
-    [key, pos] = readVarint(buf, pos);
-    const field = Math.floor(key / 8);
-    const wire = key % 8;
-    if (wire === 0) {
-      let value: number;
-      [value, pos] = readVarint(buf, pos);
-      yield { field, value };
-    } else if (wire === 2) {
-      let length: number;
-      [length, pos] = readVarint(buf, pos);
-      if (pos + length > buf.length) throw new Error("truncated field");
-      yield { field, value: length, bytes: buf.subarray(pos, pos + length) };
-      pos += length;
-    } else if (wire === 1) {
-      pos += 8;
-    } else if (wire === 5) {
-      pos += 4;
-    } else {
-      throw new Error(`unexpected wire type ${wire}`);
-    }
-  }
-}
-
-/**
- * The initializers of an ONNX model's main graph by name, with their element type number: ModelProto.graph (7),
- * GraphProto.initializer (5) and sparse_initializer (15, its values 1), TensorProto.name (8) and data_type (2).
- * Empty when the file cannot be read or parsed (ONNX Runtime has already opened it by then).
- */
-async function initializerTypes(path: string): Promise<Map<string, number>> {
-  const found = new Map<string, number>();
-  const addTensor = (tensor: Uint8Array) => {
-    let name = "";
-    let type = 0;
-    for (const f of protoFields(tensor)) {
-      if (f.field === 8 && f.bytes) name = utf8Decode(f.bytes);
-      else if (f.field === 2 && !f.bytes) type = f.value;
-    }
-    if (name) found.set(name, type);
-  };
-  try {
-    const model = await Deno.readFile(path);
-    for (const m of protoFields(model)) {
-      if (m.field !== 7 || !m.bytes) continue;
-      for (const g of protoFields(m.bytes)) {
-        if (g.field === 5 && g.bytes) addTensor(g.bytes);
-        if (g.field === 15 && g.bytes) {
-          for (const s of protoFields(g.bytes)) if (s.field === 1 && s.bytes) addTensor(s.bytes);
-        }
-      }
-    }
-  } catch {
-    return new Map();
-  }
-  return found;
 }
 
 /**

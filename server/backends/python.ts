@@ -32,7 +32,7 @@ import {
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import type { Logger } from "../logging.ts";
-import type { Backend, BackendInstance, BackendRequest, InstanceContext } from "./backend.ts";
+import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
 
 /** Runs a request on any model of the server (BLS calls from a model). */
 export type InferFn = (request: InferRequest) => Promise<InferResponse>;
@@ -785,7 +785,7 @@ class PythonInstance implements BackendInstance {
   }
 }
 
-/** The Python backend; each registry binds its own, so that BLS calls reach that registry. */
+/** The Python backend; each registry binds its own (`bind`), so that BLS calls reach that registry. */
 export class PythonBackend implements Backend {
   /** The backend name. */
   readonly name = "python";
@@ -796,21 +796,14 @@ export class PythonBackend implements Backend {
   #logger: Logger | undefined;
 
   /**
-   * Lets models call back into the server (`pb_utils.InferenceRequest.exec`).
-   * @param infer runs a request on any model
-   * @param inferStream runs a request and streams its responses (`exec(decoupled=True)`)
+   * Lets models call back into the server (`pb_utils.InferenceRequest.exec`, `exec(decoupled=True)`) and
+   * sends their `pb_utils.Logger` lines to the server log.
+   * @param server the server's models and log
    */
-  bindInfer(infer: InferFn, inferStream?: InferStreamFn): void {
-    this.#infer = infer;
-    this.#inferStream = inferStream;
-  }
-
-  /**
-   * Sends the models' `pb_utils.Logger` lines to the server log.
-   * @param logger the server log
-   */
-  bindLogger(logger: Logger): void {
-    this.#logger = logger;
+  bind(server: ServerAccess): void {
+    this.#infer = (r) => server.infer(r);
+    this.#inferStream = (r, sink) => server.inferStream(r, sink);
+    this.#logger = server.logger;
   }
 
   /** Runs the model class's `auto_complete_config` in a short-lived stub. */

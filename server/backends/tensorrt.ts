@@ -9,11 +9,12 @@
 import { join } from "node:path";
 import { type Datatype, elementCount, elementSize, toConfigType } from "../core/dtypes.ts";
 import { invalidArg, ServerError, unavailable, unsupported } from "../core/errors.ts";
-import type {
-  InstanceGroupConfig,
-  ModelConfig,
-  ModelInputConfig,
-  ModelOutputConfig,
+import {
+  completeBatching,
+  type InstanceGroupConfig,
+  type ModelConfig,
+  type ModelInputConfig,
+  type ModelOutputConfig,
 } from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
 import {
@@ -180,12 +181,7 @@ async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<
       engine.profileShapes(0, t.name).max[0] ?? 0
     );
     const max = maxima.length > 0 ? Math.min(...maxima) : 0;
-    if (max > 0) {
-      config.max_batch_size = max;
-      if (!config.dynamic_batching && !config.sequence_batching && !config.ensemble_scheduling) {
-        config.dynamic_batching = {};
-      }
-    }
+    if (max > 0) completeBatching(config, max);
   }
   const strip = config.max_batch_size > 0 ? 1 : 0;
   const complete = <T extends ModelInputConfig | ModelOutputConfig>(list: T[], mode: "input" | "output") => {

@@ -68,3 +68,34 @@ export interface ModelConfig {
   ensemble_scheduling?: Record<string, unknown>;
   [k: string]: unknown;
 }
+
+/**
+ * Names the sequence batcher's control and state tensors of a config (`sequence_batching.control_input` and
+ * `state`), which auto-complete and validation leave alone.
+ * @param config the model config
+ */
+export function sequenceTensorNames(config: ModelConfig): Set<string> {
+  const sb = config.sequence_batching as
+    | { control_input?: { name: string }[]; state?: { input_name: string; output_name: string }[] }
+    | undefined;
+  const names = new Set<string>();
+  for (const c of sb?.control_input ?? []) names.add(c.name);
+  for (const s of sb?.state ?? []) {
+    names.add(s.input_name);
+    names.add(s.output_name);
+  }
+  return names;
+}
+
+/**
+ * Sets the max_batch_size that auto-complete found in a model and, unless the config chose a scheduler,
+ * turns on dynamic batching, as Triton does for models whose first dimension is dynamic.
+ * @param config the config being completed, changed in place
+ * @param maxBatchSize the max_batch_size
+ */
+export function completeBatching(config: ModelConfig, maxBatchSize: number): void {
+  config.max_batch_size = maxBatchSize;
+  if (!config.dynamic_batching && !config.sequence_batching && !config.ensemble_scheduling) {
+    config.dynamic_batching = {};
+  }
+}

@@ -5,7 +5,6 @@
 
 import type { Datatype, TensorData } from "./dtypes.ts";
 import type { ServerError } from "./errors.ts";
-import type { Trace } from "../trace/trace.ts";
 
 /** A request or response parameter value (KServe v2 parameters; gRPC InferParameter). */
 export type ParamValue = boolean | number | bigint | string;
@@ -47,12 +46,45 @@ export interface InferRequest {
   /** The request parameters (priority, timeout, sequence_id, ...). */
   parameters: Record<string, ParamValue>;
   /** The trace of a sampled request (set by the registry; the frontend ends it). */
-  trace?: Trace;
+  trace?: RequestTrace;
   /**
    * Where the responses of a request to a decoupled model go (see Registry.inferStream): each response or
    * error as the model sends it, `undefined` for a final flag without a response.
    */
   stream?: ResponseSink;
+}
+
+/**
+ * The trace of one sampled request, as the request path records into it (server/trace/trace.ts keeps and
+ * writes it).
+ */
+export interface RequestTrace {
+  /** The trace id. */
+  readonly id: number;
+  /** The model name. */
+  readonly model: string;
+  /** The model version. */
+  readonly version: string;
+  /** The request id, "" when none. */
+  readonly requestId: string;
+  /** The timestamps recorded so far, in the order they were recorded. */
+  readonly timestamps: readonly { name: string; ns: number }[];
+  /** When the trace ended (nowNs() at end()), 0 before. */
+  readonly endNs: number;
+  /**
+   * Records a timestamp.
+   * @param name Triton's timestamp name (REQUEST_START, QUEUE_START, COMPUTE_START, ...)
+   * @param ns when, from nowNs(); now when left out
+   */
+  mark(name: string, ns?: number): void;
+  /**
+   * Records tensors (at trace level TENSORS; nothing otherwise).
+   * @param kind "TENSOR_QUEUE_INPUT" or "TENSOR_BACKEND_OUTPUT"
+   * @param tensors the tensors
+   */
+  recordTensors(kind: string, tensors: Iterable<Tensor>): void;
+  /** Ends the trace (once). */
+  end(): void;
 }
 
 /** Receives the responses of one request to a decoupled model; `final` is set on the last call. */

@@ -5,6 +5,8 @@
  * @module
  */
 
+import { nowNs } from "../core/clock.ts";
+
 /** A count and a cumulative duration. */
 export interface Duration {
   count: number;
@@ -34,11 +36,6 @@ export interface ExecutionTimes {
   inferEnd: number;
   /** When the responses were built. */
   outputEnd: number;
-}
-
-/** Nanoseconds since an arbitrary origin (monotonic). */
-export function nowNs(): number {
-  return Math.round(performance.now() * 1e6);
 }
 
 function zero(): Duration {

@@ -12,7 +12,8 @@ import { type ModelSignature, validateRequest } from "../core/validate.ts";
 import type { Backend, BackendInstance } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
-import { nowNs, VersionStats } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
+import { VersionStats } from "../metrics/stats.ts";
 import {
   type BatchingOptions,
   OPEN_POLICY,
@@ -136,13 +137,10 @@ export class ModelVersion {
           batchingOptions(this.config),
           this.stats,
         );
-      this.stats.loadSeconds = (performance.now() - started) / 1000;
-      this.state = "READY";
-      this.reason = "";
+      this.#loaded(started);
     } catch (err) {
       await this.#closeInstances();
-      this.state = "UNAVAILABLE";
-      this.reason = err instanceof Error ? err.message : String(err);
+      this.#failed(err);
     }
   }
 
@@ -170,13 +168,29 @@ export class ModelVersion {
         this.#signature.outputs,
         this.stats,
       );
-      this.stats.loadSeconds = (performance.now() - started) / 1000;
-      this.state = "READY";
-      this.reason = "";
+      this.#loaded(started);
     } catch (err) {
-      this.state = "UNAVAILABLE";
-      this.reason = err instanceof Error ? err.message : String(err);
+      this.#failed(err);
     }
+  }
+
+  /**
+   * Marks the version READY.
+   * @param started performance.now() when its load began
+   */
+  #loaded(started: number): void {
+    this.stats.loadSeconds = (performance.now() - started) / 1000;
+    this.state = "READY";
+    this.reason = "";
+  }
+
+  /**
+   * Marks the version UNAVAILABLE with the reason its load failed.
+   * @param err why it failed
+   */
+  #failed(err: unknown): void {
+    this.state = "UNAVAILABLE";
+    this.reason = err instanceof Error ? err.message : String(err);
   }
 
   /**

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { invalidArg, notFound, ServerError, unavailable, unsupported } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ResponseSink } from "../core/types.ts";
-import type { Backend, InstanceContext } from "../backends/backend.ts";
+import type { Backend, InstanceContext, ServerAccess } from "../backends/backend.ts";
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
 import { tensorRtBackend } from "../backends/tensorrt.ts";
 import { PythonBackend } from "../backends/python.ts";
@@ -157,13 +157,13 @@ export class ModelRegistry {
   constructor(options: RegistryOptions) {
     this.#options = options;
     this.#backends = options.backends ?? defaultBackends();
-    // Python models call back into this registry (BLS).
-    for (const b of this.#backends.values()) {
-      if (b instanceof PythonBackend) {
-        b.bindInfer((r) => this.infer(r), (r, sink) => this.inferStream(r, sink));
-        if (options.logger) b.bindLogger(options.logger);
-      }
-    }
+    // Models may call back into this registry (the Python backend's BLS) and write to the server log.
+    const server: ServerAccess = {
+      infer: (r) => this.infer(r),
+      inferStream: (r, sink) => this.inferStream(r, sink),
+      logger: options.logger,
+    };
+    for (const b of this.#backends.values()) b.bind?.(server);
   }
 
   /**

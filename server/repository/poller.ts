@@ -6,8 +6,15 @@
  */
 
 import { join } from "node:path";
-import type { ModelRegistry } from "../models/registry.ts";
 import { scanRepositories } from "./repository.ts";
+
+/** What the poller asks of the models (the model registry provides it). */
+export interface PolledModels {
+  /** Loads a new or changed model; its old versions serve until the new ones are ready. */
+  reloadModel(name: string): Promise<void>;
+  /** Unloads a model that left the repositories. */
+  retireModel(name: string): Promise<void>;
+}
 
 /**
  * A fingerprint of a model folder: every file's path, size and modification time.
@@ -43,14 +50,14 @@ export interface Poller {
 }
 
 /**
- * Starts polling the registry's repositories.
- * @param registry the models
+ * Starts polling the repositories.
+ * @param registry loads and unloads the models that change
  * @param repositories the repository paths
  * @param intervalSecs seconds between polls; 0 polls only when pollOnce is called
  * @param log where to report changes
  */
 export async function startPoller(
-  registry: ModelRegistry,
+  registry: PolledModels,
   repositories: string[],
   intervalSecs: number,
   log: (message: string) => void,

@@ -9,7 +9,8 @@ import { internal, type ServerError, toServerError } from "../core/errors.ts";
 import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
-import { type ExecutionTimes, nowNs } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
+import type { ExecutionTimes } from "../metrics/stats.ts";
 
 /** What a batch needs to know of its model. */
 export interface BatchModel {

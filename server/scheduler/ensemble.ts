@@ -10,7 +10,8 @@ import { internal, invalidArg, toServerError, unavailable } from "../core/errors
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
-import { nowNs, type VersionStats } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
+import type { VersionStats } from "../metrics/stats.ts";
 import type { Scheduler } from "./scheduler.ts";
 
 /** One step of an ensemble as configured. */
@@ -208,20 +209,9 @@ export class EnsembleScheduler implements Scheduler {
     try {
       const response = await this.#run(request);
       const end = nowNs();
-      this.#stats?.recordExecution({
-        batchSize: request.batchSize,
-        start,
-        inputEnd: start,
-        inferEnd: end,
-        outputEnd: end,
-      });
-      this.#stats?.recordSuccess(request.batchSize, received, {
-        batchSize: request.batchSize,
-        start,
-        inputEnd: start,
-        inferEnd: end,
-        outputEnd: end,
-      });
+      const times = { batchSize: request.batchSize, start, inputEnd: start, inferEnd: end, outputEnd: end };
+      this.#stats?.recordExecution(times);
+      this.#stats?.recordSuccess(request.batchSize, received, times);
       return response;
     } catch (err) {
       this.#stats?.recordFailure(received, "BACKEND");

@@ -11,7 +11,8 @@ import { arrivingTogether } from "../core/load.ts";
 import type { InferResponse, ParamValue } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
-import { nowNs, type VersionStats } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
+import type { VersionStats } from "../metrics/stats.ts";
 import { batchCompatible, type BatchModel, executeBatch } from "./batch.ts";
 
 /** Queues requests of one model version and runs them on its instances. */

@@ -26,7 +26,8 @@ import type { ModelConfig } from "../core/model_config.ts";
 import type { InferResponse, ParamValue, Tensor } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
-import { nowNs, type VersionStats } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
+import type { VersionStats } from "../metrics/stats.ts";
 import { batchCompatible, type BatchModel, executeBatch } from "./batch.ts";
 import type { Scheduler } from "./scheduler.ts";
 
@@ -109,18 +110,6 @@ interface Sequence {
   lastActive: number;
   /** The instance the sequence is bound to (direct), or -1; undefined while in the backlog. */
   slot: number | undefined;
-}
-
-/** Names the control and state tensors of a config, which auto-complete and validation leave alone. */
-export function sequenceTensorNames(config: ModelConfig): Set<string> {
-  const sb = config.sequence_batching as SequenceBatchingConfig | undefined;
-  const names = new Set<string>();
-  for (const c of sb?.control_input ?? []) names.add(c.name);
-  for (const s of sb?.state ?? []) {
-    names.add(s.input_name);
-    names.add(s.output_name);
-  }
-  return names;
 }
 
 function seqKey(id: SequenceId): string {

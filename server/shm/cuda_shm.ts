@@ -10,8 +10,7 @@
 
 import { invalidArg, ServerError, unavailable } from "../core/errors.ts";
 import { type IpcMapping, openTrtShim, type Stream, type TrtShim, TrtShimError } from "../../ffi/trtshim.ts";
-import type { ShmLocation } from "./system_shm.ts";
-import { RegionTable } from "./regions.ts";
+import { RegionTable, type ShmLocation } from "./regions.ts";
 
 /** The size of a CUDA IPC memory handle (`cudaIpcMemHandle_t`). */
 export const CUDA_IPC_HANDLE_SIZE = 64;

@@ -1,13 +1,49 @@
 /**
- * What system and CUDA shared memory have in common: the table of registered regions (lookup, bounds, the
- * count of running requests that use each, unregistering) and the outputs a response writes to regions.
+ * What system and CUDA shared memory have in common: the location a tensor's `shared_memory_*` parameters
+ * name, the table of registered regions (lookup, bounds, the count of running requests that use each,
+ * unregistering) and the outputs a response writes to regions.
  * @module
  */
 
 import { serializeBytes } from "../core/dtypes.ts";
 import { invalidArg, notFound, unavailable } from "../core/errors.ts";
 import type { InferResponse, ParamValue, RequestedOutput } from "../core/types.ts";
-import { type ShmLocation, shmLocation } from "./system_shm.ts";
+
+function intParam(v: ParamValue | undefined, name: string, what: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = typeof v === "bigint" ? Number(v) : v;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
+    throw invalidArg(`Cannot read ${what}: '${name}' must be a non-negative integer`);
+  }
+  return n;
+}
+
+/** The parameters naming a shared-memory location. */
+export interface ShmLocation {
+  region: string;
+  offset: number;
+  byteSize: number;
+}
+
+/**
+ * The shared-memory location a tensor's parameters name, if any.
+ * @param params the tensor's parameters
+ * @param what names the tensor in error messages
+ */
+export function shmLocation(params: Record<string, ParamValue>, what: string): ShmLocation | undefined {
+  const region = params.shared_memory_region;
+  if (region === undefined) return undefined;
+  if (typeof region !== "string" || region === "") {
+    throw invalidArg(`Cannot read ${what}: 'shared_memory_region' must be a region name`);
+  }
+  const byteSize = intParam(params.shared_memory_byte_size, "shared_memory_byte_size", what);
+  if (byteSize === undefined) throw invalidArg(`Cannot read ${what}: 'shared_memory_byte_size' is missing`);
+  return {
+    region,
+    offset: intParam(params.shared_memory_offset, "shared_memory_offset", what) ?? 0,
+    byteSize,
+  };
+}
 
 /** What every registered region has. */
 export interface TableRegion {

@@ -23,7 +23,9 @@ import type {
   ResponseSink,
 } from "../core/types.ts";
 import type { CudaSharedMemory } from "./cuda_shm.ts";
-import { RegionTable, shmOutputs, writtenParameters } from "./regions.ts";
+import { RegionTable, type ShmLocation, shmLocation, shmOutputs, writtenParameters } from "./regions.ts";
+
+export { type ShmLocation, shmLocation } from "./regions.ts";
 
 /** A registered region as the status endpoints report it. */
 export interface RegionStatus {
@@ -40,42 +42,6 @@ interface Region extends RegionStatus {
 
 /** Where shared-memory objects live on Linux. */
 const SHM_DIR = "/dev/shm";
-
-function intParam(v: ParamValue | undefined, name: string, what: string): number | undefined {
-  if (v === undefined) return undefined;
-  const n = typeof v === "bigint" ? Number(v) : v;
-  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
-    throw invalidArg(`Cannot read ${what}: '${name}' must be a non-negative integer`);
-  }
-  return n;
-}
-
-/** The parameters naming a shared-memory location. */
-export interface ShmLocation {
-  region: string;
-  offset: number;
-  byteSize: number;
-}
-
-/**
- * The shared-memory location a tensor's parameters name, if any.
- * @param params the tensor's parameters
- * @param what names the tensor in error messages
- */
-export function shmLocation(params: Record<string, ParamValue>, what: string): ShmLocation | undefined {
-  const region = params.shared_memory_region;
-  if (region === undefined) return undefined;
-  if (typeof region !== "string" || region === "") {
-    throw invalidArg(`Cannot read ${what}: 'shared_memory_region' must be a region name`);
-  }
-  const byteSize = intParam(params.shared_memory_byte_size, "shared_memory_byte_size", what);
-  if (byteSize === undefined) throw invalidArg(`Cannot read ${what}: 'shared_memory_byte_size' is missing`);
-  return {
-    region,
-    offset: intParam(params.shared_memory_offset, "shared_memory_offset", what) ?? 0,
-    byteSize,
-  };
-}
 
 /** The registry of system shared-memory regions. */
 export class SystemSharedMemory {

@@ -30,7 +30,29 @@ import {
   resourceFromAttributes,
 } from "@opentelemetry/resources";
 import { AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor } from "@opentelemetry/sdk-trace-base";
-import type { OpenTelemetrySettings, Trace, TraceSink } from "./trace.ts";
+import type { RequestTrace } from "../core/types.ts";
+
+/** The `--trace-config=opentelemetry,<key>=<value>` settings (Triton's names and defaults). */
+export interface OpenTelemetrySettings {
+  /** The OTLP/HTTP traces endpoint (`url`). */
+  url: string;
+  /** Resource attributes (`resource=<key>=<value>`, repeatable) over the defaults (`service.name` `dinfer`). */
+  resource: Record<string, string>;
+  /** Batch span processor queue size (`bsp_max_queue_size`; else OTEL_BSP_MAX_QUEUE_SIZE, 2048). */
+  bspMaxQueueSize: number;
+  /** Milliseconds between two exports (`bsp_schedule_delay`; else OTEL_BSP_SCHEDULE_DELAY, 5000). */
+  bspScheduleDelay: number;
+  /** Most spans per export (`bsp_max_export_batch_size`; else OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512). */
+  bspMaxExportBatchSize: number;
+}
+
+/** Receives the finished traces in opentelemetry mode. */
+export interface TraceSink {
+  /** Turns a finished trace into spans and queues them for export. */
+  export(trace: RequestTrace): void;
+  /** Exports what is queued and stops. */
+  shutdown(): Promise<void>;
+}
 
 /** The instrumentation scope of the spans. */
 const TRACER_NAME = "dinfer";
@@ -87,7 +109,7 @@ export class OpenTelemetrySink implements TraceSink {
    * Turns a finished trace into its spans and queues them for export.
    * @param trace the trace
    */
-  export(trace: Trace): void {
+  export(trace: RequestTrace): void {
     try {
       this.#spans(trace);
     } catch {
@@ -95,7 +117,7 @@ export class OpenTelemetrySink implements TraceSink {
     }
   }
 
-  #spans(t: Trace): void {
+  #spans(t: RequestTrace): void {
     const events = [...t.timestamps].sort((a, b) => a.ns - b.ns);
     if (events.length === 0) return;
     const at = (name: string) => events.find((e) => e.name === name)?.ns;

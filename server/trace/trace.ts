@@ -17,33 +17,12 @@ import {
   utf8Decode,
 } from "../core/dtypes.ts";
 import { invalidArg } from "../core/errors.ts";
-import type { Tensor } from "../core/types.ts";
-import { nowNs } from "../metrics/stats.ts";
+import type { RequestTrace, Tensor } from "../core/types.ts";
+import { nowNs } from "../core/clock.ts";
+import type { OpenTelemetrySettings, TraceSink } from "./opentelemetry.ts";
 
 /** Where traces go: a Triton JSON file or OpenTelemetry spans. */
 export type TraceMode = "triton" | "opentelemetry";
-
-/** The `--trace-config=opentelemetry,<key>=<value>` settings (Triton's names and defaults). */
-export interface OpenTelemetrySettings {
-  /** The OTLP/HTTP traces endpoint (`url`). */
-  url: string;
-  /** Resource attributes (`resource=<key>=<value>`, repeatable) over the defaults (`service.name` `dinfer`). */
-  resource: Record<string, string>;
-  /** Batch span processor queue size (`bsp_max_queue_size`; else OTEL_BSP_MAX_QUEUE_SIZE, 2048). */
-  bspMaxQueueSize: number;
-  /** Milliseconds between two exports (`bsp_schedule_delay`; else OTEL_BSP_SCHEDULE_DELAY, 5000). */
-  bspScheduleDelay: number;
-  /** Most spans per export (`bsp_max_export_batch_size`; else OTEL_BSP_MAX_EXPORT_BATCH_SIZE, 512). */
-  bspMaxExportBatchSize: number;
-}
-
-/** Receives the finished traces in opentelemetry mode. */
-export interface TraceSink {
-  /** Turns a finished trace into spans and queues them for export. */
-  export(trace: Trace): void;
-  /** Exports what is queued and stops. */
-  shutdown(): Promise<void>;
-}
 
 /** One tensor recorded at level TENSORS, as Triton writes it: values and dims as comma-separated text. */
 export interface TraceTensor {
@@ -108,7 +87,7 @@ interface Settings {
 type Partial_ = { [K in keyof Settings]?: Settings[K] };
 
 /** One traced request. */
-export class Trace {
+export class Trace implements RequestTrace {
   readonly id: number;
   readonly model: string;
   readonly version: string;

@@ -13,7 +13,7 @@ import type * as protobuf from "protobufjs";
 import { grpcStatus, invalidArg, type ServerError, toServerError, unsupported } from "../../core/errors.ts";
 import { lookupType } from "../../core/protos.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
-import { nowNs } from "../../metrics/stats.ts";
+import { nowNs } from "../../core/clock.ts";
 import { requestArrived } from "../../core/load.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
 import type { InferRequest, InferResponse, ParamValue } from "../../core/types.ts";

@@ -6,7 +6,7 @@
 
 import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
-import { nowNs } from "../../metrics/stats.ts";
+import { nowNs } from "../../core/clock.ts";
 import { requestArrived } from "../../core/load.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { ModelRegistry } from "../../models/registry.ts";

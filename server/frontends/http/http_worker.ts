@@ -11,7 +11,7 @@
 /// <reference lib="deno.worker" />
 
 import { httpStatus } from "../../core/errors.ts";
-import { nowNs } from "../../metrics/stats.ts";
+import { nowNs } from "../../core/clock.ts";
 import type { ShmLocation } from "../../shm/system_shm.ts";
 import {
   type DecodedRequest,

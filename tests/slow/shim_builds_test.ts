@@ -1,18 +1,16 @@
 /**
- * libtrtshim's builds: the C++ unit tests of the mock (ctest) and, where the CUDA toolkit is installed, the
+ * libtrtshim's GPU builds, compiled from source (`./dinfer test all`): where the CUDA toolkit is installed, the
  * CUDA build compiling and linking, and a plan model refused by it with the reason (no TensorRT here); and
  * the TensorRT build (shim/tests/build_tensorrt.sh) compiling against TensorRT 10.14's headers from PyPI and
- * linking against a stub libnvinfer, skipped with the reason where the headers cannot be downloaded.
+ * linking against a stub libnvinfer, skipped with the reason where the headers cannot be downloaded. The MOCK
+ * build's own C++ tests are in tests/integration/shim_ctest_test.ts.
  * @module
  */
 
 import assert from "node:assert/strict";
 import { ROOT, startTestServer } from "../helpers.ts";
-import { mockShim } from "../_trtshim.ts";
 import { openTrtShim } from "../../ffi/trtshim.ts";
-import { call } from "./_http.ts";
-
-const shim = await mockShim();
+import { call } from "../integration/_http.ts";
 
 async function run(cmd: string, args: string[]): Promise<{ ok: boolean; output: string }> {
   const out = await new Deno.Command(cmd, { args, cwd: ROOT, stdout: "piped", stderr: "piped" }).output();
@@ -77,17 +75,6 @@ async function planModelRow(path: string): Promise<{ state: string; reason: stri
     await Deno.remove(repo, { recursive: true });
   }
 }
-
-Deno.test(
-  { name: "the C++ unit tests of the mock shim pass (ctest)", ignore: shim === undefined },
-  async () => {
-    const build = await run("cmake", ["--build", "build/shim", "--target", "mock_test"]);
-    assert.ok(build.ok, build.output);
-    const r = await run("ctest", ["--test-dir", "build/shim", "--output-on-failure", "-R", "mock_test"]);
-    assert.ok(r.ok, r.output);
-    assert.match(r.output, /100% tests passed/);
-  },
-);
 
 Deno.test({
   name: "the CUDA build compiles and links, and refuses plan models for want of TensorRT",
