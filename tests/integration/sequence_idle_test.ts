@@ -135,7 +135,7 @@ Deno.test("sequence batcher: idle release, oldest batching, direct backlog", asy
         await sleep(60);
         assert.equal(sum(await step(base, m, 78, 1)), 2 + i);
       }
-      await sleep(150);
+      await sleep(100);
       assert.equal(sum(await step(base, m, 78, 1)), 8);
       await sleep(600);
       const released = (id: string) =>
