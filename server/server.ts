@@ -26,13 +26,18 @@ export const VERSION = "0.1.0";
 /** The protocol extensions this build implements. */
 export const EXTENSIONS = [
   "classification",
+  "sequence",
+  "model_repository",
+  "model_repository(unload_dependents)",
+  "schedule_policy",
+  "model_configuration",
+  "system_shared_memory",
+  "cuda_shared_memory",
   "binary_tensor_data",
   "parameters",
   "statistics",
-  "model_repository",
-  "logging",
-  "system_shared_memory",
   "trace",
+  "logging",
 ];
 
 /** The bundled example repository, served when no repository is given. */

@@ -122,6 +122,35 @@ function reasonsOf(entry: ModelEntry): string[] {
   return [...new Set([entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r))];
 }
 
+/** The largest model version a request may name (a signed 64-bit integer, as Triton reads versions). */
+const MAX_VERSION = 2n ** 63n - 1n;
+
+/**
+ * Reads the version a request names as Triton does: "" is the policy's choice (-1); otherwise leading
+ * whitespace, an optional sign and the leading digits count (`"1a"` is 1), and a version that is not such a
+ * number, does not fit in 64 bits, or is negative is refused.
+ * @param name the model name (for the message)
+ * @param version the version string
+ * @returns the version number, -1 for ""
+ * @throws ServerError INVALID_ARG with Triton's wording, which clients match on
+ */
+export function parseVersion(name: string, version: string): number {
+  if (version === "") return -1;
+  const m = /^\s*([+-]?[0-9]+)/.exec(version);
+  if (!m || BigInt(m[1]!) > MAX_VERSION || BigInt(m[1]!) < -MAX_VERSION - 1n) {
+    throw invalidArg(
+      `Cannot resolve a version of '${name}': failed to get model version from specified version string '${version}', version should be an integral value > 0`,
+    );
+  }
+  const n = BigInt(m[1]!);
+  if (n < 0n) {
+    throw invalidArg(
+      `Cannot resolve a version of '${name}': invalid model version specified '${version}', version should be an integral value > 0`,
+    );
+  }
+  return Number(n);
+}
+
 /** A row of the repository index. */
 export interface IndexEntry {
   name: string;
@@ -214,9 +243,17 @@ export class ModelRegistry {
    *   the repository
    * @throws ServerError when the model cannot be found or no version loads
    */
-  loadModel(name: string, options: LoadOptions = {}): Promise<void> {
+  async loadModel(name: string, options: LoadOptions = {}): Promise<void> {
     this.#assertExplicit("load", name);
-    return this.reloadModel(name, options);
+    try {
+      await this.reloadModel(name, options);
+    } catch (err) {
+      // Triton's clients (the model control examples) look for "failed to load" in the message.
+      if (!(err instanceof ServerError) || err.message.includes("failed to load")) throw err;
+      const prefix = `Cannot load '${name}': `;
+      const reason = err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.message;
+      throw new ServerError(err.code, `${prefix}failed to load '${name}': ${reason}`);
+    }
   }
 
   /**
@@ -263,20 +300,24 @@ export class ModelRegistry {
       if (!this.#models.get(name) || entry === this.#models.get(name)) {
         const reason = reasonsOf(entry);
         if (!serving) {
-          throw invalidArg(`Failed to load '${name}': ${reason.join("; ")}`);
+          throw invalidArg(`Cannot load '${name}': failed to load '${name}': ${reason.join("; ")}`);
         }
         return;
       }
       const reason = reasonsOf(entry);
-      throw invalidArg(`Failed to load '${name}', the previous versions keep serving: ${reason.join("; ")}`);
+      throw invalidArg(
+        `Cannot load '${name}': failed to load '${name}', the previous versions keep serving: ${
+          reason.join("; ")
+        }`,
+      );
     });
   }
 
   /**
    * Unloads a model: its versions stop taking requests, finish the queued and executing ones, and free their
-   * runtime resources. The model stays in the index as UNAVAILABLE.
+   * runtime resources. A model of the repositories stays in the index as UNAVAILABLE; one loaded from uploaded
+   * files leaves it. Unloading a model that is not known succeeds, as in Triton.
    * @param name the model name
-   * @throws ServerError NOT_FOUND when no model of that name is known or in the repositories
    */
   async unloadModel(name: string, options: { unloadDependents?: boolean } = {}): Promise<void> {
     this.#assertExplicit("unload", name);
@@ -325,14 +366,12 @@ export class ModelRegistry {
   retireModel(name: string): Promise<void> {
     return this.#serialized(name, async () => {
       const entry = this.#models.get(name);
-      if (!entry) {
-        const { models } = await scanRepositories(this.#options.repositories);
-        if (models.has(name)) return;
-        throw notFound(`Cannot unload '${name}': no model of that name`);
-      }
+      if (!entry) return;
       await Promise.all(
         [...entry.versions.values()].filter((v) => v.state === "READY").map((v) => v.unload()),
       );
+      // An uploaded model has no folder in the repositories to list it by once its files are gone.
+      if (this.#uploads.has(entry.location.repository)) this.#models.delete(name);
       await this.#discard(entry.location);
     });
   }
@@ -498,10 +537,10 @@ export class ModelRegistry {
    *   UNAVAILABLE for an explicit version that is not READY
    */
   resolve(name: string, version: string): ModelVersion {
+    const n = parseVersion(name, version);
     const entry = this.#models.get(name);
     if (!entry) throw notFound(`Request for unknown model: '${name}' is not found`);
-    if (version !== "") {
-      const n = /^[0-9]+$/.test(version) ? Number(version) : NaN;
+    if (n >= 0) {
       const mv = entry.versions.get(n);
       if (!mv) throw notFound(`Request for unknown model: '${name}' version ${version} is not found`);
       if (mv.state !== "READY") {
@@ -530,6 +569,7 @@ export class ModelRegistry {
    * @param version the version string ("" for any)
    */
   isReady(name: string, version: string): boolean {
+    parseVersion(name, version); // a malformed version is an error, not "not ready"
     try {
       this.resolve(name, version);
       return true;
@@ -558,14 +598,23 @@ export class ModelRegistry {
    * The statistics extension: every READY version of one model, or of every model when `name` is "".
    * @param name the model name, "" for all
    * @param version the version, "" for every READY version
-   * @throws ServerError NOT_FOUND for unknown models and versions
+   * @throws ServerError INVALID_ARG for unknown models and versions, as Triton answers
    */
   statistics(name: string, version: string): ModelStatistics[] {
     if (name !== "") {
+      const n = parseVersion(name, version);
       const entry = this.#models.get(name);
-      if (!entry) throw notFound(`Request for unknown model: '${name}' is not found`);
-      if (version !== "") {
-        const mv = this.resolve(name, version);
+      const ready = entry && [...entry.versions.values()].some((v) => v.state === "READY");
+      if (!ready) {
+        throw invalidArg(`Cannot get the statistics of '${name}': requested model '${name}' is not available`);
+      }
+      if (n >= 0) {
+        const mv = entry.versions.get(n);
+        if (!mv || mv.state !== "READY") {
+          throw invalidArg(
+            `Cannot get the statistics of '${name}' version ${version}: requested model version is not available for model '${name}'`,
+          );
+        }
         return [modelStatistics(name, String(mv.version), mv.stats)];
       }
     }

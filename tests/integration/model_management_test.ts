@@ -241,11 +241,12 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const l = await load(u, "nope");
     assert.equal(l.status, 400);
     assert.deepEqual(l.json, {
-      error: "Cannot load 'nope': no model folder of that name in the model repositories",
+      error: "Cannot load 'nope': failed to load 'nope': no model folder of that name in the model repositories",
     });
+    // As Triton: unloading a model that is not known succeeds.
     const un = await unload(u, "nope");
-    assert.equal(un.status, 404);
-    assert.deepEqual(un.json, { error: "Cannot unload 'nope': no model of that name" });
+    assert.equal(un.status, 200);
+    assert.equal(un.bytes.byteLength, 0);
   });
 
   await t.step("a config override chooses the versions that serve; metadata follows", async () => {
@@ -301,19 +302,20 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const bad = await load(u, "versioned", { config: JSON.stringify({ platform: "nope" }) });
     assert.equal(bad.status, 400);
     assert.deepEqual(bad.json, {
-      error: "Failed to load 'versioned', the previous versions keep serving: Cannot load 'versioned': " +
+      error: "Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: " +
+        "Cannot load 'versioned': " +
         "unknown platform 'nope'",
     });
     const notJson = await load(u, "versioned", { config: "{not json" });
     assert.equal(notJson.status, 400);
     assert.match(
       String(notJson.json?.error),
-      /^Cannot load 'versioned': the 'config' parameter is not valid JSON: /,
+      /^Cannot load 'versioned': failed to load 'versioned': the 'config' parameter is not valid JSON: /,
     );
     const array = await load(u, "versioned", { config: "[1]" });
     assert.equal(array.status, 400);
     assert.deepEqual(array.json, {
-      error: "Cannot load 'versioned': the 'config' parameter must be a JSON object",
+      error: "Cannot load 'versioned': failed to load 'versioned': the 'config' parameter must be a JSON object",
     });
     assert.deepEqual(await multiply(u, "versioned"), { status: 200, version: "1", y: times(1) });
     assert.deepEqual(await versions(), ["1"]);
@@ -367,7 +369,7 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     assert.equal(broken.status, 400);
     assert.match(
       String(broken.json?.error),
-      /^Failed to load 'uploaded', the previous versions keep serving: /,
+      /^Cannot load 'uploaded': failed to load 'uploaded', the previous versions keep serving: /,
     );
     assert.equal(s.server.registry.entry("uploaded")!.location.repository, second);
     assert.equal((await Deno.stat(`${second}/uploaded/1/model.onnx`)).size, onnx.byteLength);
@@ -377,13 +379,13 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const noConfig = await load(u, "uploaded", { "file:1/model.onnx": b64(onnx) });
     assert.equal(noConfig.status, 400);
     assert.deepEqual(noConfig.json, {
-      error: "Cannot load 'uploaded': loading from files needs the 'config' parameter too",
+      error: "Cannot load 'uploaded': failed to load 'uploaded': loading from files needs the 'config' parameter too",
     });
     for (const path of ["../evil/1/model.onnx", "1/../../model.onnx", "/etc/model.onnx"]) {
       const evil = await load(u, "evil", { config, [`file:${path}`]: b64(onnx) });
       assert.equal(evil.status, 400, path);
       assert.deepEqual(evil.json, {
-        error: `Cannot load 'evil': file path '${path}' must be relative, without '..'`,
+        error: `Cannot load 'evil': failed to load 'evil': file path '${path}' must be relative, without '..'`,
       });
     }
     assert.equal((await get(u, "/v2/models/evil/ready")).status, 400);
@@ -393,7 +395,7 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
       const evil = await load(u, encodeURIComponent(name), { config, "file:1/model.onnx": b64(onnx) });
       assert.equal(evil.status, 400, name);
       assert.deepEqual(evil.json, {
-        error: `Cannot load '${name}': a model name must be a folder name, without '/' or '..'`,
+        error: `Cannot load '${name}': failed to load '${name}': a model name must be a folder name, without '/' or '..'`,
       });
     }
     await assert.rejects(Deno.stat(`${tmpdir()}/dinfer_mm_evil`), Deno.errors.NotFound);
@@ -635,7 +637,7 @@ Deno.test("model_warmup: zero, random and file data; a failing sample fails the 
     assert.equal(l.status, 400);
     const prefix = "Cannot warm up 'versioned' with sample 'wrong_shape': ";
     assert.ok(
-      String(l.json?.error).startsWith(`Failed to load 'versioned': ${prefix}`),
+      String(l.json?.error).startsWith(`Cannot load 'versioned': failed to load 'versioned': ${prefix}`),
       String(l.json?.error),
     );
     const rows = (await index(u) as Row[]).filter((x) => x.name === "versioned");
@@ -672,7 +674,7 @@ Deno.test("model_warmup: zero, random and file data; a failing sample fails the 
     assert.equal(short.status, 400);
     const why = "Cannot warm up 'versioned' with sample 'short': 'warmup/short.bin' has 8 bytes, expected 16";
     assert.deepEqual(short.json, {
-      error: `Failed to load 'versioned', the previous versions keep serving: ${why}`,
+      error: `Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: ${why}`,
     });
     const missing = await load(u, "versioned", {
       config: versionedJson({ specific: { versions: [2] } }, {
@@ -682,7 +684,7 @@ Deno.test("model_warmup: zero, random and file data; a failing sample fails the 
     assert.equal(missing.status, 400);
     assert.match(
       String(missing.json?.error),
-      /^Failed to load 'versioned', the previous versions keep serving: Cannot warm up 'versioned' with sample 'missing': cannot read 'warmup\/missing\.bin': /,
+      /^Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: Cannot warm up 'versioned' with sample 'missing': cannot read 'warmup\/missing\.bin': /,
     );
     assert.deepEqual((await get(u, "/v2/models/versioned")).json?.versions, ["1", "2", "3"]);
     assert.deepEqual(await multiply(u, "versioned", "1"), { status: 200, version: "1", y: times(1) });

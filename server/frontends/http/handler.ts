@@ -28,7 +28,7 @@ const JSON_HEADERS = { "content-type": "application/json" };
  * `/v2/models/{model}[/versions/{version}]/infer` with no percent-encoded segment: the inference route,
  * matched before the general router (the hot path).
  */
-const INFER_PATH = /^\/v2\/models\/([^/%]+)(?:\/versions\/([^/%]+))?\/infer$/;
+const INFER_PATH = /^\/v2\/models\/([^/%]+)(?:\/versions\/([0-9]+))?\/infer$/;
 
 function json(body: unknown, status = 200): Response {
   return new Response(JSON.stringify(body), { status, headers: JSON_HEADERS });
@@ -311,7 +311,8 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       let rest = parts.slice(3);
       let version = "";
       if (rest[0] === "versions") {
-        if (rest.length < 2) throw notFound(`Not found: '${url.pathname}'`);
+        // As Triton's routes: a version in the path is digits, anything else is no route.
+        if (rest.length < 2 || !/^[0-9]+$/.test(rest[1]!)) throw notFound(`Not found: '${url.pathname}'`);
         version = rest[1]!;
         rest = rest.slice(2);
       }
