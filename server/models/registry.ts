@@ -606,7 +606,9 @@ export class ModelRegistry {
       const entry = this.#models.get(name);
       const ready = entry && [...entry.versions.values()].some((v) => v.state === "READY");
       if (!ready) {
-        throw invalidArg(`Cannot get the statistics of '${name}': requested model '${name}' is not available`);
+        throw invalidArg(
+          `Cannot get the statistics of '${name}': requested model '${name}' is not available`,
+        );
       }
       if (n >= 0) {
         const mv = entry.versions.get(n);

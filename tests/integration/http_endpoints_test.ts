@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { EXTENSIONS, VERSION } from "../../server/server.ts";
 import { EXAMPLES, FIXTURES, startTestServer } from "../helpers.ts";
-import { get, inferJson } from "./_http.ts";
+import { call, get, inferJson } from "./_http.ts";
 
 const SIMPLE_CONFIG = {
   name: "simple",
@@ -174,11 +174,15 @@ Deno.test("server, health and model endpoints answer for the example repository"
       assert.equal(r.status, 404, path);
       assert.deepEqual(r.json, { error: "Request for unknown model: 'simple' version 2 is not found" });
     }
-    const word = await get(s.url, "/v2/models/simple/versions/latest");
-    assert.equal(word.status, 404);
-    assert.deepEqual(word.json, {
-      error: "Request for unknown model: 'simple' version latest is not found",
-    });
+    // As Triton's routes: a version in the path that is not digits matches no route (404), whatever follows.
+    for (const action of ["", "/ready", "/config", "/stats", "/infer"]) {
+      const path = `/v2/models/simple/versions/latest${action}`;
+      const word = await call(`${s.url}${path}`, {
+        method: action === "/infer" ? "POST" : "GET",
+        body: action === "/infer" ? "{}" : undefined,
+      });
+      assert.deepEqual([word.status, word.json], [404, { error: `Not found: '${path}'` }], path);
+    }
   });
 });
 

@@ -77,7 +77,12 @@ Deno.test("POST /v2/logging refuses log_file with 501 and ignores settings it do
   const refused = {
     error: "Cannot update the log settings: log file location can not be updated through network protocol",
   };
-  for (const body of [{ log_file: "/tmp/dinfer_elsewhere.log" }, { log_file: "" }, { log_info: true, log_file: 3 }]) {
+  for (
+    const body of [{ log_file: "/tmp/dinfer_elsewhere.log" }, { log_file: "" }, {
+      log_info: true,
+      log_file: 3,
+    }]
+  ) {
     const a = await post(s.url, body);
     assert.deepEqual([a.status, a.json], [501, refused], JSON.stringify(body));
   }

@@ -241,7 +241,8 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const l = await load(u, "nope");
     assert.equal(l.status, 400);
     assert.deepEqual(l.json, {
-      error: "Cannot load 'nope': failed to load 'nope': no model folder of that name in the model repositories",
+      error:
+        "Cannot load 'nope': failed to load 'nope': no model folder of that name in the model repositories",
     });
     // As Triton: unloading a model that is not known succeeds.
     const un = await unload(u, "nope");
@@ -315,7 +316,8 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const array = await load(u, "versioned", { config: "[1]" });
     assert.equal(array.status, 400);
     assert.deepEqual(array.json, {
-      error: "Cannot load 'versioned': failed to load 'versioned': the 'config' parameter must be a JSON object",
+      error:
+        "Cannot load 'versioned': failed to load 'versioned': the 'config' parameter must be a JSON object",
     });
     assert.deepEqual(await multiply(u, "versioned"), { status: 200, version: "1", y: times(1) });
     assert.deepEqual(await versions(), ["1"]);
@@ -379,13 +381,15 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const noConfig = await load(u, "uploaded", { "file:1/model.onnx": b64(onnx) });
     assert.equal(noConfig.status, 400);
     assert.deepEqual(noConfig.json, {
-      error: "Cannot load 'uploaded': failed to load 'uploaded': loading from files needs the 'config' parameter too",
+      error:
+        "Cannot load 'uploaded': failed to load 'uploaded': loading from files needs the 'config' parameter too",
     });
     for (const path of ["../evil/1/model.onnx", "1/../../model.onnx", "/etc/model.onnx"]) {
       const evil = await load(u, "evil", { config, [`file:${path}`]: b64(onnx) });
       assert.equal(evil.status, 400, path);
       assert.deepEqual(evil.json, {
-        error: `Cannot load 'evil': failed to load 'evil': file path '${path}' must be relative, without '..'`,
+        error:
+          `Cannot load 'evil': failed to load 'evil': file path '${path}' must be relative, without '..'`,
       });
     }
     assert.equal((await get(u, "/v2/models/evil/ready")).status, 400);
@@ -395,7 +399,8 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
       const evil = await load(u, encodeURIComponent(name), { config, "file:1/model.onnx": b64(onnx) });
       assert.equal(evil.status, 400, name);
       assert.deepEqual(evil.json, {
-        error: `Cannot load '${name}': failed to load '${name}': a model name must be a folder name, without '/' or '..'`,
+        error:
+          `Cannot load '${name}': failed to load '${name}': a model name must be a folder name, without '/' or '..'`,
       });
     }
     await assert.rejects(Deno.stat(`${tmpdir()}/dinfer_mm_evil`), Deno.errors.NotFound);
@@ -674,7 +679,8 @@ Deno.test("model_warmup: zero, random and file data; a failing sample fails the 
     assert.equal(short.status, 400);
     const why = "Cannot warm up 'versioned' with sample 'short': 'warmup/short.bin' has 8 bytes, expected 16";
     assert.deepEqual(short.json, {
-      error: `Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: ${why}`,
+      error:
+        `Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: ${why}`,
     });
     const missing = await load(u, "versioned", {
       config: versionedJson({ specific: { versions: [2] } }, {
