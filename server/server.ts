@@ -107,6 +107,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     controlMode: options.modelControlMode,
     logger: log,
   });
+  traces.modelKnown = (name) => registry.isReady(name, "");
   let toLoad: string[] | undefined;
   if (options.modelControlMode === "explicit") {
     toLoad = options.loadModels.includes("*") ? undefined : options.loadModels;

@@ -215,10 +215,14 @@ function parseSettings(
     }
     const values = Array.isArray(raw) ? raw : [raw];
     const one = (): string => {
-      if (values.length !== 1 || (typeof values[0] !== "string" && typeof values[0] !== "number")) {
-        throw invalidArg(`Cannot update the trace settings: '${k}' must be one value`);
+      if (values.length !== 1) throw invalidArg(`Cannot update the trace settings: '${k}' must be one value`);
+      // As Triton: values are strings ("10", not 10).
+      if (typeof values[0] !== "string") {
+        throw invalidArg(
+          `Cannot update the trace settings: '${k}' is ${JSON.stringify(values[0])}, expected a string`,
+        );
       }
-      return String(values[0]);
+      return values[0];
     };
     const int = (min: number): number => {
       const v = one();
@@ -237,15 +241,8 @@ function parseSettings(
     switch (k) {
       case "trace_level": {
         const level = new Set<"TIMESTAMPS" | "TENSORS">();
-        for (const v of values) {
-          if (v === "OFF") continue;
-          if (v !== "TIMESTAMPS" && v !== "TENSORS") {
-            throw invalidArg(
-              `Cannot update the trace settings: unknown trace_level '${v}' (OFF, TIMESTAMPS, TENSORS)`,
-            );
-          }
-          level.add(v);
-        }
+        // As Triton: a level it does not know is skipped.
+        for (const v of values) if (v === "TIMESTAMPS" || v === "TENSORS") level.add(v);
         out.level = level;
         break;
       }
@@ -269,7 +266,8 @@ function parseSettings(
         }
         break;
       default:
-        throw invalidArg(`Cannot update the trace settings: unknown setting '${k}'`);
+        // As Triton: a setting it does not know is ignored.
+        break;
     }
   }
   return out;
@@ -429,6 +427,13 @@ export class TraceManager {
   readonly #mode: TraceMode;
   readonly #opentelemetry: OpenTelemetrySettings;
   #sink: TraceSink | undefined;
+  /** Whether an update that turns tracing on must leave a trace file (not for the start-up settings). */
+  #requireFile = false;
+  /**
+   * Whether a model is loaded; the settings of a model that is not are refused, as in Triton (the server sets
+   * this to the registry's view).
+   */
+  modelKnown: ((name: string) => boolean) | undefined;
 
   /**
    * Creates the manager from `--trace-config` entries (see parseTraceConfig: `level`, `rate`, `count`,
@@ -445,6 +450,13 @@ export class TraceManager {
     // Triton ignores the triton-mode file settings in opentelemetry mode.
     const { trace_file: _file, log_frequency: _frequency, ...global } = parsed.settings;
     this.update(this.#mode === "triton" ? parsed.settings : global);
+    this.#requireFile = true;
+  }
+
+  #checkModel(model: string): void {
+    if (model !== "" && this.modelKnown && !this.modelKnown(model)) {
+      throw invalidArg(`Request for unknown model: '${model}' is not found`);
+    }
   }
 
   /** The trace mode, fixed at start-up. */
@@ -486,6 +498,7 @@ export class TraceManager {
    * @param model the model name, "" for the global settings
    */
   settings(model = ""): TraceSettingsJson {
+    this.#checkModel(model);
     const s = model ? this.#effective(model) : this.#global;
     return {
       trace_level: s.level.size === 0 ? ["OFF"] : [...s.level],
@@ -505,6 +518,7 @@ export class TraceManager {
    * @returns the settings after the change
    */
   update(update: Record<string, unknown>, model = ""): TraceSettingsJson {
+    this.#checkModel(model);
     const parsed = parseSettings(update, model !== "", this.#mode);
     const { clear, ...values } = parsed;
     const keyOf: Record<string, keyof Settings> = {
@@ -514,6 +528,19 @@ export class TraceManager {
       log_frequency: "logFrequency",
       trace_file: "file",
     };
+    if (this.#requireFile && this.#mode === "triton") {
+      // As Triton: tracing on in triton mode needs a file to write the traces to.
+      const own: Partial_ = model === "" ? {} : { ...(this.#models.get(model) ?? {}), ...values };
+      for (const k of clear) delete own[keyOf[k]!];
+      const after = model === "" ? { ...this.#global, ...values } : { ...this.#global, ...own };
+      if (after.level.size > 0 && after.file === "") {
+        throw invalidArg(
+          `Cannot update the trace settings: trace file name is not given for trace_level '${
+            [...after.level].join(",")
+          }'`,
+        );
+      }
+    }
     if (model === "") {
       const oldFile = this.#global.file;
       this.#global = { ...this.#global, ...values };

@@ -362,17 +362,28 @@ Deno.test("bad trace settings answer 400 with the reason and change nothing", as
       "Cannot update the trace settings: 'log_frequency' is '1.5', expected an integer of at least 0",
     ],
     [{ trace_rate: ["1", "2"] }, "", "Cannot update the trace settings: 'trace_rate' must be one value"],
+    // As Triton: values are strings, and tracing on in triton mode needs a trace file.
+    [{ trace_rate: 5 }, "", "Cannot update the trace settings: 'trace_rate' is 5, expected a string"],
+    [
+      { trace_count: ["2"], log_frequency: 0 },
+      "",
+      "Cannot update the trace settings: 'log_frequency' is 0, expected a string",
+    ],
     [
       { trace_level: ["TIMESTAMPS", "MAX"] },
       "",
-      "Cannot update the trace settings: unknown trace_level 'MAX' (OFF, TIMESTAMPS, TENSORS)",
+      "Cannot update the trace settings: trace file name is not given for trace_level 'TIMESTAMPS'",
+    ],
+    [
+      { trace_level: ["TENSORS"] },
+      "simple",
+      "Cannot update the trace settings: trace file name is not given for trace_level 'TENSORS'",
     ],
     [
       { trace_mode: "opentelemetry" },
       "",
       "Cannot update the trace settings: only trace_mode 'triton' is supported",
     ],
-    [{ trace_sample: "1" }, "", "Cannot update the trace settings: unknown setting 'trace_sample'"],
     [{ trace_rate: null }, "", "Cannot update the trace settings: 'trace_rate' cannot be cleared globally"],
     // Every value is checked before any takes effect.
     [
@@ -389,6 +400,24 @@ Deno.test("bad trace settings answer 400 with the reason and change nothing", as
   assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, DEFAULTS);
 });
 
+Deno.test("trace settings ignore unknown settings and levels and refuse unknown models, as Triton", async () => {
+  await using s = await startTestServer();
+  // An unknown setting is ignored; an unknown level is skipped (here leaving none: OFF).
+  const a = await setting(s, { trace_sample: "1", trace_level: ["MAX"], trace_rate: "7" });
+  assert.deepEqual([a.status, a.json], [200, { ...DEFAULTS, trace_rate: "7" }]);
+  for (const method of ["GET", "POST"]) {
+    const r = await call(`${s.url}/v2/models/nope/trace/setting`, {
+      method,
+      body: method === "POST" ? JSON.stringify({ trace_rate: "3" }) : undefined,
+    });
+    assert.deepEqual(
+      [r.status, r.json],
+      [400, { error: "Request for unknown model: 'nope' is not found" }],
+      method,
+    );
+  }
+});
+
 Deno.test("gRPC TraceSetting through tritonclient shows and changes the global and per-model settings", async () => {
   await using s = await startTestServer(["--allow-grpc=true"]);
   const out = await pythonJson(
@@ -399,7 +428,7 @@ from tritonclient.utils import InferenceServerException
 c = g.InferenceServerClient(os.environ["URL"])
 out = {}
 out["global"] = c.get_trace_settings(as_json=True)
-out["update"] = c.update_trace_settings(settings={"trace_rate": "10", "trace_level": ["TIMESTAMPS"]}, as_json=True)
+out["update"] = c.update_trace_settings(settings={"trace_rate": "10", "trace_level": ["MAX"]}, as_json=True)
 out["model"] = c.update_trace_settings("simple", {"trace_rate": "3", "log_frequency": "4"}, as_json=True)
 out["model_get"] = c.get_trace_settings("simple", as_json=True)
 out["cleared"] = c.update_trace_settings("simple", {"trace_rate": None}, as_json=True)
@@ -408,6 +437,15 @@ try:
     out["bad"] = None
 except InferenceServerException as e:
     out["bad"] = [e.status(), e.message()]
+for key, model, update in [
+    ("no_file", "", {"trace_level": ["TIMESTAMPS"]}),
+    ("unknown_model", "nope", {"trace_rate": "2"}),
+]:
+    try:
+        c.update_trace_settings(model, update)
+        out[key] = None
+    except InferenceServerException as e:
+        out[key] = [e.status(), e.message()]
 print(json.dumps(out))
 `,
     { URL: `127.0.0.1:${s.server.grpcPort}` },
@@ -417,7 +455,7 @@ print(json.dumps(out))
       Object.entries(o).map(([k, v]) => [k, { value: Array.isArray(v) ? v : [v] }]),
     ),
   });
-  const updated = { ...DEFAULTS, trace_rate: "10", trace_level: ["TIMESTAMPS"] };
+  const updated = { ...DEFAULTS, trace_rate: "10" };
   assert.deepEqual(out, {
     global: proto(DEFAULTS),
     update: proto(updated),
@@ -428,6 +466,11 @@ print(json.dumps(out))
       "StatusCode.INVALID_ARGUMENT",
       "Cannot update the trace settings: 'trace_rate' is '0', expected an integer of at least 1",
     ],
+    no_file: [
+      "StatusCode.INVALID_ARGUMENT",
+      "Cannot update the trace settings: trace file name is not given for trace_level 'TIMESTAMPS'",
+    ],
+    unknown_model: ["StatusCode.INVALID_ARGUMENT", "Request for unknown model: 'nope' is not found"],
   });
   // HTTP sees the same settings.
   assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, updated);
