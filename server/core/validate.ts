@@ -107,10 +107,20 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
     }
     inputs.set(t.name, t);
   }
-  for (const spec of sig.inputs) {
-    if (!spec.optional && !inputs.has(spec.name)) fail(`missing input '${spec.name}'`);
+  const missing = sig.inputs.filter((spec) => !spec.optional && !inputs.has(spec.name)).map((s) => s.name);
+  if (missing.length > 0) {
+    // Triton's wording, which its clients and tests match on.
+    const required = sig.inputs.filter((spec) => !spec.optional).length;
+    const expected = required === sig.inputs.length
+      ? `${required} inputs`
+      : `number of inputs between ${required} and ${sig.inputs.length}`;
+    const list = (names: string[]) => `[${names.sort().map((n) => `'${n}'`).join(",")}]`;
+    fail(
+      `expected ${expected} but got ${inputs.size} inputs for model '${sig.name}'. Got input(s) ${
+        list([...inputs.keys()])
+      }, but missing required input(s) ${list(missing)}. Please provide all required input(s).`,
+    );
   }
-  if (inputs.size === 0) fail("the request has no inputs");
 
   let outputs: RequestedOutput[];
   if (request.outputs.length === 0) {

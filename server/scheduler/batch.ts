@@ -145,7 +145,9 @@ async function executeSeparately(
     try {
       // A decoupled model's request answers through its stream; the response here only says it ran.
       if (r.request.stream) return respond(model, r, () => undefined, true);
-      return respond(model, r, (name) => out.get(name));
+      // As Triton: a model that answers each request itself (Python) may leave out outputs; the response
+      // carries those it produced.
+      return respond(model, r, (name) => out.get(name), true);
     } catch (err) {
       return toServerError(err);
     }

@@ -176,7 +176,10 @@ def test_bad_input_is_an_error_on_the_stream_and_the_stream_goes_on(stream):
     stream.client.async_stream_infer("repeat_py", [t], request_id="missing")
     (result, error), = stream.take(1)
     assert result is None
-    assert error.message() == "Cannot infer 'repeat_py': missing input 'DELAY'"
+    assert error.message() == (
+        "Cannot infer 'repeat_py': expected 3 inputs but got 1 inputs for model 'repeat_py'. Got input(s) ['IN'], "
+        "but missing required input(s) ['DELAY','WAIT']. Please provide all required input(s)."
+    )
     stream.client.async_stream_infer("repeat_py", repeat_inputs([9]), request_id="ok",
                                      enable_empty_final_response=True)
     results = stream.take(2)

@@ -277,7 +277,7 @@ def test_wrong_shape_is_invalid_argument(client):
 def test_missing_input_and_wrong_datatype(client):
     one = simple_inputs(A, B)[:1]
     expect_error(lambda: client.infer("simple", one), "StatusCode.INVALID_ARGUMENT",
-                 "Cannot infer 'simple': missing input 'INPUT1'")
+                 "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).")
     f = A.astype(np.float32)
     bad = [grpcclient.InferInput("INPUT0", [2, 16], "FP32"), simple_inputs(A, B)[1]]
     bad[0].set_data_from_numpy(f)

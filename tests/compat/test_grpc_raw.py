@@ -289,7 +289,7 @@ def test_unknown_model(stub):
 def test_missing_and_unexpected_inputs(stub):
     req = simple_typed()
     del req.inputs[1]
-    expect(stub, req, grpc.StatusCode.INVALID_ARGUMENT, "Cannot infer 'simple': missing input 'INPUT1'")
+    expect(stub, req, grpc.StatusCode.INVALID_ARGUMENT, "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).")
 
 
 def test_undecodable_message(channel):

@@ -598,7 +598,7 @@ def test_error_wrong_datatype(client, binary):
 def test_error_missing_input(client, binary):
     a = np.zeros((1, 16), dtype=np.int32)
     expect_error(
-        client, "400", "Cannot infer 'simple': missing input 'INPUT1'", "simple",
+        client, "400", "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).", "simple",
         [make_input("INPUT0", a, binary)],
     )
 

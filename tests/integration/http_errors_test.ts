@@ -102,7 +102,9 @@ const BAD: BadCase[] = [
     name: "a missing input",
     send: (url) => inferJson(url, "simple", { inputs: [input("INPUT0", [1, 16], ones(16))] }),
     status: 400,
-    error: "Cannot infer 'simple': missing input 'INPUT1'",
+    error:
+      "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], " +
+      "but missing required input(s) ['INPUT1']. Please provide all required input(s).",
   },
   {
     name: "an unknown output",

@@ -113,7 +113,12 @@ Deno.test("an unknown input is refused, naming the model's inputs", () => {
 });
 
 Deno.test("a missing input is refused", () => {
-  fails(request([in0()]), SIMPLE, "Cannot infer 'simple': missing input 'INPUT1'");
+  fails(
+    request([in0()]),
+    SIMPLE,
+    "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], " +
+      "but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+  );
 });
 
 Deno.test("an input given twice is refused", () => {
@@ -124,9 +129,15 @@ Deno.test("an input given twice is refused", () => {
   );
 });
 
-Deno.test("a request without inputs is refused", () => {
-  fails(request([]), SIMPLE, "Cannot infer 'simple': missing input 'INPUT0'");
-  fails(request([]), ALL_OPTIONAL, "Cannot infer 'all_optional': the request has no inputs");
+Deno.test("a request without inputs is refused unless every input is optional", () => {
+  fails(
+    request([]),
+    SIMPLE,
+    "Cannot infer 'simple': expected 2 inputs but got 0 inputs for model 'simple'. Got input(s) [], " +
+      "but missing required input(s) ['INPUT0','INPUT1']. Please provide all required input(s).",
+  );
+  const none = validateRequest(request([]), ALL_OPTIONAL);
+  assertEquals([none.batchSize, none.inputs.size], [1, 0]);
 });
 
 Deno.test("a datatype other than the config's is refused", () => {
@@ -260,7 +271,8 @@ Deno.test("an optional input may be left out, or given", () => {
   fails(
     request([tensor("bias", "FP32", [1, 4])]),
     OPTIONAL,
-    "Cannot infer 'optional': missing input 'x'",
+    "Cannot infer 'optional': expected number of inputs between 1 and 2 but got 1 inputs for model 'optional'. " +
+      "Got input(s) ['bias'], but missing required input(s) ['x']. Please provide all required input(s).",
   );
 });
 
