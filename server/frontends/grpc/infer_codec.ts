@@ -259,13 +259,23 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
     }
     return { name: o.name, classification: c, parameters };
   });
+  const parameters = fromInferParameters(msg.parameters);
+  // As Triton: 'triton_' keys are reserved; the one a client may send is the stream's, not the model's.
+  for (const k of Object.keys(parameters)) {
+    if (k === "triton_enable_empty_final_response") delete parameters[k];
+    else if (k.startsWith("triton_")) {
+      throw invalidArg(
+        `Cannot read ${where}: parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: triton_enable_empty_final_response`,
+      );
+    }
+  }
   return {
     model: msg.model_name,
     version: msg.model_version ?? "",
     id: msg.id ?? "",
     inputs,
     outputs,
-    parameters: fromInferParameters(msg.parameters),
+    parameters,
   };
 }
 

@@ -241,6 +241,14 @@ function decodeJson(
     });
   }
   const binaryOutput = params.binary_data_output === true;
+  // As Triton: an HTTP request's binary_data_output is the frontend's, not the model's, and 'triton_' keys are
+  // reserved.
+  delete params.binary_data_output;
+  if (Object.keys(params).some((k) => k.startsWith("triton_"))) {
+    throw invalidArg(
+      `Cannot read ${where}: parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified`,
+    );
+  }
   return {
     request: {
       model: target.model,
