@@ -27,7 +27,7 @@ import type { InferResponse, ParamValue, Tensor } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs, type VersionStats } from "../metrics/stats.ts";
-import { batchCompatible, type BatchModel, executeBatch } from "./batch.ts";
+import { batchCompatible, type BatchModel, executeBatch, isModelError } from "./batch.ts";
 import type { Scheduler } from "./scheduler.ts";
 
 type ControlKind =
@@ -558,6 +558,7 @@ export class SequenceScheduler implements Scheduler {
     }
     this.#queued -= batch.length;
     this.#executing += batch.length;
+    const started = nowNs();
     try {
       const augmented = batch.map(({ seq, pending }) => this.#augment(seq, pending));
       const { responses, times } = await executeBatch(this.#model, this.#instances[i]!, augmented);
@@ -565,7 +566,9 @@ export class SequenceScheduler implements Scheduler {
       batch.forEach(({ seq, pending }, k) => {
         const res = responses[k]!;
         if (res instanceof Error) {
-          this.#stats?.recordFailure(pending.received, "BACKEND");
+          if (isModelError(res)) {
+            this.#stats?.recordSuccess(pending.request.batchSize, pending.received, times);
+          } else this.#stats?.recordFailure(pending.received, "BACKEND");
           pending.reject(res);
           return;
         }
@@ -578,6 +581,16 @@ export class SequenceScheduler implements Scheduler {
       });
     } catch (err) {
       const e = toServerError(err);
+      // As Triton: a failed execution is still an execution.
+      const end = nowNs();
+      const batchSize = batch.reduce((n, { pending }) => n + pending.request.batchSize, 0);
+      this.#stats?.recordExecution({
+        batchSize,
+        start: started,
+        inputEnd: started,
+        inferEnd: end,
+        outputEnd: end,
+      });
       for (const { pending } of batch) {
         this.#stats?.recordFailure(pending.received, "BACKEND");
         pending.reject(e);

@@ -215,6 +215,60 @@ Deno.test("Triton compatibility: versions, statistics, outputs, optional inputs 
     ]);
   });
 
+  await t.step(
+    "statistics: an error response is a success, a failed execute a failure, a refusal nothing",
+    async () => {
+      const mode = (m: number) =>
+        inferJson(s.url, "error_py", {
+          inputs: [{ name: "MODE", datatype: "INT32", shape: [1], data: [m] }],
+        });
+      const statuses = [];
+      for (const m of [0, 1, 2, 3]) statuses.push((await mode(m)).status);
+      const refused = await inferJson(s.url, "error_py", {
+        inputs: [{ name: "MODE", datatype: "FP32", shape: [1], data: [1] }],
+      });
+      assert.deepEqual([...statuses, refused.status], [500, 500, 404, 200, 400]);
+      const r = await get(s.url, "/v2/models/error_py/stats");
+      const [st] = (r.json as { model_stats: Record<string, unknown>[] }).model_stats;
+      const counts = (d: Record<string, { count: number }>) =>
+        Object.fromEntries(Object.entries(d).map(([k, v]) => [k, v.count]));
+      assert.deepEqual({
+        inference_count: st!.inference_count,
+        execution_count: st!.execution_count,
+        inference_stats: counts(st!.inference_stats as Record<string, { count: number }>),
+        response_stats: st!.response_stats,
+        memory_usage: st!.memory_usage,
+        keys: Object.keys(st!),
+      }, {
+        inference_count: 3,
+        execution_count: 4,
+        inference_stats: {
+          success: 3,
+          fail: 1,
+          queue: 3,
+          compute_input: 3,
+          compute_infer: 3,
+          compute_output: 3,
+          cache_hit: 0,
+          cache_miss: 0,
+        },
+        response_stats: {},
+        memory_usage: [],
+        keys: [
+          "name",
+          "version",
+          "last_inference",
+          "inference_count",
+          "execution_count",
+          "inference_stats",
+          "response_stats",
+          "batch_stats",
+          "memory_usage",
+        ],
+      });
+    },
+  );
+
   await t.step("unloading a model that is not loaded or not known succeeds", async () => {
     for (const name of ["nope", "add_sub_py"]) {
       const r = await call(`${s.url}/v2/repository/models/${name}/unload`, { method: "POST" });
