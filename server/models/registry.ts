@@ -485,6 +485,12 @@ export class ModelRegistry {
   async #loadEnsemble(entry: ModelEntry, config: ModelConfig, available: number[]): Promise<void> {
     const { name, location } = entry;
     applyDefaults(config, "");
+    // As Triton: an ensemble's config says whether it is decoupled (dinfer's never are: their steps may not be).
+    config.model_transaction_policy ??= { decoupled: false };
+    config = toModelConfig(config, name);
+    // Triton 2.51's ensemble_scheduling has no max_inflight_requests; dinfer does not use it either.
+    const scheduling = config.ensemble_scheduling as { max_inflight_requests?: number } | undefined;
+    if (scheduling?.max_inflight_requests === 0) delete scheduling.max_inflight_requests;
     await validateConfig(config, name, location.dir);
     entry.config = config;
     const versions = selectVersions(config.version_policy, available);

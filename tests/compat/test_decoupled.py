@@ -141,7 +141,7 @@ def test_a_stub_that_dies_mid_stream_ends_the_request_with_an_error_and_is_resta
     assert results[0][1] is None and results[0][0].as_numpy("OUT").tolist() == [5]
     assert results[1][0] is None
     assert results[1][1].message() == (
-        "Cannot run 'repeat_py' instance 'repeat_py_0': the Python stub exited with code 3"
+        "Cannot run 'repeat_py' instance 'repeat_py_0_0': the Python stub exited with code 3"
     )
     # The request asked for an empty final response: it comes after the error, so the client knows it ended.
     assert results[2][1] is None and final_of(results[2][0]) is True
@@ -161,7 +161,7 @@ def test_execute_that_raises_after_a_response_ends_the_request_with_the_error_an
     assert results[0][1] is None and results[0][0].as_numpy("OUT").tolist() == [8]
     assert results[1][0] is None
     assert results[1][1].message() == (
-        "Cannot run 'repeat_py' instance 'repeat_py_0': TritonModelException: execute failed on purpose"
+        "Cannot run 'repeat_py' instance 'repeat_py_0_0': TritonModelException: execute failed on purpose"
     )
     assert results[2][1] is None and final_of(results[2][0]) is True
     assert results[2][0].get_response().id == "raises"

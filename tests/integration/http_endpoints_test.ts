@@ -35,6 +35,14 @@ const SIMPLE_CONFIG = {
   })),
   batch_input: [],
   batch_output: [],
+  // Filled as Triton fills it.
+  optimization: {
+    priority: "PRIORITY_DEFAULT",
+    input_pinned_memory: { enable: true },
+    output_pinned_memory: { enable: true },
+    gather_kernel_buffer_threshold: 0,
+    eager_batching: false,
+  },
   instance_group: [{
     name: "simple",
     kind: "KIND_CPU",

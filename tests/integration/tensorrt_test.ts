@@ -271,7 +271,7 @@ instance_group [ { kind: KIND_CPU, count: 1 } ]`,
     const expected = {
       state: "UNAVAILABLE",
       reason:
-        "Cannot load 'cpu': instance group 'cpu' has kind KIND_CPU: TensorRT plans run only on GPUs (use KIND_GPU, or leave instance_group out)",
+        "Cannot load 'cpu': instance group 'cpu_0' has kind KIND_CPU: TensorRT plans run only on GPUs (use KIND_GPU, or leave instance_group out)",
     };
     for (const flags of [[], ["--disable-auto-complete-config"]]) {
       await using s = await startTestServer([`--model-repository=${repo.path}`, shimFlag(), ...flags]);

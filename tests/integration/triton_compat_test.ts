@@ -269,8 +269,57 @@ Deno.test("Triton compatibility: versions, statistics, outputs, optional inputs 
     },
   );
 
+  await t.step("model configs carry the fields Triton fills in", async () => {
+    const config = async (model: string) => (await get(s.url, `/v2/models/${model}/config`)).json!;
+    const optimization = {
+      priority: "PRIORITY_DEFAULT",
+      input_pinned_memory: { enable: true },
+      output_pinned_memory: { enable: true },
+      gather_kernel_buffer_threshold: 0,
+      eager_batching: false,
+    };
+    // No instance_group in the config: one group named after the model.
+    const partial = await config("partial_py");
+    assert.deepEqual(partial.optimization, optimization);
+    assert.deepEqual((partial.instance_group as { name: string }[]).map((g) => g.name), ["partial_py"]);
+    assert.equal(partial.model_transaction_policy, undefined);
+    // The oldest strategy's preferred batch size and the idle time are filled in.
+    const load = await call(`${s.url}/v2/repository/models/oldest_py/load`, { method: "POST" });
+    assert.equal(load.status, 200);
+    const oldest = await config("oldest_py");
+    assert.deepEqual(oldest.sequence_batching, {
+      oldest: {
+        max_candidate_sequences: 4,
+        preferred_batch_size: [4],
+        max_queue_delay_microseconds: 0,
+        preserve_ordering: false,
+      },
+      max_sequence_idle_microseconds: 1000000,
+      control_input: [],
+      state: [],
+      iterative_sequence: false,
+    });
+    // Loading the ensemble loads add_sub_py, whose config names an unnamed group: <model>_0.
+    assert.equal((await call(`${s.url}/v2/repository/models/ens_py/load`, { method: "POST" })).status, 200);
+    const addSub = await config("add_sub_py");
+    assert.deepEqual((addSub.instance_group as { name: string }[]).map((g) => g.name), ["add_sub_py_0"]);
+    const ensemble = await config("ens_py");
+    assert.deepEqual(ensemble.model_transaction_policy, { decoupled: false });
+    assert.equal((ensemble.ensemble_scheduling as Record<string, unknown>).max_inflight_requests, undefined);
+    assert.equal(ensemble.optimization, undefined);
+    assert.deepEqual(ensemble.instance_group, []);
+    assert.deepEqual(Object.keys(ensemble).slice(0, 6), [
+      "name",
+      "platform",
+      "backend",
+      "runtime",
+      "version_policy",
+      "max_batch_size",
+    ]);
+  });
+
   await t.step("unloading a model that is not loaded or not known succeeds", async () => {
-    for (const name of ["nope", "add_sub_py"]) {
+    for (const name of ["nope", "empty_py"]) {
       const r = await call(`${s.url}/v2/repository/models/${name}/unload`, { method: "POST" });
       assert.deepEqual([r.status, r.bytes.byteLength], [200, 0], name);
     }
