@@ -178,6 +178,8 @@ export class ModelRegistry {
   #composing = new Set<string>();
   /** The temporary repositories of uploaded models, removed when no version needs them any more. */
   #uploads = new Set<string>();
+  /** Models loaded only because an ensemble needed them (`unload_dependents` unloads only these). */
+  #implicit = new Set<string>();
 
   /**
    * Creates an empty registry.
@@ -245,6 +247,7 @@ export class ModelRegistry {
    */
   async loadModel(name: string, options: LoadOptions = {}): Promise<void> {
     this.#assertExplicit("load", name);
+    this.#implicit.delete(name);
     try {
       await this.reloadModel(name, options);
     } catch (err) {
@@ -324,11 +327,27 @@ export class ModelRegistry {
     const config = this.#models.get(name)?.config;
     await this.retireModel(name);
     if (options.unloadDependents && config?.platform === "ensemble") {
-      // The composing models of an ensemble go with it (`unload_dependents`).
+      // The composing models that were loaded for the ensemble go with it (`unload_dependents`); as in Triton,
+      // those loaded on their own, or used by another ready ensemble, stay.
       for (const step of new Set(ensembleSteps(config).map((s) => s.model_name))) {
-        if (step !== name) await this.retireModel(step).catch(() => {});
+        if (step === name || !this.#implicit.has(step) || this.#readyEnsemblesUsing(step).length > 0) {
+          continue;
+        }
+        this.#implicit.delete(step);
+        await this.retireModel(step).catch(() => {});
       }
     }
+  }
+
+  /** The ensembles with a READY version whose steps use a model. */
+  #readyEnsemblesUsing(model: string): string[] {
+    const out: string[] = [];
+    for (const [name, entry] of this.#models) {
+      if (entry.config?.platform !== "ensemble") continue;
+      if (![...entry.versions.values()].some((v) => v.state === "READY")) continue;
+      if (ensembleSteps(entry.config).some((s) => s.model_name === model)) out.push(name);
+    }
+    return out;
   }
 
   /**
@@ -352,6 +371,7 @@ export class ModelRegistry {
     try {
       for (const model of new Set(sched.step.map((st) => st.model_name ?? ""))) {
         if (!model || this.#composing.has(model) || this.isReady(model, "")) continue;
+        this.#implicit.add(model);
         await this.reloadModel(model).catch(() => {});
       }
     } finally {
@@ -360,11 +380,12 @@ export class ModelRegistry {
   }
 
   /**
-   * Unloads a model whatever the control mode (the repository poller's entry point); see unloadModel.
+   * Unloads a model whatever the control mode (the repository poller's entry point), and the ensembles that use
+   * it; see unloadModel.
    * @param name the model name
    */
-  retireModel(name: string): Promise<void> {
-    return this.#serialized(name, async () => {
+  async retireModel(name: string): Promise<void> {
+    await this.#serialized(name, async () => {
       const entry = this.#models.get(name);
       if (!entry) return;
       await Promise.all(
@@ -374,6 +395,10 @@ export class ModelRegistry {
       if (this.#uploads.has(entry.location.repository)) this.#models.delete(name);
       await this.#discard(entry.location);
     });
+    // As Triton: the ensembles that use the model stop serving with it.
+    for (const ensemble of this.#readyEnsemblesUsing(name)) {
+      if (ensemble !== name) await this.retireModel(ensemble);
+    }
   }
 
   /** Removes the temporary repository of an uploaded model (nothing for a model of the repositories). */

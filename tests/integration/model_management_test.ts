@@ -914,4 +914,25 @@ print(json.dumps([a, b]))
     { URL: `127.0.0.1:${s.server.grpcPort}` },
   );
   assert.deepEqual(seen, [[true, true], [false, false]]);
+
+  // As Triton: a composing model loaded on its own stays when the ensemble goes with unload_dependents...
+  assert.equal((await load(s.url, "add_sub_fp32_nobatch")).status, 200);
+  assert.equal((await load(s.url, "ens_add_sub")).status, 200);
+  const kept = await post(s.url, "/v2/repository/models/ens_add_sub/unload", {
+    parameters: { unload_dependents: true },
+  });
+  assert.equal(kept.status, 200, JSON.stringify(kept.json));
+  assert.deepEqual(
+    [await state("ens_add_sub"), await state("add_sub_fp32_nobatch")],
+    ["UNAVAILABLE (unloaded)", "READY"],
+  );
+  // ...and unloading a composing model unloads the ensembles that use it.
+  assert.equal((await load(s.url, "ens_add_sub")).status, 200);
+  assert.equal((await get(s.url, "/v2/models/ens_add_sub/ready")).status, 200);
+  assert.equal((await unload(s.url, "add_sub_fp32_nobatch")).status, 200);
+  assert.equal((await get(s.url, "/v2/models/ens_add_sub/ready")).status, 400);
+  assert.deepEqual(
+    [await state("ens_add_sub"), await state("add_sub_fp32_nobatch")],
+    ["UNAVAILABLE (unloaded)", "UNAVAILABLE (unloaded)"],
+  );
 });

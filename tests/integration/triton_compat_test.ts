@@ -318,6 +318,48 @@ Deno.test("Triton compatibility: versions, statistics, outputs, optional inputs 
     ]);
   });
 
+  await t.step("an ensemble's response carries the request's sequence parameters", async () => {
+    const inputs = [
+      { name: "IN0", datatype: "FP32", shape: [1, 4], data: [1, 2, 3, 4] },
+      { name: "IN1", datatype: "FP32", shape: [1, 4], data: [1, 1, 1, 1] },
+    ];
+    const plain = await inferJson(s.url, "ens_py", { inputs });
+    assert.deepEqual([plain.status, plain.json?.parameters], [200, {
+      sequence_id: 0,
+      sequence_start: false,
+      sequence_end: false,
+    }]);
+    const named = await inferJson(s.url, "ens_py", {
+      parameters: { sequence_id: "abc", sequence_end: true },
+      inputs,
+    });
+    assert.deepEqual(named.json?.parameters, {
+      sequence_id: "abc",
+      sequence_start: false,
+      sequence_end: true,
+    });
+    const grpc = await pythonJson(
+      `
+import json, os, grpc
+from google.protobuf.json_format import MessageToDict
+from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc as pbg
+stub = pbg.GRPCInferenceServiceStub(grpc.insecure_channel(os.environ["URL"]))
+r = pb.ModelInferRequest(model_name="ens_py")
+for n in ("IN0", "IN1"):
+    r.inputs.add(name=n, datatype="FP32", shape=[1, 4]).contents.fp32_contents.extend([1, 2, 3, 4])
+r.parameters["sequence_id"].int64_param = 7
+r.parameters["sequence_start"].bool_param = True
+print(json.dumps(MessageToDict(stub.ModelInfer(r), preserving_proto_field_name=True)["parameters"]))
+`,
+      { URL: `127.0.0.1:${grpcPort}` },
+    );
+    assert.deepEqual(grpc, {
+      sequence_id: { int64_param: "7" },
+      sequence_start: { bool_param: true },
+      sequence_end: { bool_param: false },
+    });
+  });
+
   await t.step("unloading a model that is not loaded or not known succeeds", async () => {
     for (const name of ["nope", "empty_py"]) {
       const r = await call(`${s.url}/v2/repository/models/${name}/unload`, { method: "POST" });
