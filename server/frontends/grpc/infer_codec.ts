@@ -218,15 +218,14 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
           name: t.name,
           datatype: t.datatype,
           shape,
-          data: deserializeBytes(bytes, count, `${where}, ${what}`),
+          data: deserializeBytes(bytes, count, `${where}, ${what}`, { input: t.name, model: msg.model_name }),
         };
       }
       const want = count * elementSize(t.datatype);
       if (bytes.byteLength !== want) {
+        // Triton's wording, which its clients and tests match on.
         throw invalidArg(
-          `Cannot read ${where}: ${what} has ${bytes.byteLength} bytes of raw contents, expected ${want} for shape ${
-            shapeText(shape)
-          } of ${t.datatype}`,
+          `Cannot read ${where}: input byte size mismatch for input '${t.name}' for model '${msg.model_name}'. Expected ${want}, got ${bytes.byteLength}`,
         );
       }
       return { name: t.name, datatype: t.datatype, shape, data: bytes };

@@ -190,13 +190,16 @@ function decodeJson(
       const chunk = binary.subarray(offset, offset + size);
       offset += size;
       if (datatype !== "BYTES" && size !== count * elementSize(datatype)) {
+        // Triton's wording, which its clients and tests match on.
         throw invalidArg(
-          `Cannot read ${where}: ${what} has ${size} bytes of binary data, expected ${
+          `Cannot read ${where}: input byte size mismatch for input '${name}' for model '${target.model}'. Expected ${
             count * elementSize(datatype)
-          } for shape ${shapeText(shape)} of ${datatype}`,
+          }, got ${size}`,
         );
       }
-      const data = datatype === "BYTES" ? deserializeBytes(chunk, count, what) : chunk;
+      const data = datatype === "BYTES"
+        ? deserializeBytes(chunk, count, what, { input: name, model: target.model })
+        : chunk;
       return { name, datatype, shape, data };
     }
     if (!Array.isArray(raw.data)) throw invalidArg(`Cannot read ${where}: ${what} has no 'data'`);
