@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""Differential test: the same requests to dinfer and to the real Triton, side by side.
+
+Both servers serve one repository of Python-backend models (tests/fixtures/compat_models and a few of
+tests/fixtures/python_models, copied to a temporary folder) in explicit model control mode. Each check sends the
+same request(s) to both and compares what a client sees: status codes, JSON bodies, gRPC codes, and for error
+messages whether dinfer's message holds Triton's (dinfer words its messages its own way but keeps the phrases
+Triton's clients match on). Every check is reported as `same`, `different` or `documented` (a deliberate
+difference listed in docs/compatibility.md); the exit code is 1 when a check is `different`.
+
+Triton comes from PyPI's `nvidia-pytriton` wheel, which bundles `tritonserver` 2.51 with its Python backend:
+
+    python3 -m venv /tmp/triton-venv && /tmp/triton-venv/bin/pip install nvidia-pytriton==0.7.0
+    .venv/bin/python tests/compat/differential.py --triton-venv /tmp/triton-venv
+
+The script runs under the compatibility venv (.venv: tritonclient, numpy); the Python models run under the
+interpreter of each server (the Triton venv's for Triton, DINFER_PYTHON or .venv's for dinfer).
+"""
+
+import argparse
+import base64
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pbg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON_MODELS = ["add_sub_py", "error_py", "empty_py"]
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def make_repository():
+    repo = tempfile.mkdtemp(prefix="dinfer_differential_")
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/compat_models/*"))):
+        shutil.copytree(path, os.path.join(repo, os.path.basename(path)))
+    for name in PYTHON_MODELS:
+        shutil.copytree(os.path.join(ROOT, "tests/fixtures/python_models", name), os.path.join(repo, name))
+    return repo
+
+
+class Server:
+    """A server process and its HTTP, gRPC and metrics ports."""
+
+    def __init__(self, name, args, env, ports):
+        self.name = name
+        self.http, self.grpc, self.metrics = ports
+        self.log = tempfile.NamedTemporaryFile(prefix=f"dinfer_differential_{name}_", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, cwd=ROOT)
+        self.stub = pbg.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{self.grpc}"))
+
+    def wait_ready(self, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log: {self.log.name}")
+            try:
+                if self.request("GET", "/v2/health/ready")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"{self.name} did not get ready in {timeout} s; log: {self.log.name}")
+
+    def stop(self, keep_log=False):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        if keep_log:
+            print(f"{self.name}'s log: {self.log.name}", file=sys.stderr)
+        else:
+            os.unlink(self.log.name)
+
+    def request(self, method, path, body=None, port=None):
+        """Returns (status, parsed JSON or text or None)."""
+        data = None if body is None else (body if isinstance(body, (bytes, str)) else json.dumps(body))
+        if isinstance(data, str):
+            data = data.encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port or self.http}{path}", data=data, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        if not raw:
+            return status, None
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def rpc(self, method, request):
+        """Returns ("OK", message as a dict) or (status code name, details)."""
+        try:
+            reply = getattr(self.stub, method)(request, timeout=60)
+            return "OK", MessageToDict(reply, preserving_proto_field_name=True)
+        except grpc.RpcError as e:
+            return e.code().name, e.details()
+
+
+def start_triton(venv, repo, ports):
+    site = glob.glob(os.path.join(venv, "lib/python3*/site-packages"))[0]
+    tri = os.path.join(site, "pytriton/tritonserver")
+    stub = os.path.join(tri, "backends/python/triton_python_backend_stub")
+    if not os.path.exists(stub):
+        # The Python backend's stub for the venv's Python version (site is .../lib/python3.X/site-packages).
+        version = os.path.basename(os.path.dirname(site)).removeprefix("python")
+        shutil.copy(os.path.join(tri, "python_backend_stubs", version, "triton_python_backend_stub"), stub)
+    env = dict(os.environ, PYTHONPATH=site, PATH=os.path.join(venv, "bin") + ":" + os.environ["PATH"],
+               LD_LIBRARY_PATH=os.path.join(site, "nvidia_pytriton.libs"))
+    http, grpc_port, metrics = ports
+    args = [os.path.join(tri, "bin/tritonserver"), f"--model-repository={repo}",
+            f"--backend-directory={os.path.join(tri, 'backends')}", f"--http-port={http}",
+            f"--grpc-port={grpc_port}", f"--metrics-port={metrics}", "--model-control-mode=explicit",
+            "--load-model=*", "--log-info=false"]
+    return Server("triton", args, env, ports)
+
+
+def start_dinfer(repo, ports):
+    http, grpc_port, metrics = ports
+    env = dict(os.environ)
+    env.setdefault("DINFER_PYTHON", os.path.join(ROOT, ".venv/bin/python"))
+    args = [os.path.join(ROOT, "dinfer"), "serve", f"--model-repository={repo}", f"--http-port={http}",
+            f"--grpc-port={grpc_port}", f"--metrics-port={metrics}", "--model-control-mode=explicit",
+            "--load-model=*", "--log-info=false"]
+    return Server("dinfer", args, env, ports)
+
+
+# --- the checks -----------------------------------------------------------------------------------------------
+
+CHECKS = []
+
+
+def check(name, compare="equal", documented=None):
+    """Registers a check: `fn(server)` returns what a client sees; `compare` says how the two are compared."""
+
+    def register(fn):
+        CHECKS.append((name, fn, compare, documented))
+        return fn
+
+    return register
+
+
+def key_phrase(message):
+    """Triton's message without what no client matches on: the request id prefix, C++ exception details and
+    the final period."""
+    prefix = "[request id: <id_unknown>] "
+    if message.startswith(prefix):
+        message = message[len(prefix):]
+    message = re.sub(r" \(details: [^)]*\)", "", message)
+    return message[:-1] if message.endswith(".") and not message.endswith("(s).") else message
+
+
+def infer_body(inputs, **extra):
+    return dict(extra, inputs=[{"name": n, "datatype": d, "shape": s, "data": v} for n, d, s, v in inputs])
+
+
+ADD_SUB = [("INPUT0", "FP32", [1, 4], [1, 2, 3, 4]), ("INPUT1", "FP32", [1, 4], [1, 1, 1, 1])]
+ENS = [("IN0", "FP32", [1, 4], [1, 2, 3, 4]), ("IN1", "FP32", [1, 4], [1, 1, 1, 1])]
+
+
+def sorted_outputs(body):
+    if isinstance(body, dict) and isinstance(body.get("outputs"), list):
+        body = dict(body, outputs=sorted(body["outputs"], key=lambda o: o["name"]))
+    return body
+
+
+@check("GET /v2: extensions")
+def _(s):
+    return s.request("GET", "/v2")[1]["extensions"]
+
+
+@check("health live and ready")
+def _(s):
+    return [s.request("GET", "/v2/health/live")[0], s.request("GET", "/v2/health/ready")[0]]
+
+
+@check("model metadata of add_sub_py")
+def _(s):
+    return s.request("GET", "/v2/models/add_sub_py")
+
+
+@check("model configs (partial_py, add_sub_py, oldest_py, ens_py)")
+def _(s):
+    return [json.dumps(s.request("GET", f"/v2/models/{m}/config"), sort_keys=True)
+            for m in ["partial_py", "add_sub_py", "oldest_py", "ens_py"]]
+
+
+@check("inference on add_sub_py (JSON)")
+def _(s):
+    return s.request("POST", "/v2/models/add_sub_py/infer", infer_body(ADD_SUB))
+
+
+@check("HTTP: a version that is not a number is 404")
+def _(s):
+    return [s.request("GET", p)[0] for p in
+            ["/v2/models/add_sub_py/versions/abc", "/v2/models/add_sub_py/versions/abc/ready",
+             "/v2/models/add_sub_py/versions/-1/config"]]
+
+
+@check("gRPC: a version that is not a number", compare="phrase")
+def _(s):
+    return [s.rpc("ModelMetadata", pb.ModelMetadataRequest(name="add_sub_py", version="abc")),
+            s.rpc("ModelReady", pb.ModelReadyRequest(name="add_sub_py", version="abc")),
+            s.rpc("ModelStatistics", pb.ModelStatisticsRequest(name="add_sub_py", version="abc"))]
+
+
+@check("statistics of an unknown model and version", compare="phrase")
+def _(s):
+    return [s.request("GET", "/v2/models/nope/stats"), s.request("GET", "/v2/models/add_sub_py/versions/9/stats"),
+            s.rpc("ModelStatistics", pb.ModelStatisticsRequest(name="nope"))]
+
+
+@check("statistics: the shape of an entry")
+def _(s):
+    st = s.request("GET", "/v2/models/partial_py/stats")[1]["model_stats"][0]
+    return [list(st.keys()), list(st["inference_stats"].keys()), st["response_stats"], st["memory_usage"]]
+
+
+@check("statistics: error response, failed execute, validation refusal")
+def _(s):
+    for mode in [0, 1, 2, 3]:
+        s.request("POST", "/v2/models/error_py/infer", infer_body([("MODE", "INT32", [1], [mode])]))
+    s.request("POST", "/v2/models/error_py/infer", infer_body([("MODE", "FP32", [1], [1])]))
+    st = s.request("GET", "/v2/models/error_py/stats")[1]["model_stats"][0]
+    return [st["inference_count"], st["execution_count"],
+            {k: v.get("count", 0) for k, v in st["inference_stats"].items()},
+            [b["compute_infer"]["count"] for b in st["batch_stats"]]]
+
+
+@check("a Python model that leaves out an output")
+def _(s):
+    body = infer_body([("IN", "INT32", [2], [1, 2])])
+    return [s.request("POST", "/v2/models/partial_py/infer", body),
+            s.request("POST", "/v2/models/partial_py/infer", dict(body, outputs=[{"name": "OUT1"}]))]
+
+
+@check("a request without inputs to a model whose inputs are all optional")
+def _(s):
+    return s.request("POST", "/v2/models/optional_py/infer", {"inputs": []})
+
+
+@check("the parameters a Python model sees (HTTP)")
+def _(s):
+    params = {"priority": 1, "timeout": 5, "sequence_id": 3, "sequence_start": True, "sequence_end": False,
+              "binary_data_output": False, "custom": "x", "n": 7}
+    status, body = s.request("POST", "/v2/models/params_py/infer",
+                             infer_body([("IN", "INT32", [1], [1])], parameters=params))
+    return [status, json.loads(body["outputs"][0]["data"][0])]
+
+
+@check("the parameters a Python model sees (gRPC)")
+def _(s):
+    r = pb.ModelInferRequest(model_name="params_py")
+    r.inputs.add(name="IN", datatype="INT32", shape=[1]).contents.int_contents.append(1)
+    for k, v in {"priority": 1, "timeout": 5, "sequence_id": 3, "custom": 7}.items():
+        r.parameters[k].int64_param = v
+    r.parameters["sequence_start"].bool_param = True
+    r.parameters["triton_enable_empty_final_response"].bool_param = True
+    code, reply = s.rpc("ModelInfer", r)
+    raw = base64.b64decode(reply["raw_output_contents"][0]) if code == "OK" else b""
+    return [code, json.loads(raw[4:]) if raw else reply]
+
+
+@check("parameter keys starting with 'triton_'", compare="phrase")
+def _(s):
+    r = pb.ModelInferRequest(model_name="params_py")
+    r.inputs.add(name="IN", datatype="INT32", shape=[1]).contents.int_contents.append(1)
+    r.parameters["triton_x"].int64_param = 1
+    return [s.request("POST", "/v2/models/params_py/infer",
+                      infer_body([("IN", "INT32", [1], [1])], parameters={"triton_x": 1})),
+            s.rpc("ModelInfer", r)]
+
+
+@check("missing inputs", compare="phrase")
+def _(s):
+    return [s.request("POST", "/v2/models/add_sub_py/infer", infer_body(ADD_SUB[:1])),
+            s.request("POST", "/v2/models/add_sub_py/infer", {"inputs": []})]
+
+
+@check("input byte size mismatch (gRPC raw contents)", compare="phrase")
+def _(s):
+    r = pb.ModelInferRequest(model_name="add_sub_py")
+    for name in ("INPUT0", "INPUT1"):
+        r.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+    r.raw_input_contents.extend([b"\0" * 16, b"\0" * 20])
+    return s.rpc("ModelInfer", r)
+
+
+@check("logging: log_file and unknown settings", compare="phrase")
+def _(s):
+    return [s.request("POST", "/v2/logging", {"log_file": "/tmp/dinfer_differential.log"}),
+            s.request("POST", "/v2/logging", {"no_such_setting": 1})[0]]
+
+
+@check("trace settings: TIMESTAMPS without a file, unknown model, unknown setting", compare="phrase")
+def _(s):
+    return [s.request("POST", "/v2/trace/setting", {"trace_level": ["TIMESTAMPS"]})[0],
+            s.request("GET", "/v2/models/nope/trace/setting")[0],
+            s.request("POST", "/v2/trace/setting", {"no_such_setting": ["1"]})[0]]
+
+
+@check("trace settings: trace_rate as a JSON number", documented="Triton answers 500 for a value of the wrong type")
+def _(s):
+    return s.request("POST", "/v2/trace/setting", {"trace_rate": 5})[0]
+
+
+@check("repository: unloading an unknown model")
+def _(s):
+    return [s.request("POST", "/v2/repository/models/nope/unload")[0],
+            s.rpc("RepositoryModelUnload", pb.RepositoryModelUnloadRequest(model_name="nope"))[0]]
+
+
+@check("repository: a bad config override", compare="phrase",
+       documented="Triton answers 500 (INTERNAL) for a load that fails; dinfer 400 with the reason")
+def _(s):
+    return s.request("POST", "/v2/repository/models/add_sub_py/load",
+                     {"parameters": {"config": '"parameters": {"config": {{"max_batch_size": "16"}}}'}})
+
+
+@check("ensemble: response parameters and outputs")
+def _(s):
+    return sorted_outputs(s.request("POST", "/v2/models/ens_py/infer",
+                                    infer_body(ENS, parameters={"sequence_id": 5, "sequence_start": True}))[1])
+
+
+@check("ensemble: unloading a composing model unloads the ensemble")
+def _(s):
+    before = s.request("GET", "/v2/models/ens_py/ready")[0]
+    s.request("POST", "/v2/repository/models/add_sub_py/unload")
+    time.sleep(1)
+    after = s.request("GET", "/v2/models/ens_py/ready")[0]
+    s.request("POST", "/v2/repository/models/add_sub_py/load")
+    s.request("POST", "/v2/repository/models/ens_py/load")
+    return [before, after]
+
+
+@check("ensemble: unload_dependents keeps a composing model loaded on its own")
+def _(s):
+    s.request("POST", "/v2/repository/models/ens_py/unload", {"parameters": {"unload_dependents": True}})
+    time.sleep(1)
+    states = {r["name"]: r.get("state") for r in s.request("POST", "/v2/repository/index")[1]}
+    s.request("POST", "/v2/repository/models/ens_py/load")
+    return [states.get("ens_py"), states.get("add_sub_py")]
+
+
+@check("metrics: pinned memory pool gauges are reported")
+def _(s):
+    text = s.request("GET", "/metrics", port=s.metrics)[1]
+    return [name in text for name in ["nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"]]
+
+
+@check("malformed JSON body", documented="Triton answers 500 for malformed requests; dinfer 400")
+def _(s):
+    return s.request("POST", "/v2/models/add_sub_py/infer", "{not json")[0]
+
+
+@check("wrong HTTP method", documented="Triton answers 405; dinfer 404 (no such route)")
+def _(s):
+    return s.request("DELETE", "/v2/models/add_sub_py")[0]
+
+
+def same_phrase(triton, dinfer):
+    """Equal, except that dinfer's error messages need only hold Triton's."""
+    if isinstance(triton, str) and isinstance(dinfer, str):
+        return key_phrase(triton) in dinfer or triton == dinfer
+    if isinstance(triton, dict) and isinstance(dinfer, dict) and set(triton) == {"error"} == set(dinfer):
+        return same_phrase(triton["error"], dinfer["error"])
+    if isinstance(triton, (list, tuple)) and isinstance(dinfer, (list, tuple)) and len(triton) == len(dinfer):
+        return all(same_phrase(a, b) for a, b in zip(triton, dinfer))
+    return triton == dinfer
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--triton-venv", required=True, help="a venv with nvidia-pytriton==0.7.0 installed")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print both answers of every check")
+    args = parser.parse_args()
+    repo = make_repository()
+    ports = free_ports(6)
+    servers = []
+    started = False
+    try:
+        servers = [start_triton(args.triton_venv, repo, ports[:3]), start_dinfer(repo, ports[3:])]
+        for s in servers:
+            s.wait_ready()
+        started = True
+        triton, dinfer = servers
+        counts = {"same": 0, "different": 0, "documented": 0}
+        for name, fn, compare, documented in CHECKS:
+            try:
+                a = fn(triton)
+            except Exception as e:  # a failing check is reported, the others still run
+                a = f"check failed: {e!r}"
+            try:
+                b = fn(dinfer)
+            except Exception as e:
+                b = f"check failed: {e!r}"
+            same = same_phrase(a, b) if compare == "phrase" else a == b
+            verdict = "same" if same else ("documented" if documented else "different")
+            counts[verdict] += 1
+            print(f"{verdict:10} {name}" + (f"  ({documented})" if documented and not same else ""))
+            if args.verbose or verdict == "different":
+                print(f"           triton: {json.dumps(a, default=str)[:600]}")
+                print(f"           dinfer: {json.dumps(b, default=str)[:600]}")
+        print(f"\n{counts['same']} same, {counts['documented']} documented differences, "
+              f"{counts['different']} different")
+        return 1 if counts["different"] else 0
+    finally:
+        for s in servers:
+            s.stop(keep_log=not started)
+        shutil.rmtree(repo, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
