@@ -16,7 +16,7 @@ import {
   typedView,
   utf8Decode,
 } from "../core/dtypes.ts";
-import { invalidArg } from "../core/errors.ts";
+import { invalidArg, unsupported } from "../core/errors.ts";
 import type { Tensor } from "../core/types.ts";
 import { nowNs } from "../metrics/stats.ts";
 
@@ -205,6 +205,7 @@ function parseSettings(
   update: Record<string, unknown>,
   forModel: boolean,
   mode: TraceMode,
+  fromNetwork: boolean,
 ): Partial_ & { clear: Set<string> } {
   const out: Partial_ & { clear: Set<string> } = { clear: new Set() };
   for (const [k, raw] of Object.entries(update)) {
@@ -258,6 +259,12 @@ function parseSettings(
         break;
       case "trace_file":
         tritonOnly();
+        // As Triton: a network client does not choose a file to write (--trace-config triton,file= does).
+        if (fromNetwork) {
+          throw unsupported(
+            "Cannot update the trace settings: trace file location can not be updated through network protocol",
+          );
+        }
         out.file = one();
         break;
       case "trace_mode":
@@ -427,8 +434,11 @@ export class TraceManager {
   readonly #mode: TraceMode;
   readonly #opentelemetry: OpenTelemetrySettings;
   #sink: TraceSink | undefined;
-  /** Whether an update that turns tracing on must leave a trace file (not for the start-up settings). */
-  #requireFile = false;
+  /**
+   * Whether updates come from the network (the extension), not from the start-up settings: they may not set
+   * trace_file, and in triton mode may not turn tracing on without one.
+   */
+  #started = false;
   /**
    * Whether a model is loaded; the settings of a model that is not are refused, as in Triton (the server sets
    * this to the registry's view).
@@ -450,7 +460,7 @@ export class TraceManager {
     // Triton ignores the triton-mode file settings in opentelemetry mode.
     const { trace_file: _file, log_frequency: _frequency, ...global } = parsed.settings;
     this.update(this.#mode === "triton" ? parsed.settings : global);
-    this.#requireFile = true;
+    this.#started = true;
   }
 
   #checkModel(model: string): void {
@@ -512,14 +522,15 @@ export class TraceManager {
 
   /**
    * Changes settings (all checked before any takes effect); for a model, `null` values remove its override.
-   * In opentelemetry mode, trace_file and log_frequency do not apply and are refused.
+   * In opentelemetry mode, trace_file and log_frequency do not apply and are refused; trace_file is set at
+   * start-up only (UNSUPPORTED once the server runs).
    * @param update settings by the extension's names
    * @param model the model name, "" for the global settings
    * @returns the settings after the change
    */
   update(update: Record<string, unknown>, model = ""): TraceSettingsJson {
     this.#checkModel(model);
-    const parsed = parseSettings(update, model !== "", this.#mode);
+    const parsed = parseSettings(update, model !== "", this.#mode, this.#started);
     const { clear, ...values } = parsed;
     const keyOf: Record<string, keyof Settings> = {
       trace_level: "level",
@@ -528,7 +539,7 @@ export class TraceManager {
       log_frequency: "logFrequency",
       trace_file: "file",
     };
-    if (this.#requireFile && this.#mode === "triton") {
+    if (this.#started && this.#mode === "triton") {
       // As Triton: tracing on in triton mode needs a file to write the traces to.
       const own: Partial_ = model === "" ? {} : { ...(this.#models.get(model) ?? {}), ...values };
       for (const k of clear) delete own[keyOf[k]!];
