@@ -326,8 +326,9 @@ def test_statistics_count_inferences(client):
     assert count() >= before + 2  # a batch of 2
     names = {s["name"] for s in client.get_inference_statistics(as_json=True)["model_stats"]}
     assert {"simple", "digits", "identity_fp32"} <= names
-    expect_error(lambda: client.get_inference_statistics("no_such_model"), "StatusCode.NOT_FOUND",
-                 "Request for unknown model: 'no_such_model' is not found")
+    # As Triton: INVALID_ARGUMENT with its phrase.
+    expect_error(lambda: client.get_inference_statistics("no_such_model"), "StatusCode.INVALID_ARGUMENT",
+                 "Cannot get the statistics of 'no_such_model': requested model 'no_such_model' is not available")
 
 
 def test_repository_index_and_control_mode(client):

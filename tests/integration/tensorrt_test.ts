@@ -359,7 +359,7 @@ instance_group [ { kind: KIND_GPU, count: 1${profile} } ]`;
       assert.deepEqual((await indexRows(s.url)).get("third"), {
         state: "UNAVAILABLE",
         reason:
-          "Cannot load 'third': instance group 'third' names optimisation profile '2': the plan has profiles 0 to 1",
+          "Cannot load 'third': instance group 'third_0' names optimisation profile '2': the plan has profiles 0 to 1",
       });
     });
   },
