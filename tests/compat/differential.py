@@ -219,6 +219,75 @@ def _(s):
     return s.request("POST", "/v2/models/add_sub_py/infer", infer_body(ADD_SUB))
 
 
+@check("unknown model: ready, metadata, infer (HTTP)", compare="phrase")
+def _(s):
+    return [s.request("GET", "/v2/models/nope/ready")[0], s.request("GET", "/v2/models/nope"),
+            s.request("POST", "/v2/models/nope/infer", infer_body(ADD_SUB)),
+            s.request("GET", "/v2/models/add_sub_py/versions/9")]
+
+
+@check("unknown model: ready, metadata, config (gRPC)", compare="phrase")
+def _(s):
+    return [s.rpc("ModelReady", pb.ModelReadyRequest(name="nope")),
+            s.rpc("ModelMetadata", pb.ModelMetadataRequest(name="nope")),
+            s.rpc("ModelConfig", pb.ModelConfigRequest(name="nope"))]
+
+
+@check("inference: wrong datatype, wrong shape, unknown input, unknown output, batch too large", compare="phrase")
+def _(s):
+    wrong_type = [("INPUT0", "INT32", [1, 4], [1, 2, 3, 4]), ADD_SUB[1]]
+    wrong_shape = [("INPUT0", "FP32", [1, 3], [1, 2, 3]), ("INPUT1", "FP32", [1, 3], [1, 2, 3])]
+    unknown = ADD_SUB + [("BOGUS", "FP32", [1, 4], [1, 2, 3, 4])]
+    big = [(n, d, [9, 4], [1.0] * 36) for n, d, _, _ in ADD_SUB]
+    url = "/v2/models/add_sub_py/infer"
+    return [s.request("POST", url, infer_body(wrong_type)), s.request("POST", url, infer_body(wrong_shape)),
+            s.request("POST", url, infer_body(unknown[:1] + unknown[2:])),
+            s.request("POST", url, infer_body(ADD_SUB, outputs=[{"name": "NOPE"}])),
+            s.request("POST", url, infer_body(big))]
+
+
+@check("repository index")
+def _(s):
+    return sorted((r["name"], r.get("version"), r.get("state")) for r in s.request("POST", "/v2/repository/index")[1])
+
+
+@check("statistics of every model: names")
+def _(s):
+    return sorted(m["name"] for m in s.request("GET", "/v2/models/stats")[1]["model_stats"])
+
+
+@check("trace and log settings: defaults")
+def _(s):
+    return [s.request("GET", "/v2/trace/setting"), s.request("GET", "/v2/models/add_sub_py/trace/setting"),
+            s.request("GET", "/v2/logging")]
+
+
+@check("system shared memory: status with no regions, unknown region", compare="phrase")
+def _(s):
+    return [s.request("GET", "/v2/systemsharedmemory/status"),
+            s.request("GET", "/v2/systemsharedmemory/region/nope/status")]
+
+
+@check("gRPC: server metadata and model config")
+def _(s):
+    meta = s.rpc("ServerMetadata", pb.ServerMetadataRequest())
+    config = s.rpc("ModelConfig", pb.ModelConfigRequest(name="add_sub_py"))
+    return [meta[1]["extensions"], json.dumps(config, sort_keys=True)]
+
+
+@check("metrics: the names reported", documented="dinfer reports no GPU metrics without a GPU shim; Triton "
+       "reports its CPU metrics by another name set")
+def _(s):
+    text = s.request("GET", "/metrics", port=s.metrics)[1]
+    return sorted({line.split()[2] for line in text.splitlines() if line.startswith("# TYPE nv_")})
+
+
+@check("classification of an FP32 output")
+def _(s):
+    return s.request("POST", "/v2/models/add_sub_py/infer",
+                     infer_body(ADD_SUB, outputs=[{"name": "OUTPUT0", "parameters": {"classification": 2}}]))
+
+
 @check("HTTP: a version that is not a number is 404")
 def _(s):
     return [s.request("GET", p)[0] for p in
@@ -247,11 +316,11 @@ def _(s):
 
 @check("statistics: error response, failed execute, validation refusal")
 def _(s):
-    for mode in [0, 1, 2, 3]:
-        s.request("POST", "/v2/models/error_py/infer", infer_body([("MODE", "INT32", [1], [mode])]))
-    s.request("POST", "/v2/models/error_py/infer", infer_body([("MODE", "FP32", [1], [1])]))
+    statuses = [s.request("POST", "/v2/models/error_py/infer", infer_body([("MODE", "INT32", [1], [mode])]))[0]
+                for mode in [0, 1, 2, 3]]
+    statuses.append(s.request("POST", "/v2/models/error_py/infer", infer_body([("MODE", "FP32", [1], [1])]))[0])
     st = s.request("GET", "/v2/models/error_py/stats")[1]["model_stats"][0]
-    return [st["inference_count"], st["execution_count"],
+    return [statuses, st["inference_count"], st["execution_count"],
             {k: v.get("count", 0) for k, v in st["inference_stats"].items()},
             [b["compute_infer"]["count"] for b in st["batch_stats"]]]
 

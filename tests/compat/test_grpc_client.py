@@ -271,7 +271,7 @@ def test_unknown_model_is_not_found(client):
 def test_wrong_shape_is_invalid_argument(client):
     a = np.zeros((1, 15), dtype=np.int32)
     expect_error(lambda: client.infer("simple", simple_inputs(a, a)), "StatusCode.INVALID_ARGUMENT",
-                 "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]")
+                 "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]")
 
 
 def test_missing_input_and_wrong_datatype(client):
@@ -468,7 +468,7 @@ def test_stream_answers_in_request_order_and_survives_errors():
         c.async_stream_infer("simple", simple_inputs(A, B), request_id="last")
         result, error = got.get(timeout=30)
         assert result is None
-        assert error.message() == "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]"
+        assert error.message() == "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]"
         result, error = got.get(timeout=30)
         assert error is None and result.get_response().id == "last"
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)

@@ -131,7 +131,8 @@ Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes exact
   };
   const short = await inferJson(s.url, "simple", shortInput);
   assert.deepEqual([short.status, short.json], [400, {
-    error: "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]",
+    error:
+      "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]",
   }]);
   const missing = await inferJson(s.url, "simple", { inputs: [SIMPLE_REQUEST.inputs[0]] });
   assert.equal(missing.status, 400);

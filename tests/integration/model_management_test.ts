@@ -544,7 +544,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]`,
     const big = await inferPi(3);
     assert.equal(big.status, 400);
     assert.deepEqual(big.json, {
-      error: "Cannot infer 'pi': input 'INPUT0' has batch size 3, more than the model's max_batch_size 2",
+      error: "Cannot infer 'pi': inference request batch-size must be <= 2 for 'pi', input 'INPUT0' has 3",
     });
     assert.equal((await inferPi(2)).status, 200);
   });
