@@ -289,6 +289,66 @@ def _(s):
                      infer_body(ADD_SUB, outputs=[{"name": "OUTPUT0", "parameters": {"classification": 2}}]))
 
 
+@check("inference: request id, output selection, binary output")
+def _(s):
+    body = infer_body(ADD_SUB, id="req-7", outputs=[{"name": "OUTPUT1", "parameters": {"binary_data": False}}])
+    return s.request("POST", "/v2/models/add_sub_py/infer", body)
+
+
+@check("inference with tritonclient (HTTP binary and gRPC)")
+def _(s):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    out = []
+    for lib, url in ((httpclient, f"127.0.0.1:{s.http}"), (grpcclient, f"127.0.0.1:{s.grpc}")):
+        client = lib.InferenceServerClient(url)
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            t = lib.InferInput(name, [2, 4], "FP32")
+            t.set_data_from_numpy(np.arange(8, dtype=np.float32).reshape(2, 4))
+            inputs.append(t)
+        result = client.infer("add_sub_py", inputs)
+        out.append([result.as_numpy("OUTPUT0").tolist(), result.as_numpy("OUTPUT1").tolist()])
+    return out
+
+
+@check("gRPC inference: unknown model, unknown version", compare="phrase")
+def _(s):
+    return [s.rpc("ModelInfer", pb.ModelInferRequest(model_name="nope")),
+            s.rpc("ModelInfer", pb.ModelInferRequest(model_name="add_sub_py", model_version="9"))]
+
+
+@check("model ready and statistics of version 1")
+def _(s):
+    st = s.request("GET", "/v2/models/partial_py/versions/1/stats")
+    return [s.request("GET", "/v2/models/add_sub_py/versions/1/ready")[0], st[0],
+            [(m["name"], m["version"]) for m in st[1]["model_stats"]]]
+
+
+@check("trace and log settings: an update answers the settings")
+def _(s):
+    trace = s.request("POST", "/v2/trace/setting", {"trace_rate": "7", "trace_count": "3"})
+    s.request("POST", "/v2/trace/setting", {"trace_rate": "1000", "trace_count": "-1"})
+    log = s.request("POST", "/v2/logging", {"log_verbose_level": 1, "log_info": False})
+    s.request("POST", "/v2/logging", {"log_verbose_level": 0})
+    return [trace, log]
+
+
+@check("repository: index rows of an unloaded model")
+def _(s):
+    s.request("POST", "/v2/repository/models/empty_py/unload")
+    for _ in range(100):  # Triton shows UNLOADING while the model's stub stops
+        rows = [r for r in s.request("POST", "/v2/repository/index")[1] if r["name"] == "empty_py"]
+        if rows and rows[0].get("state") != "UNLOADING":
+            break
+        time.sleep(0.1)
+    ready = [r for r in s.request("POST", "/v2/repository/index", {"ready": True})[1] if r["name"] == "empty_py"]
+    s.request("POST", "/v2/repository/models/empty_py/load")
+    return [rows, ready]
+
+
 @check("HTTP: a version that is not a number is 404")
 def _(s):
     return [s.request("GET", p)[0] for p in
@@ -456,6 +516,19 @@ def _(s):
 @check("wrong HTTP method", documented="Triton answers 405; dinfer 404 (no such route)")
 def _(s):
     return s.request("DELETE", "/v2/models/add_sub_py")[0]
+
+
+@check("repository: a config override that loads (last: Triton keeps the override on a later plain load)")
+def _(s):
+    status = s.request("POST", "/v2/repository/models/partial_py/load",
+                       {"parameters": {"config": json.dumps({"backend": "python", "max_batch_size": 0,
+                                                             "input": [{"name": "IN", "data_type": "TYPE_INT32",
+                                                                        "dims": [2]}],
+                                                             "output": [{"name": "OUT0", "data_type": "TYPE_INT32",
+                                                                         "dims": [2]}]})}})[0]
+    config = s.request("GET", "/v2/models/partial_py/config")[1]
+    s.request("POST", "/v2/repository/models/partial_py/load")
+    return [status, [o["name"] for o in config["output"]]]
 
 
 def same_phrase(triton, dinfer):
