@@ -70,6 +70,8 @@ export interface ModelEntry {
   versions: Map<number, ModelVersion>;
   /** Why the model as a whole could not load ("" when it could). */
   reason: string;
+  /** The model folder's files (paths, sizes, modification times) when it was loaded. */
+  stamp?: string;
 }
 
 /** Options of a repository-extension load. */
@@ -109,6 +111,23 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
     throw err;
   }
   return { name, repository, dir };
+}
+
+/** The files of a model folder with their sizes and modification times: what tells that the folder changed. */
+async function folderStamp(dir: string): Promise<string> {
+  const rows: string[] = [];
+  const walk = async (path: string): Promise<void> => {
+    for await (const e of Deno.readDir(path)) {
+      const child = join(path, e.name);
+      if (e.isDirectory) await walk(child);
+      else {
+        const info = await Deno.stat(child).catch(() => undefined);
+        rows.push(`${child}\t${info?.size}\t${info?.mtime?.getTime()}`);
+      }
+    }
+  };
+  await walk(dir).catch(() => {});
+  return rows.sort().join("\n");
 }
 
 /** Whether a model folder's config says `platform: "ensemble"` (a cheap look before loading). */
@@ -296,6 +315,17 @@ export class ModelRegistry {
       if (!location) {
         throw invalidArg(`Cannot load '${name}': no model folder of that name in the model repositories`);
       }
+      // As Triton: loading a model that serves from files that have not changed since it loaded leaves it as
+      // it is (also when it loaded with a config override).
+      const current = this.#models.get(name);
+      if (
+        !upload && override === undefined && current?.stamp !== undefined &&
+        current.location.dir === location.dir && !duplicate &&
+        [...current.versions.values()].some((v) => v.state === "READY") &&
+        current.stamp === await folderStamp(location.dir)
+      ) {
+        return;
+      }
       await this.#loadComposing(name, location, override);
       const entry = await this.#build(name, location, duplicate, override);
       const serving = [...entry.versions.values()].some((v) => v.state === "READY");
@@ -438,7 +468,14 @@ export class ModelRegistry {
     duplicate: string[] | undefined,
     override: Record<string, unknown> | undefined,
   ): Promise<ModelEntry> {
-    const entry: ModelEntry = { name, location, config: undefined, versions: new Map(), reason: "" };
+    const entry: ModelEntry = {
+      name,
+      location,
+      config: undefined,
+      versions: new Map(),
+      reason: "",
+      stamp: await folderStamp(location.dir),
+    };
     if (duplicate) {
       entry.reason = `Cannot load '${name}': the model is in more than one repository (${
         duplicate.join(", ")

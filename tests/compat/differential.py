@@ -518,7 +518,7 @@ def _(s):
     return s.request("DELETE", "/v2/models/add_sub_py")[0]
 
 
-@check("repository: a config override that loads (last: Triton keeps the override on a later plain load)")
+@check("repository: a config override, then a plain load of the unchanged files (keeps the override)")
 def _(s):
     status = s.request("POST", "/v2/repository/models/partial_py/load",
                        {"parameters": {"config": json.dumps({"backend": "python", "max_batch_size": 0,
@@ -528,7 +528,8 @@ def _(s):
                                                                          "dims": [2]}]})}})[0]
     config = s.request("GET", "/v2/models/partial_py/config")[1]
     s.request("POST", "/v2/repository/models/partial_py/load")
-    return [status, [o["name"] for o in config["output"]]]
+    after = s.request("GET", "/v2/models/partial_py/config")[1]
+    return [status, [o["name"] for o in config["output"]], [o["name"] for o in after["output"]]]
 
 
 def same_phrase(triton, dinfer):

@@ -287,7 +287,11 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
       { name: "versioned", version: "3", state: "UNAVAILABLE", reason: "unloaded" },
     ]);
 
-    // No override: the config on disk again (latest 1, version 3).
+    // As Triton: a load without override of a model that serves from unchanged files leaves it as it is...
+    assert.equal((await load(u, "versioned")).status, 200);
+    assert.deepEqual(await versions(), ["2"]);
+    // ...and after an unload, a load reads the config on disk again (latest 1, version 3).
+    assert.equal((await unload(u, "versioned")).status, 200);
     assert.equal((await load(u, "versioned")).status, 200);
     assert.deepEqual(await versions(), ["3"]);
     assert.deepEqual((await get(u, "/v2/models/versioned/config")).json?.version_policy, {

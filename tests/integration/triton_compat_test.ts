@@ -360,6 +360,20 @@ print(json.dumps(MessageToDict(stub.ModelInfer(r), preserving_proto_field_name=T
     });
   });
 
+  await t.step("loading a model that serves from unchanged files leaves it as it is", async () => {
+    const count = async () =>
+      ((await get(s.url, "/v2/models/partial_py/stats")).json!.model_stats as { inference_count: number }[])[
+        0
+      ]!
+        .inference_count;
+    const before = await count();
+    assert.ok(before > 0, "partial_py has run");
+    const load = await call(`${s.url}/v2/repository/models/partial_py/load`, { method: "POST" });
+    assert.equal(load.status, 200);
+    // Not reloaded: the same version, with its statistics.
+    assert.equal(await count(), before);
+  });
+
   await t.step("unloading a model that is not loaded or not known succeeds", async () => {
     for (const name of ["nope", "empty_py"]) {
       const r = await call(`${s.url}/v2/repository/models/${name}/unload`, { method: "POST" });
