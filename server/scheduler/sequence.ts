@@ -282,7 +282,9 @@ export class SequenceScheduler implements Scheduler {
     const id = p.sequence_id;
     if (id === undefined || id === 0 || id === "" || id === 0n) {
       return fail(
-        invalidArg(`Cannot infer '${this.#name}': the model needs a non-zero sequence_id (correlation id)`),
+        invalidArg(
+          `Cannot infer '${this.#name}': inference request to model '${this.#name}' must specify a non-zero or non-empty correlation ID (sequence_id)`,
+        ),
       );
     }
     if (typeof id === "boolean" || (typeof id === "number" && (!Number.isInteger(id) || id < 0))) {

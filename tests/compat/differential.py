@@ -39,7 +39,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON_MODELS = ["add_sub_py", "error_py", "empty_py"]
+PYTHON_MODELS = ["add_sub_py", "error_py", "empty_py", "repeat_py"]
 
 
 def free_ports(n):
@@ -347,6 +347,60 @@ def _(s):
     ready = [r for r in s.request("POST", "/v2/repository/index", {"ready": True})[1] if r["name"] == "empty_py"]
     s.request("POST", "/v2/repository/models/empty_py/load")
     return [rows, ready]
+
+
+def stream(s, requests):
+    """Sends requests on one ModelStreamInfer stream; returns each response's error or outputs and final flag."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc}")
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for model, inputs, params in requests:
+            tensors = []
+            for name, datatype, values in inputs:
+                t = grpcclient.InferInput(name, [len(values)], datatype)
+                t.set_data_from_numpy(np.array(values, dtype={"INT32": np.int32, "UINT32": np.uint32}[datatype]))
+                tensors.append(t)
+            client.async_stream_infer(model, tensors, **params)
+        out = []
+        while True:
+            try:
+                result, error = answers.get(timeout=5)
+            except queue.Empty:
+                break
+            if error is not None:
+                out.append(["error", error.message()])
+                continue
+            response = result.get_response()
+            final = response.parameters["triton_final_response"].bool_param
+            out.append([[result.as_numpy(o.name).tolist() for o in response.outputs], final])
+        return out
+    finally:
+        client.stop_stream()
+
+
+@check("decoupled model: responses on a stream, with and without the empty final response")
+def _(s):
+    inputs = [("IN", "INT32", [4, 5]), ("DELAY", "UINT32", [0, 0]), ("WAIT", "UINT32", [0])]
+    return [stream(s, [("repeat_py", inputs, {})]),
+            stream(s, [("repeat_py", inputs, {"enable_empty_final_response": True})])]
+
+
+@check("decoupled model: HTTP and unary gRPC refuse it", compare="phrase")
+def _(s):
+    r = pb.ModelInferRequest(model_name="repeat_py")
+    return [s.request("POST", "/v2/models/repeat_py/infer", infer_body([("IN", "INT32", [1], [1])])),
+            s.rpc("ModelInfer", r)]
+
+
+@check("sequence model: a request without a correlation id", compare="phrase")
+def _(s):
+    return s.request("POST", "/v2/models/oldest_py/infer", infer_body([("IN", "INT32", [1, 1], [1])]))
 
 
 @check("HTTP: a version that is not a number is 404")
