@@ -258,7 +258,8 @@ export class ModelRegistry {
   /**
    * Loads or reloads one model (the repository extension's load). A reload loads the new versions beside the
    * old ones and switches at once; requests already queued on the old ones finish there. A failed reload
-   * keeps the old versions serving.
+   * keeps the old versions serving. Without a config override or files, a model that serves from files that
+   * have not changed since it loaded is left as it is.
    * @param name the model name
    * @param options a JSON config override and files (`<version>/<file>` -> contents) to load from instead of
    *   the repository
