@@ -3,7 +3,7 @@
  * @module
  */
 
-import { invalidArg } from "./core/errors.ts";
+import { invalidArg, unsupported } from "./core/errors.ts";
 
 /** Where and what to log. */
 export interface LogSettings {
@@ -73,7 +73,7 @@ export class Logger {
    * Changes settings (the logging extension's update); every value is checked before any takes effect.
    * @param update settings by the extension's names
    * @returns the settings after the change
-   * @throws ServerError INVALID_ARG naming the bad setting
+   * @throws ServerError INVALID_ARG naming the bad setting, UNSUPPORTED for `log_file`
    */
   update(update: Record<string, unknown>): LogSettingsJson {
     const next = { ...this.#settings };
@@ -96,17 +96,14 @@ export class Logger {
           next.format = v;
           break;
         case "log_file":
-          if (typeof v !== "string") throw bad("a file path");
-          next.file = v;
-          break;
+          // As Triton: a network client does not choose a file to write (--log-file does).
+          throw unsupported(
+            "Cannot update the log settings: log file location can not be updated through network protocol",
+          );
         default:
-          throw invalidArg(`Cannot update the log settings: unknown setting '${k}'`);
+          // As Triton: a setting it does not know is ignored.
+          break;
       }
-    }
-    if (next.file !== this.#settings.file) {
-      const file = next.file ? Deno.openSync(next.file, { append: true, create: true }) : undefined;
-      this.#file?.close();
-      this.#file = file;
     }
     this.#settings = next;
     return this.toJson();

@@ -27,13 +27,18 @@ export const VERSION = "0.1.0";
 /** The protocol extensions this build implements. */
 export const EXTENSIONS = [
   "classification",
+  "sequence",
+  "model_repository",
+  "model_repository(unload_dependents)",
+  "schedule_policy",
+  "model_configuration",
+  "system_shared_memory",
+  "cuda_shared_memory",
   "binary_tensor_data",
   "parameters",
   "statistics",
-  "model_repository",
-  "logging",
-  "system_shared_memory",
   "trace",
+  "logging",
 ];
 
 /** The bundled example repository, served when no repository is given. */
@@ -103,6 +108,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     controlMode: options.modelControlMode,
     logger: log,
   });
+  traces.modelKnown = (name) => registry.isReady(name, "");
   let toLoad: string[] | undefined;
   if (options.modelControlMode === "explicit") {
     toLoad = options.loadModels.includes("*") ? undefined : options.loadModels;

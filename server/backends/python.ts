@@ -34,6 +34,9 @@ import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } fr
 import type { Logger } from "../logging.ts";
 import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
 
+/** Request parameters the server acts on itself; as in Triton, the model's `request.parameters()` leaves them out. */
+const SERVER_PARAMETERS = new Set(["priority", "timeout", "sequence_id", "sequence_start", "sequence_end"]);
+
 /** Runs a request on any model of the server (BLS calls from a model). */
 export type InferFn = (request: InferRequest) => Promise<InferResponse>;
 /** Runs a request on any model and streams its responses (decoupled BLS calls). */
@@ -613,7 +616,9 @@ class Stub {
         correlation_id: typeof corr === "bigint" ? corr.toString() : corr ?? 0,
         flags: (r.parameters.sequence_start === true ? 1 : 0) | (r.parameters.sequence_end === true ? 2 : 0),
         parameters: Object.fromEntries(
-          Object.entries(r.parameters).map(([k, v]) => [k, typeof v === "bigint" ? v.toString() : v]),
+          Object.entries(r.parameters).filter(([k]) => !SERVER_PARAMETERS.has(k)).map((
+            [k, v],
+          ) => [k, typeof v === "bigint" ? v.toString() : v]),
         ),
         inputs: written.descs,
         outputs: r.outputNames,

@@ -398,17 +398,36 @@ export function serializeBytes(elements: readonly Uint8Array[]): Uint8Array {
   return out;
 }
 
+/** Names an inference input in the messages of deserializeBytes, in Triton's wording. */
+export interface InputNames {
+  /** The input's name. */
+  input: string;
+  /** The model's name. */
+  model: string;
+}
+
 /**
  * Splits length-prefixed BYTES elements (the binary extension's layout) into views.
  * @param buf the serialized elements
  * @param count the expected element count
  * @param what names the tensor in error messages
+ * @param names for an inference input: a wrong element count is told in Triton's wording (clients match it)
  */
-export function deserializeBytes(buf: Uint8Array, count: number, what: string): Uint8Array[] {
+export function deserializeBytes(
+  buf: Uint8Array,
+  count: number,
+  what: string,
+  names?: InputNames,
+): Uint8Array[] {
   const out: Uint8Array[] = new Array(count);
   const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
   let off = 0;
   for (let i = 0; i < count; i++) {
+    if (off + 4 > buf.byteLength && names) {
+      throw invalidArg(
+        `Cannot read ${what}: expected ${count} string elements for inference input '${names.input}' for model '${names.model}', got ${i}`,
+      );
+    }
     if (off + 4 > buf.byteLength) {
       throw invalidArg(
         `Cannot read ${what}: BYTES data holds ${i} elements, expected ${count} (length prefix of element ${i} is missing)`,
@@ -423,6 +442,13 @@ export function deserializeBytes(buf: Uint8Array, count: number, what: string): 
     }
     out[i] = buf.subarray(off, off + len);
     off += len;
+  }
+  if (off !== buf.byteLength && names) {
+    throw invalidArg(
+      `Cannot read ${what}: unexpected number of string elements ${
+        count + 1
+      } for inference input '${names.input}' for model '${names.model}', expecting ${count}`,
+    );
   }
   if (off !== buf.byteLength) {
     throw invalidArg(

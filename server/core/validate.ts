@@ -45,7 +45,7 @@ function quoteList(names: readonly string[]): string {
 
 /**
  * Checks a request against a model signature: input names, datatypes, shapes, batch size, data sizes and the
- * requested outputs.
+ * requested outputs. Messages keep the phrases of Triton's that its clients and tests match on.
  * @param request the decoded request
  * @param sig the model's signature
  * @returns the validated request
@@ -61,28 +61,40 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
     if (inputs.has(t.name)) fail(`input '${t.name}' is given more than once`);
     const spec = sig.inputs.find((s) => s.name === t.name);
     if (!spec) {
-      fail(`unknown input '${t.name}', the model's inputs are ${quoteList(sig.inputs.map((s) => s.name))}`);
+      fail(
+        `unexpected inference input '${t.name}' for model '${sig.name}', the model's inputs are ${
+          quoteList(sig.inputs.map((s) => s.name))
+        }`,
+      );
       return undefined as never;
     }
     if (t.datatype !== spec.datatype) {
-      fail(`input '${t.name}' has datatype ${t.datatype}, expected ${spec.datatype}`);
+      fail(
+        `inference input '${t.name}' data-type is '${t.datatype}', but model '${sig.name}' expects '${spec.datatype}'`,
+      );
     }
     const expected = sig.maxBatchSize > 0 ? [-1, ...spec.dims] : spec.dims;
     const shapeOk = t.shape.length === expected.length &&
       t.shape.every((d, i) => Number.isInteger(d) && d >= 0 && (expected[i] === -1 || expected[i] === d));
     if (!shapeOk) {
-      fail(`input '${t.name}' has shape ${shapeText(t.shape)}, expected ${shapeText(expected)}`);
+      fail(
+        `unexpected shape for input '${t.name}' for model '${sig.name}'. Expected ${
+          shapeText(expected)
+        }, got ${shapeText(t.shape)}`,
+      );
     }
     if (sig.maxBatchSize > 0) {
       const b = t.shape[0]!;
       if (b < 1) fail(`input '${t.name}' has batch size ${b}, expected at least 1`);
       if (b > sig.maxBatchSize) {
         fail(
-          `input '${t.name}' has batch size ${b}, more than the model's max_batch_size ${sig.maxBatchSize}`,
+          `inference request batch-size must be <= ${sig.maxBatchSize} for '${sig.name}', input '${t.name}' has ${b}`,
         );
       }
       if (batchSize !== -1 && b !== batchSize) {
-        fail(`input '${t.name}' has batch size ${b}, other inputs have ${batchSize}`);
+        fail(
+          `input '${t.name}' batch size does not match other inputs for '${sig.name}' (${b}, the others ${batchSize})`,
+        );
       }
       batchSize = b;
     }
@@ -107,10 +119,20 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
     }
     inputs.set(t.name, t);
   }
-  for (const spec of sig.inputs) {
-    if (!spec.optional && !inputs.has(spec.name)) fail(`missing input '${spec.name}'`);
+  const missing = sig.inputs.filter((spec) => !spec.optional && !inputs.has(spec.name)).map((s) => s.name);
+  if (missing.length > 0) {
+    // Triton's wording, which its clients and tests match on.
+    const required = sig.inputs.filter((spec) => !spec.optional).length;
+    const expected = required === sig.inputs.length
+      ? `${required} inputs`
+      : `number of inputs between ${required} and ${sig.inputs.length}`;
+    const list = (names: string[]) => `[${names.sort().map((n) => `'${n}'`).join(",")}]`;
+    fail(
+      `expected ${expected} but got ${inputs.size} inputs for model '${sig.name}'. Got input(s) ${
+        list([...inputs.keys()])
+      }, but missing required input(s) ${list(missing)}. Please provide all required input(s).`,
+    );
   }
-  if (inputs.size === 0) fail("the request has no inputs");
 
   let outputs: RequestedOutput[];
   if (request.outputs.length === 0) {
@@ -122,7 +144,9 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
       seen.add(o.name);
       if (!sig.outputs.some((s) => s.name === o.name)) {
         fail(
-          `unknown output '${o.name}', the model's outputs are ${quoteList(sig.outputs.map((s) => s.name))}`,
+          `unexpected inference output '${o.name}' for model '${sig.name}', the model's outputs are ${
+            quoteList(sig.outputs.map((s) => s.name))
+          }`,
         );
       }
       if (!Number.isInteger(o.classification) || o.classification < 0) {

@@ -214,6 +214,16 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
     registers: [registry],
     collect: perVersion((s) => s.loadSeconds),
   });
+  // Triton reports its pinned (page-locked) host memory pool. dinfer keeps no such pool (host tensors are
+  // ordinary memory), so both gauges are 0, as Triton reports with --pinned-memory-pool-byte-size=0.
+  for (
+    const [name, help] of [
+      ["nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes"],
+      ["nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes"],
+    ]
+  ) {
+    new client.Gauge({ name: name!, help: help!, registers: [registry] }).set(0);
+  }
   const sampler = options.sampler;
   if (sampler?.cpuEnabled) {
     const cpuGauge = (name: string, help: string, value: (c: NonNullable<SystemSampler["cpu"]>) => number) =>

@@ -177,7 +177,11 @@ export interface ModelStatistics {
     | "cache_miss",
     Duration
   >;
+  /** Per-response statistics of decoupled models, by response index (empty: not collected). */
+  response_stats: Record<string, never>;
   batch_stats: BatchStats[];
+  /** Memory the model version holds, by kind (empty: not tracked). */
+  memory_usage: never[];
 }
 
 /**
@@ -204,11 +208,13 @@ export function modelStatistics(name: string, version: string, s: VersionStats):
       cache_hit: zero(),
       cache_miss: zero(),
     },
+    response_stats: {},
     batch_stats: [...s.batches.values()].sort((a, b) => a.batch_size - b.batch_size).map((b) => ({
       batch_size: b.batch_size,
       compute_input: copy(b.compute_input),
       compute_infer: copy(b.compute_infer),
       compute_output: copy(b.compute_output),
     })),
+    memory_usage: [],
   };
 }

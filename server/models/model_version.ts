@@ -212,7 +212,7 @@ export class ModelVersion {
     try {
       return this.#scheduler.enqueue(validateRequest(request, this.signature), received);
     } catch (err) {
-      this.stats.recordFailure(received, "OTHER");
+      // As Triton: a request refused at validation never reached the model; its statistics do not count it.
       return Promise.reject(err);
     }
   }

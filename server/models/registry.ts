@@ -70,6 +70,8 @@ export interface ModelEntry {
   versions: Map<number, ModelVersion>;
   /** Why the model as a whole could not load ("" when it could). */
   reason: string;
+  /** The model folder's files (paths, sizes, modification times) when it was loaded. */
+  stamp?: string;
 }
 
 /** Options of a repository-extension load. */
@@ -111,6 +113,23 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
   return { name, repository, dir };
 }
 
+/** The files of a model folder with their sizes and modification times: what tells that the folder changed. */
+async function folderStamp(dir: string): Promise<string> {
+  const rows: string[] = [];
+  const walk = async (path: string): Promise<void> => {
+    for await (const e of Deno.readDir(path)) {
+      const child = join(path, e.name);
+      if (e.isDirectory) await walk(child);
+      else {
+        const info = await Deno.stat(child).catch(() => undefined);
+        rows.push(`${child}\t${info?.size}\t${info?.mtime?.getTime()}`);
+      }
+    }
+  };
+  await walk(dir).catch(() => {});
+  return rows.sort().join("\n");
+}
+
 /** Whether a model folder's config says `platform: "ensemble"` (a cheap look before loading). */
 async function isEnsemble(dir: string): Promise<boolean> {
   const text = await Deno.readTextFile(join(dir, "config.pbtxt")).catch(() => "");
@@ -120,6 +139,35 @@ async function isEnsemble(dir: string): Promise<boolean> {
 /** Why a model or its versions are not READY: each distinct reason once (versions often share one). */
 function reasonsOf(entry: ModelEntry): string[] {
   return [...new Set([entry.reason, ...[...entry.versions.values()].map((v) => v.reason)].filter((r) => r))];
+}
+
+/** The largest model version a request may name (a signed 64-bit integer, as Triton reads versions). */
+const MAX_VERSION = 2n ** 63n - 1n;
+
+/**
+ * Reads the version a request names as Triton does: "" is the policy's choice (-1); otherwise leading
+ * whitespace, an optional sign and the leading digits count (`"1a"` is 1), and a version that is not such a
+ * number, does not fit in 64 bits, or is negative is refused.
+ * @param name the model name (for the message)
+ * @param version the version string
+ * @returns the version number, -1 for ""
+ * @throws ServerError INVALID_ARG with Triton's wording, which clients match on
+ */
+export function parseVersion(name: string, version: string): number {
+  if (version === "") return -1;
+  const m = /^\s*([+-]?[0-9]+)/.exec(version);
+  if (!m || BigInt(m[1]!) > MAX_VERSION || BigInt(m[1]!) < -MAX_VERSION - 1n) {
+    throw invalidArg(
+      `Cannot resolve a version of '${name}': failed to get model version from specified version string '${version}', version should be an integral value > 0`,
+    );
+  }
+  const n = BigInt(m[1]!);
+  if (n < 0n) {
+    throw invalidArg(
+      `Cannot resolve a version of '${name}': invalid model version specified '${version}', version should be an integral value > 0`,
+    );
+  }
+  return Number(n);
 }
 
 /** A row of the repository index. */
@@ -149,6 +197,8 @@ export class ModelRegistry {
   #composing = new Set<string>();
   /** The temporary repositories of uploaded models, removed when no version needs them any more. */
   #uploads = new Set<string>();
+  /** Models loaded only because an ensemble needed them (`unload_dependents` unloads only these). */
+  #implicit = new Set<string>();
 
   /**
    * Creates an empty registry.
@@ -208,15 +258,25 @@ export class ModelRegistry {
   /**
    * Loads or reloads one model (the repository extension's load). A reload loads the new versions beside the
    * old ones and switches at once; requests already queued on the old ones finish there. A failed reload
-   * keeps the old versions serving.
+   * keeps the old versions serving. Without a config override or files, a model that serves from files that
+   * have not changed since it loaded is left as it is.
    * @param name the model name
    * @param options a JSON config override and files (`<version>/<file>` -> contents) to load from instead of
    *   the repository
    * @throws ServerError when the model cannot be found or no version loads
    */
-  loadModel(name: string, options: LoadOptions = {}): Promise<void> {
+  async loadModel(name: string, options: LoadOptions = {}): Promise<void> {
     this.#assertExplicit("load", name);
-    return this.reloadModel(name, options);
+    this.#implicit.delete(name);
+    try {
+      await this.reloadModel(name, options);
+    } catch (err) {
+      // Triton's clients (the model control examples) look for "failed to load" in the message.
+      if (!(err instanceof ServerError) || err.message.includes("failed to load")) throw err;
+      const prefix = `Cannot load '${name}': `;
+      const reason = err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.message;
+      throw new ServerError(err.code, `${prefix}failed to load '${name}': ${reason}`);
+    }
   }
 
   /**
@@ -256,6 +316,17 @@ export class ModelRegistry {
       if (!location) {
         throw invalidArg(`Cannot load '${name}': no model folder of that name in the model repositories`);
       }
+      // As Triton: loading a model that serves from files that have not changed since it loaded leaves it as
+      // it is (also when it loaded with a config override).
+      const current = this.#models.get(name);
+      if (
+        !upload && override === undefined && current?.stamp !== undefined &&
+        current.location.dir === location.dir && !duplicate &&
+        [...current.versions.values()].some((v) => v.state === "READY") &&
+        current.stamp === await folderStamp(location.dir)
+      ) {
+        return;
+      }
       await this.#loadComposing(name, location, override);
       const entry = await this.#build(name, location, duplicate, override);
       const serving = [...entry.versions.values()].some((v) => v.state === "READY");
@@ -263,31 +334,51 @@ export class ModelRegistry {
       if (!this.#models.get(name) || entry === this.#models.get(name)) {
         const reason = reasonsOf(entry);
         if (!serving) {
-          throw invalidArg(`Failed to load '${name}': ${reason.join("; ")}`);
+          throw invalidArg(`Cannot load '${name}': failed to load '${name}': ${reason.join("; ")}`);
         }
         return;
       }
       const reason = reasonsOf(entry);
-      throw invalidArg(`Failed to load '${name}', the previous versions keep serving: ${reason.join("; ")}`);
+      throw invalidArg(
+        `Cannot load '${name}': failed to load '${name}', the previous versions keep serving: ${
+          reason.join("; ")
+        }`,
+      );
     });
   }
 
   /**
    * Unloads a model: its versions stop taking requests, finish the queued and executing ones, and free their
-   * runtime resources. The model stays in the index as UNAVAILABLE.
+   * runtime resources. A model of the repositories stays in the index as UNAVAILABLE; one loaded from uploaded
+   * files leaves it. Unloading a model that is not known succeeds, as in Triton.
    * @param name the model name
-   * @throws ServerError NOT_FOUND when no model of that name is known or in the repositories
    */
   async unloadModel(name: string, options: { unloadDependents?: boolean } = {}): Promise<void> {
     this.#assertExplicit("unload", name);
     const config = this.#models.get(name)?.config;
     await this.retireModel(name);
     if (options.unloadDependents && config?.platform === "ensemble") {
-      // The composing models of an ensemble go with it (`unload_dependents`).
+      // The composing models that were loaded for the ensemble go with it (`unload_dependents`); as in Triton,
+      // those loaded on their own, or used by another ready ensemble, stay.
       for (const step of new Set(ensembleSteps(config).map((s) => s.model_name))) {
-        if (step !== name) await this.retireModel(step).catch(() => {});
+        if (step === name || !this.#implicit.has(step) || this.#readyEnsemblesUsing(step).length > 0) {
+          continue;
+        }
+        this.#implicit.delete(step);
+        await this.retireModel(step).catch(() => {});
       }
     }
+  }
+
+  /** The ensembles with a READY version whose steps use a model. */
+  #readyEnsemblesUsing(model: string): string[] {
+    const out: string[] = [];
+    for (const [name, entry] of this.#models) {
+      if (entry.config?.platform !== "ensemble") continue;
+      if (![...entry.versions.values()].some((v) => v.state === "READY")) continue;
+      if (ensembleSteps(entry.config).some((s) => s.model_name === model)) out.push(name);
+    }
+    return out;
   }
 
   /**
@@ -311,6 +402,7 @@ export class ModelRegistry {
     try {
       for (const model of new Set(sched.step.map((st) => st.model_name ?? ""))) {
         if (!model || this.#composing.has(model) || this.isReady(model, "")) continue;
+        this.#implicit.add(model);
         await this.reloadModel(model).catch(() => {});
       }
     } finally {
@@ -319,22 +411,25 @@ export class ModelRegistry {
   }
 
   /**
-   * Unloads a model whatever the control mode (the repository poller's entry point); see unloadModel.
+   * Unloads a model whatever the control mode (the repository poller's entry point), and the ensembles that use
+   * it; see unloadModel.
    * @param name the model name
    */
-  retireModel(name: string): Promise<void> {
-    return this.#serialized(name, async () => {
+  async retireModel(name: string): Promise<void> {
+    await this.#serialized(name, async () => {
       const entry = this.#models.get(name);
-      if (!entry) {
-        const { models } = await scanRepositories(this.#options.repositories);
-        if (models.has(name)) return;
-        throw notFound(`Cannot unload '${name}': no model of that name`);
-      }
+      if (!entry) return;
       await Promise.all(
         [...entry.versions.values()].filter((v) => v.state === "READY").map((v) => v.unload()),
       );
+      // An uploaded model has no folder in the repositories to list it by once its files are gone.
+      if (this.#uploads.has(entry.location.repository)) this.#models.delete(name);
       await this.#discard(entry.location);
     });
+    // As Triton: the ensembles that use the model stop serving with it.
+    for (const ensemble of this.#readyEnsemblesUsing(name)) {
+      if (ensemble !== name) await this.retireModel(ensemble);
+    }
   }
 
   /** Removes the temporary repository of an uploaded model (nothing for a model of the repositories). */
@@ -374,7 +469,14 @@ export class ModelRegistry {
     duplicate: string[] | undefined,
     override: Record<string, unknown> | undefined,
   ): Promise<ModelEntry> {
-    const entry: ModelEntry = { name, location, config: undefined, versions: new Map(), reason: "" };
+    const entry: ModelEntry = {
+      name,
+      location,
+      config: undefined,
+      versions: new Map(),
+      reason: "",
+      stamp: await folderStamp(location.dir),
+    };
     if (duplicate) {
       entry.reason = `Cannot load '${name}': the model is in more than one repository (${
         duplicate.join(", ")
@@ -446,6 +548,12 @@ export class ModelRegistry {
   async #loadEnsemble(entry: ModelEntry, config: ModelConfig, available: number[]): Promise<void> {
     const { name, location } = entry;
     applyDefaults(config, "");
+    // As Triton: an ensemble's config says whether it is decoupled (dinfer's never are: their steps may not be).
+    config.model_transaction_policy ??= { decoupled: false };
+    config = toModelConfig(config, name);
+    // Triton 2.51's ensemble_scheduling has no max_inflight_requests; dinfer does not use it either.
+    const scheduling = config.ensemble_scheduling as { max_inflight_requests?: number } | undefined;
+    if (scheduling?.max_inflight_requests === 0) delete scheduling.max_inflight_requests;
     await validateConfig(config, name, location.dir);
     entry.config = config;
     const versions = selectVersions(config.version_policy, available);
@@ -498,10 +606,10 @@ export class ModelRegistry {
    *   UNAVAILABLE for an explicit version that is not READY
    */
   resolve(name: string, version: string): ModelVersion {
+    const n = parseVersion(name, version);
     const entry = this.#models.get(name);
     if (!entry) throw notFound(`Request for unknown model: '${name}' is not found`);
-    if (version !== "") {
-      const n = /^[0-9]+$/.test(version) ? Number(version) : NaN;
+    if (n >= 0) {
       const mv = entry.versions.get(n);
       if (!mv) throw notFound(`Request for unknown model: '${name}' version ${version} is not found`);
       if (mv.state !== "READY") {
@@ -530,6 +638,7 @@ export class ModelRegistry {
    * @param version the version string ("" for any)
    */
   isReady(name: string, version: string): boolean {
+    parseVersion(name, version); // a malformed version is an error, not "not ready"
     try {
       this.resolve(name, version);
       return true;
@@ -558,14 +667,25 @@ export class ModelRegistry {
    * The statistics extension: every READY version of one model, or of every model when `name` is "".
    * @param name the model name, "" for all
    * @param version the version, "" for every READY version
-   * @throws ServerError NOT_FOUND for unknown models and versions
+   * @throws ServerError INVALID_ARG for unknown models and versions, as Triton answers
    */
   statistics(name: string, version: string): ModelStatistics[] {
     if (name !== "") {
+      const n = parseVersion(name, version);
       const entry = this.#models.get(name);
-      if (!entry) throw notFound(`Request for unknown model: '${name}' is not found`);
-      if (version !== "") {
-        const mv = this.resolve(name, version);
+      const ready = entry && [...entry.versions.values()].some((v) => v.state === "READY");
+      if (!ready) {
+        throw invalidArg(
+          `Cannot get the statistics of '${name}': requested model '${name}' is not available`,
+        );
+      }
+      if (n >= 0) {
+        const mv = entry.versions.get(n);
+        if (!mv || mv.state !== "READY") {
+          throw invalidArg(
+            `Cannot get the statistics of '${name}' version ${version}: requested model version is not available for model '${name}'`,
+          );
+        }
         return [modelStatistics(name, String(mv.version), mv.stats)];
       }
     }

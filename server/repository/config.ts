@@ -181,12 +181,32 @@ export function applyDefaults(config: ModelConfig, defaultModelFilename: string)
     config.instance_group = [];
     return;
   }
+  // As Triton fills them: the optimization block's defaults, and the sequence batcher's idle time and the
+  // oldest strategy's preferred batch size.
+  const optimization = (config.optimization ?? {}) as Record<string, unknown>;
+  optimization.priority ??= "PRIORITY_DEFAULT";
+  optimization.input_pinned_memory ??= { enable: true };
+  optimization.output_pinned_memory ??= { enable: true };
+  optimization.gather_kernel_buffer_threshold ??= 0;
+  optimization.eager_batching ??= false;
+  config.optimization = optimization;
+  const sequence = config.sequence_batching as
+    | { max_sequence_idle_microseconds?: number; oldest?: { preferred_batch_size?: number[] } }
+    | undefined;
+  if (sequence) {
+    if (!sequence.max_sequence_idle_microseconds) sequence.max_sequence_idle_microseconds = 1_000_000;
+    if (sequence.oldest && !sequence.oldest.preferred_batch_size?.length && config.max_batch_size > 0) {
+      sequence.oldest.preferred_batch_size = [config.max_batch_size];
+    }
+  }
   const defaultKind = config.backend === "tensorrt" ? "KIND_GPU" : "KIND_CPU";
+  // As Triton: the group made when the config has none is named after the model; unnamed groups of the
+  // config are named `<model>_<index>`.
   if (config.instance_group.length === 0) {
-    config.instance_group = [{ name: "", kind: defaultKind, count: 0, gpus: [] }];
+    config.instance_group = [{ name: config.name, kind: defaultKind, count: 0, gpus: [] }];
   }
   config.instance_group.forEach((g, i) => {
-    if (!g.name) g.name = `${config.name}${config.instance_group.length > 1 ? `_${i}` : ""}`;
+    if (!g.name) g.name = `${config.name}_${i}`;
     if (g.kind === "KIND_AUTO") g.kind = defaultKind;
     if (!g.count) g.count = g.kind === "KIND_CPU" && config.backend === "onnxruntime" ? 2 : 1;
   });

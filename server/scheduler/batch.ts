@@ -12,6 +12,18 @@ import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
 import type { ExecutionTimes } from "../metrics/stats.ts";
 
+/** The errors a model sent as a request's response (not failures of the execution itself). */
+const modelErrors = new WeakSet<Error>();
+
+/**
+ * Whether an error is a response the model sent (a Python model's `InferenceResponse(error=...)`): as in Triton,
+ * the request counts as a success in the statistics, its execution having succeeded.
+ * @param err an error response of executeBatch
+ */
+export function isModelError(err: Error): boolean {
+  return modelErrors.has(err);
+}
+
 /** What a batch needs to know of its model. */
 export interface BatchModel {
   /** The model name. */
@@ -142,11 +154,17 @@ async function executeSeparately(
     if (out === undefined) {
       return internal(`Cannot run '${model.name}': the backend gave no answer for a request`);
     }
-    if (out instanceof Error) return toServerError(out);
+    if (out instanceof Error) {
+      const e = toServerError(out);
+      modelErrors.add(e);
+      return e;
+    }
     try {
       // A decoupled model's request answers through its stream; the response here only says it ran.
       if (r.request.stream) return respond(model, r, () => undefined, true);
-      return respond(model, r, (name) => out.get(name));
+      // As Triton: a model that answers each request itself (Python) may leave out outputs; the response
+      // carries those it produced.
+      return respond(model, r, (name) => out.get(name), true);
     } catch (err) {
       return toServerError(err);
     }

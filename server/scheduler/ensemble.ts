@@ -274,7 +274,14 @@ export class EnsembleScheduler implements Scheduler {
         ? classify(t, o.classification, batched, this.#outputs.get(o.name)?.labels)
         : t;
     });
-    return { model: this.#config.name, version: this.#version, id: req.id, outputs, parameters: {} };
+    // As Triton: an ensemble's response carries the request's sequence parameters.
+    const p = req.parameters;
+    const parameters = {
+      sequence_id: p.sequence_id ?? 0,
+      sequence_start: p.sequence_start === true,
+      sequence_end: p.sequence_end === true,
+    };
+    return { model: this.#config.name, version: this.#version, id: req.id, outputs, parameters };
   }
 
   inflightCount(): number {

@@ -13,7 +13,7 @@ import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
 import type { VersionStats } from "../metrics/stats.ts";
-import { batchCompatible, type BatchModel, executeBatch } from "./batch.ts";
+import { batchCompatible, type BatchModel, executeBatch, isModelError } from "./batch.ts";
 
 /** Queues requests of one model version and runs them on its instances. */
 export interface Scheduler {
@@ -410,13 +410,15 @@ export class PoolScheduler implements Scheduler {
 
   async #run(instance: BackendInstance, batch: Pending[]): Promise<void> {
     this.#executing += batch.length;
+    const started = nowNs();
     try {
       const { responses, times } = await executeBatch(this.#model, instance, batch.map((p) => p.request));
       this.#stats?.recordExecution(times);
       batch.forEach((p, i) => {
         const res = responses[i]!;
         if (res instanceof Error) {
-          this.#stats?.recordFailure(p.received, "BACKEND");
+          if (isModelError(res)) this.#stats?.recordSuccess(p.request.batchSize, p.received, times);
+          else this.#stats?.recordFailure(p.received, "BACKEND");
           this.#deliver(p.seq, () => p.reject(res));
           return;
         }
@@ -425,6 +427,16 @@ export class PoolScheduler implements Scheduler {
       });
     } catch (err) {
       const e = toServerError(err);
+      // As Triton: a failed execution is still an execution.
+      const end = nowNs();
+      const batchSize = batch.reduce((n, p) => n + p.request.batchSize, 0);
+      this.#stats?.recordExecution({
+        batchSize,
+        start: started,
+        inputEnd: started,
+        inferEnd: end,
+        outputEnd: end,
+      });
       for (const p of batch) {
         this.#stats?.recordFailure(p.received, "BACKEND");
         this.#deliver(p.seq, () => p.reject(e));

@@ -28,7 +28,7 @@ import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
 import type { VersionStats } from "../metrics/stats.ts";
-import { batchCompatible, type BatchModel, executeBatch } from "./batch.ts";
+import { batchCompatible, type BatchModel, executeBatch, isModelError } from "./batch.ts";
 import type { Scheduler } from "./scheduler.ts";
 
 type ControlKind =
@@ -271,7 +271,9 @@ export class SequenceScheduler implements Scheduler {
     const id = p.sequence_id;
     if (id === undefined || id === 0 || id === "" || id === 0n) {
       return fail(
-        invalidArg(`Cannot infer '${this.#name}': the model needs a non-zero sequence_id (correlation id)`),
+        invalidArg(
+          `Cannot infer '${this.#name}': inference request to model '${this.#name}' must specify a non-zero or non-empty correlation ID (sequence_id)`,
+        ),
       );
     }
     if (typeof id === "boolean" || (typeof id === "number" && (!Number.isInteger(id) || id < 0))) {
@@ -547,6 +549,7 @@ export class SequenceScheduler implements Scheduler {
     }
     this.#queued -= batch.length;
     this.#executing += batch.length;
+    const started = nowNs();
     try {
       const augmented = batch.map(({ seq, pending }) => this.#augment(seq, pending));
       const { responses, times } = await executeBatch(this.#model, this.#instances[i]!, augmented);
@@ -554,7 +557,9 @@ export class SequenceScheduler implements Scheduler {
       batch.forEach(({ seq, pending }, k) => {
         const res = responses[k]!;
         if (res instanceof Error) {
-          this.#stats?.recordFailure(pending.received, "BACKEND");
+          if (isModelError(res)) {
+            this.#stats?.recordSuccess(pending.request.batchSize, pending.received, times);
+          } else this.#stats?.recordFailure(pending.received, "BACKEND");
           pending.reject(res);
           return;
         }
@@ -567,6 +572,16 @@ export class SequenceScheduler implements Scheduler {
       });
     } catch (err) {
       const e = toServerError(err);
+      // As Triton: a failed execution is still an execution.
+      const end = nowNs();
+      const batchSize = batch.reduce((n, { pending }) => n + pending.request.batchSize, 0);
+      this.#stats?.recordExecution({
+        batchSize,
+        start: started,
+        inputEnd: started,
+        inferEnd: end,
+        outputEnd: end,
+      });
       for (const { pending } of batch) {
         this.#stats?.recordFailure(pending.received, "BACKEND");
         pending.reject(e);

@@ -16,7 +16,7 @@ import {
   typedView,
   utf8Decode,
 } from "../core/dtypes.ts";
-import { invalidArg } from "../core/errors.ts";
+import { invalidArg, unsupported } from "../core/errors.ts";
 import type { RequestTrace, Tensor } from "../core/types.ts";
 import { nowNs } from "../core/clock.ts";
 import type { OpenTelemetrySettings, TraceSink } from "./opentelemetry.ts";
@@ -184,6 +184,7 @@ function parseSettings(
   update: Record<string, unknown>,
   forModel: boolean,
   mode: TraceMode,
+  fromNetwork: boolean,
 ): Partial_ & { clear: Set<string> } {
   const out: Partial_ & { clear: Set<string> } = { clear: new Set() };
   for (const [k, raw] of Object.entries(update)) {
@@ -194,10 +195,14 @@ function parseSettings(
     }
     const values = Array.isArray(raw) ? raw : [raw];
     const one = (): string => {
-      if (values.length !== 1 || (typeof values[0] !== "string" && typeof values[0] !== "number")) {
-        throw invalidArg(`Cannot update the trace settings: '${k}' must be one value`);
+      if (values.length !== 1) throw invalidArg(`Cannot update the trace settings: '${k}' must be one value`);
+      // As Triton: values are strings ("10", not 10).
+      if (typeof values[0] !== "string") {
+        throw invalidArg(
+          `Cannot update the trace settings: '${k}' is ${JSON.stringify(values[0])}, expected a string`,
+        );
       }
-      return String(values[0]);
+      return values[0];
     };
     const int = (min: number): number => {
       const v = one();
@@ -216,15 +221,8 @@ function parseSettings(
     switch (k) {
       case "trace_level": {
         const level = new Set<"TIMESTAMPS" | "TENSORS">();
-        for (const v of values) {
-          if (v === "OFF") continue;
-          if (v !== "TIMESTAMPS" && v !== "TENSORS") {
-            throw invalidArg(
-              `Cannot update the trace settings: unknown trace_level '${v}' (OFF, TIMESTAMPS, TENSORS)`,
-            );
-          }
-          level.add(v);
-        }
+        // As Triton: a level it does not know is skipped.
+        for (const v of values) if (v === "TIMESTAMPS" || v === "TENSORS") level.add(v);
         out.level = level;
         break;
       }
@@ -240,6 +238,12 @@ function parseSettings(
         break;
       case "trace_file":
         tritonOnly();
+        // As Triton: a network client does not choose a file to write (--trace-config triton,file= does).
+        if (fromNetwork) {
+          throw unsupported(
+            "Cannot update the trace settings: trace file location can not be updated through network protocol",
+          );
+        }
         out.file = one();
         break;
       case "trace_mode":
@@ -248,7 +252,8 @@ function parseSettings(
         }
         break;
       default:
-        throw invalidArg(`Cannot update the trace settings: unknown setting '${k}'`);
+        // As Triton: a setting it does not know is ignored.
+        break;
     }
   }
   return out;
@@ -408,6 +413,16 @@ export class TraceManager {
   readonly #mode: TraceMode;
   readonly #opentelemetry: OpenTelemetrySettings;
   #sink: TraceSink | undefined;
+  /**
+   * Whether updates come from the network (the extension), not from the start-up settings: they may not set
+   * trace_file, and in triton mode may not turn tracing on without one.
+   */
+  #started = false;
+  /**
+   * Whether a model is loaded; the settings of a model that is not are refused, as in Triton (the server sets
+   * this to the registry's view).
+   */
+  modelKnown: ((name: string) => boolean) | undefined;
 
   /**
    * Creates the manager from `--trace-config` entries (see parseTraceConfig: `level`, `rate`, `count`,
@@ -424,6 +439,13 @@ export class TraceManager {
     // Triton ignores the triton-mode file settings in opentelemetry mode.
     const { trace_file: _file, log_frequency: _frequency, ...global } = parsed.settings;
     this.update(this.#mode === "triton" ? parsed.settings : global);
+    this.#started = true;
+  }
+
+  #checkModel(model: string): void {
+    if (model !== "" && this.modelKnown && !this.modelKnown(model)) {
+      throw invalidArg(`Request for unknown model: '${model}' is not found`);
+    }
   }
 
   /** The trace mode, fixed at start-up. */
@@ -465,6 +487,7 @@ export class TraceManager {
    * @param model the model name, "" for the global settings
    */
   settings(model = ""): TraceSettingsJson {
+    this.#checkModel(model);
     const s = model ? this.#effective(model) : this.#global;
     return {
       trace_level: s.level.size === 0 ? ["OFF"] : [...s.level],
@@ -478,13 +501,15 @@ export class TraceManager {
 
   /**
    * Changes settings (all checked before any takes effect); for a model, `null` values remove its override.
-   * In opentelemetry mode, trace_file and log_frequency do not apply and are refused.
+   * In opentelemetry mode, trace_file and log_frequency do not apply and are refused; trace_file is set at
+   * start-up only (UNSUPPORTED once the server runs).
    * @param update settings by the extension's names
    * @param model the model name, "" for the global settings
    * @returns the settings after the change
    */
   update(update: Record<string, unknown>, model = ""): TraceSettingsJson {
-    const parsed = parseSettings(update, model !== "", this.#mode);
+    this.#checkModel(model);
+    const parsed = parseSettings(update, model !== "", this.#mode, this.#started);
     const { clear, ...values } = parsed;
     const keyOf: Record<string, keyof Settings> = {
       trace_level: "level",
@@ -493,6 +518,19 @@ export class TraceManager {
       log_frequency: "logFrequency",
       trace_file: "file",
     };
+    if (this.#started && this.#mode === "triton") {
+      // As Triton: tracing on in triton mode needs a file to write the traces to.
+      const own: Partial_ = model === "" ? {} : { ...(this.#models.get(model) ?? {}), ...values };
+      for (const k of clear) delete own[keyOf[k]!];
+      const after = model === "" ? { ...this.#global, ...values } : { ...this.#global, ...own };
+      if (after.level.size > 0 && after.file === "") {
+        throw invalidArg(
+          `Cannot update the trace settings: trace file name is not given for trace_level '${
+            [...after.level].join(",")
+          }'`,
+        );
+      }
+    }
     if (model === "") {
       const oldFile = this.#global.file;
       this.#global = { ...this.#global, ...values };

@@ -141,7 +141,7 @@ def test_a_stub_that_dies_mid_stream_ends_the_request_with_an_error_and_is_resta
     assert results[0][1] is None and results[0][0].as_numpy("OUT").tolist() == [5]
     assert results[1][0] is None
     assert results[1][1].message() == (
-        "Cannot run 'repeat_py' instance 'repeat_py_0': the Python stub exited with code 3"
+        "Cannot run 'repeat_py' instance 'repeat_py_0_0': the Python stub exited with code 3"
     )
     # The request asked for an empty final response: it comes after the error, so the client knows it ended.
     assert results[2][1] is None and final_of(results[2][0]) is True
@@ -161,7 +161,7 @@ def test_execute_that_raises_after_a_response_ends_the_request_with_the_error_an
     assert results[0][1] is None and results[0][0].as_numpy("OUT").tolist() == [8]
     assert results[1][0] is None
     assert results[1][1].message() == (
-        "Cannot run 'repeat_py' instance 'repeat_py_0': TritonModelException: execute failed on purpose"
+        "Cannot run 'repeat_py' instance 'repeat_py_0_0': TritonModelException: execute failed on purpose"
     )
     assert results[2][1] is None and final_of(results[2][0]) is True
     assert results[2][0].get_response().id == "raises"
@@ -176,7 +176,10 @@ def test_bad_input_is_an_error_on_the_stream_and_the_stream_goes_on(stream):
     stream.client.async_stream_infer("repeat_py", [t], request_id="missing")
     (result, error), = stream.take(1)
     assert result is None
-    assert error.message() == "Cannot infer 'repeat_py': missing input 'DELAY'"
+    assert error.message() == (
+        "Cannot infer 'repeat_py': expected 3 inputs but got 1 inputs for model 'repeat_py'. Got input(s) ['IN'], "
+        "but missing required input(s) ['DELAY','WAIT']. Please provide all required input(s)."
+    )
     stream.client.async_stream_infer("repeat_py", repeat_inputs([9]), request_id="ok",
                                      enable_empty_final_response=True)
     results = stream.take(2)

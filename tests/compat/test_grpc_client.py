@@ -271,13 +271,13 @@ def test_unknown_model_is_not_found(client):
 def test_wrong_shape_is_invalid_argument(client):
     a = np.zeros((1, 15), dtype=np.int32)
     expect_error(lambda: client.infer("simple", simple_inputs(a, a)), "StatusCode.INVALID_ARGUMENT",
-                 "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]")
+                 "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]")
 
 
 def test_missing_input_and_wrong_datatype(client):
     one = simple_inputs(A, B)[:1]
     expect_error(lambda: client.infer("simple", one), "StatusCode.INVALID_ARGUMENT",
-                 "Cannot infer 'simple': missing input 'INPUT1'")
+                 "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).")
     f = A.astype(np.float32)
     bad = [grpcclient.InferInput("INPUT0", [2, 16], "FP32"), simple_inputs(A, B)[1]]
     bad[0].set_data_from_numpy(f)
@@ -326,8 +326,9 @@ def test_statistics_count_inferences(client):
     assert count() >= before + 2  # a batch of 2
     names = {s["name"] for s in client.get_inference_statistics(as_json=True)["model_stats"]}
     assert {"simple", "digits", "identity_fp32"} <= names
-    expect_error(lambda: client.get_inference_statistics("no_such_model"), "StatusCode.NOT_FOUND",
-                 "Request for unknown model: 'no_such_model' is not found")
+    # As Triton: INVALID_ARGUMENT with its phrase.
+    expect_error(lambda: client.get_inference_statistics("no_such_model"), "StatusCode.INVALID_ARGUMENT",
+                 "Cannot get the statistics of 'no_such_model': requested model 'no_such_model' is not available")
 
 
 def test_repository_index_and_control_mode(client):
@@ -467,7 +468,7 @@ def test_stream_answers_in_request_order_and_survives_errors():
         c.async_stream_infer("simple", simple_inputs(A, B), request_id="last")
         result, error = got.get(timeout=30)
         assert result is None
-        assert error.message() == "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]"
+        assert error.message() == "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]"
         result, error = got.get(timeout=30)
         assert error is None and result.get_response().id == "last"
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)

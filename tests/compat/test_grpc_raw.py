@@ -205,9 +205,9 @@ def test_raw_contents_count_differs_from_inputs(stub):
 
 def test_raw_size_mismatch(stub):
     expect(stub, simple_raw([RAW16, RAW16[:60]]), grpc.StatusCode.INVALID_ARGUMENT,
-           f"{WHERE}: input 'INPUT1' has 60 bytes of raw contents, expected 64 for shape [1,16] of INT32")
+           f"{WHERE}: input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 60")
     expect(stub, simple_raw([RAW16 + b"\0\0\0\0", RAW16]), grpc.StatusCode.INVALID_ARGUMENT,
-           f"{WHERE}: input 'INPUT0' has 68 bytes of raw contents, expected 64 for shape [1,16] of INT32")
+           f"{WHERE}: input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 68")
 
 
 def test_malformed_raw_bytes_tensor(stub):
@@ -289,7 +289,7 @@ def test_unknown_model(stub):
 def test_missing_and_unexpected_inputs(stub):
     req = simple_typed()
     del req.inputs[1]
-    expect(stub, req, grpc.StatusCode.INVALID_ARGUMENT, "Cannot infer 'simple': missing input 'INPUT1'")
+    expect(stub, req, grpc.StatusCode.INVALID_ARGUMENT, "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).")
 
 
 def test_undecodable_message(channel):

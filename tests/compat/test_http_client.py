@@ -572,7 +572,7 @@ def test_error_model_that_failed_to_load_message(client):
 def test_error_wrong_shape(client, binary):
     a = np.zeros((1, 15), dtype=np.int32)
     expect_error(
-        client, "400", "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]", "simple",
+        client, "400", "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]", "simple",
         simple_inputs(a, a, binary),
     )
 
@@ -580,7 +580,7 @@ def test_error_wrong_shape(client, binary):
 def test_error_wrong_rank(client):
     a = np.zeros(16, dtype=np.int32)
     expect_error(
-        client, "400", "Cannot infer 'simple': input 'INPUT0' has shape [16], expected [-1,16]", "simple",
+        client, "400", "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [16]", "simple",
         simple_inputs(a, a),
     )
 
@@ -589,7 +589,7 @@ def test_error_wrong_rank(client):
 def test_error_wrong_datatype(client, binary):
     a = np.zeros((1, 16), dtype=np.float32)
     expect_error(
-        client, "400", "Cannot infer 'simple': input 'INPUT0' has datatype FP32, expected INT32", "simple",
+        client, "400", "Cannot infer 'simple': inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'", "simple",
         simple_inputs(a, a, binary),
     )
 
@@ -598,7 +598,7 @@ def test_error_wrong_datatype(client, binary):
 def test_error_missing_input(client, binary):
     a = np.zeros((1, 16), dtype=np.int32)
     expect_error(
-        client, "400", "Cannot infer 'simple': missing input 'INPUT1'", "simple",
+        client, "400", "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).", "simple",
         [make_input("INPUT0", a, binary)],
     )
 
@@ -606,7 +606,7 @@ def test_error_missing_input(client, binary):
 def test_error_unknown_input(client):
     a = np.zeros((1, 16), dtype=np.int32)
     expect_error(
-        client, "400", "Cannot infer 'simple': unknown input 'INPUT2', the model's inputs are 'INPUT0', 'INPUT1'",
+        client, "400", "Cannot infer 'simple': unexpected inference input 'INPUT2' for model 'simple', the model's inputs are 'INPUT0', 'INPUT1'",
         "simple", simple_inputs(a, a) + [make_input("INPUT2", a)],
     )
 
@@ -615,7 +615,7 @@ def test_error_unknown_output(client):
     a, b = simple_data()
     expect_error(
         client, "400",
-        "Cannot infer 'simple': unknown output 'OUTPUT9', the model's outputs are 'OUTPUT0', 'OUTPUT1'",
+        "Cannot infer 'simple': unexpected inference output 'OUTPUT9' for model 'simple', the model's outputs are 'OUTPUT0', 'OUTPUT1'",
         "simple", simple_inputs(a, b), outputs=[httpclient.InferRequestedOutput("OUTPUT9")],
     )
 
@@ -625,7 +625,7 @@ def test_error_batch_above_max(client, binary):
     a = np.zeros((9, 16), dtype=np.int32)
     expect_error(
         client, "400",
-        "Cannot infer 'simple': input 'INPUT0' has batch size 9, more than the model's max_batch_size 8",
+        "Cannot infer 'simple': inference request batch-size must be <= 8 for 'simple', input 'INPUT0' has 9",
         "simple", simple_inputs(a, a, binary),
     )
 
@@ -634,7 +634,7 @@ def test_error_mismatched_batch(client):
     a = np.zeros((2, 16), dtype=np.int32)
     b = np.zeros((3, 16), dtype=np.int32)
     expect_error(
-        client, "400", "Cannot infer 'simple': input 'INPUT1' has batch size 3, other inputs have 2", "simple",
+        client, "400", "Cannot infer 'simple': input 'INPUT1' batch size does not match other inputs for 'simple' (3, the others 2)", "simple",
         simple_inputs(a, b),
     )
 

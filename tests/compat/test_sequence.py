@@ -192,7 +192,7 @@ def test_missing_sequence_id(proto, model):
     expect_error(
         name,
         lambda: infer(mod, client, model, 1, 0, start=True),
-        f"Cannot infer '{model}': the model needs a non-zero sequence_id (correlation id)",
+        f"Cannot infer '{model}': inference request to model '{model}' must specify a non-zero or non-empty correlation ID (sequence_id)",
     )
 
 

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { EXTENSIONS, VERSION } from "../../server/server.ts";
 import { EXAMPLES, FIXTURES, startTestServer } from "../helpers.ts";
-import { get, inferJson } from "./_http.ts";
+import { call, get, inferJson } from "./_http.ts";
 
 const SIMPLE_CONFIG = {
   name: "simple",
@@ -35,6 +35,14 @@ const SIMPLE_CONFIG = {
   })),
   batch_input: [],
   batch_output: [],
+  // Filled as Triton fills it.
+  optimization: {
+    priority: "PRIORITY_DEFAULT",
+    input_pinned_memory: { enable: true },
+    output_pinned_memory: { enable: true },
+    gather_kernel_buffer_threshold: 0,
+    eager_batching: false,
+  },
   instance_group: [{
     name: "simple",
     kind: "KIND_CPU",
@@ -82,9 +90,22 @@ Deno.test("server, health and model endpoints answer for the example repository"
     assert.equal(r.status, 200);
     assert.equal(r.headers.get("content-type"), "application/json");
     assert.deepEqual(r.json, { name: "dinfer", version: VERSION, extensions: EXTENSIONS });
-    for (const e of ["classification", "binary_tensor_data", "parameters"]) {
-      assert.ok(EXTENSIONS.includes(e), e);
-    }
+    // Triton 2.51's list, in its order.
+    assert.deepEqual(EXTENSIONS, [
+      "classification",
+      "sequence",
+      "model_repository",
+      "model_repository(unload_dependents)",
+      "schedule_policy",
+      "model_configuration",
+      "system_shared_memory",
+      "cuda_shared_memory",
+      "binary_tensor_data",
+      "parameters",
+      "statistics",
+      "trace",
+      "logging",
+    ]);
   });
 
   await t.step("live and ready answer 200 with an empty body when every model loaded", async () => {
@@ -161,11 +182,15 @@ Deno.test("server, health and model endpoints answer for the example repository"
       assert.equal(r.status, 404, path);
       assert.deepEqual(r.json, { error: "Request for unknown model: 'simple' version 2 is not found" });
     }
-    const word = await get(s.url, "/v2/models/simple/versions/latest");
-    assert.equal(word.status, 404);
-    assert.deepEqual(word.json, {
-      error: "Request for unknown model: 'simple' version latest is not found",
-    });
+    // As Triton's routes: a version in the path that is not digits matches no route (404), whatever follows.
+    for (const action of ["", "/ready", "/config", "/stats", "/infer"]) {
+      const path = `/v2/models/simple/versions/latest${action}`;
+      const word = await call(`${s.url}${path}`, {
+        method: action === "/infer" ? "POST" : "GET",
+        body: action === "/infer" ? "{}" : undefined,
+      });
+      assert.deepEqual([word.status, word.json], [404, { error: `Not found: '${path}'` }], path);
+    }
   });
 });
 

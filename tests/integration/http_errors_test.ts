@@ -87,7 +87,8 @@ const BAD: BadCase[] = [
         inputs: [input("INPUT0", [1, 15], ones(15)), input("INPUT1", [1, 16], ones(16))],
       }),
     status: 400,
-    error: "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]",
+    error:
+      "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]",
   },
   {
     name: "an unknown input",
@@ -96,19 +97,23 @@ const BAD: BadCase[] = [
         inputs: [input("INPUT0", [1, 16], ones(16)), input("INPUT9", [1, 16], ones(16))],
       }),
     status: 400,
-    error: "Cannot infer 'simple': unknown input 'INPUT9', the model's inputs are 'INPUT0', 'INPUT1'",
+    error:
+      "Cannot infer 'simple': unexpected inference input 'INPUT9' for model 'simple', the model's inputs are 'INPUT0', 'INPUT1'",
   },
   {
     name: "a missing input",
     send: (url) => inferJson(url, "simple", { inputs: [input("INPUT0", [1, 16], ones(16))] }),
     status: 400,
-    error: "Cannot infer 'simple': missing input 'INPUT1'",
+    error:
+      "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], " +
+      "but missing required input(s) ['INPUT1']. Please provide all required input(s).",
   },
   {
     name: "an unknown output",
     send: (url) => inferJson(url, "simple", { ...SIMPLE_REQUEST, outputs: [{ name: "OUTPUT7" }] }),
     status: 400,
-    error: "Cannot infer 'simple': unknown output 'OUTPUT7', the model's outputs are 'OUTPUT0', 'OUTPUT1'",
+    error:
+      "Cannot infer 'simple': unexpected inference output 'OUTPUT7' for model 'simple', the model's outputs are 'OUTPUT0', 'OUTPUT1'",
   },
   {
     name: "the wrong datatype",
@@ -117,7 +122,8 @@ const BAD: BadCase[] = [
         inputs: [input("INPUT0", [1, 16], ones(16), "FP32"), input("INPUT1", [1, 16], ones(16))],
       }),
     status: 400,
-    error: "Cannot infer 'simple': input 'INPUT0' has datatype FP32, expected INT32",
+    error:
+      "Cannot infer 'simple': inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
   },
   {
     name: "an unknown datatype",
@@ -144,7 +150,8 @@ const BAD: BadCase[] = [
         inputs: [input("INPUT0", [9, 16], Array(144).fill(0)), input("INPUT1", [9, 16], Array(144).fill(0))],
       }),
     status: 400,
-    error: "Cannot infer 'simple': input 'INPUT0' has batch size 9, more than the model's max_batch_size 8",
+    error:
+      "Cannot infer 'simple': inference request batch-size must be <= 8 for 'simple', input 'INPUT0' has 9",
   },
   {
     name: "a body above --http-max-input-size (Content-Length)",
@@ -180,7 +187,7 @@ const BAD: BadCase[] = [
     name: "binary data of the wrong size for the shape",
     send: (url) => inferBinary(url, "simple", simpleHeader(60, 68), [zeros64, zeros64]),
     status: 400,
-    error: `${READ}: input 'INPUT0' has 60 bytes of binary data, expected 64 for shape [1,16] of INT32`,
+    error: `${READ}: input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60`,
   },
   {
     name: "binary data left over after the inputs",

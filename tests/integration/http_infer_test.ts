@@ -489,8 +489,8 @@ Deno.test("inference over HTTP", async (t) => {
     });
     assert.equal(five.status, 400);
     assert.deepEqual(five.json, {
-      error: "Cannot infer 'no_config_dynamic': input 'x' has batch size 5, more than the model's " +
-        "max_batch_size 4",
+      error: "Cannot infer 'no_config_dynamic': inference request batch-size must be <= 4 for " +
+        "'no_config_dynamic', input 'x' has 5",
     });
   });
 
@@ -507,7 +507,8 @@ Deno.test("inference over HTTP", async (t) => {
     });
     assert.equal(batched.status, 400);
     assert.deepEqual(batched.json, {
-      error: "Cannot infer 'no_config_static': input 'a' has shape [1,2,2], expected [2,2]",
+      error:
+        "Cannot infer 'no_config_static': unexpected shape for input 'a' for model 'no_config_static'. Expected [2,2], got [1,2,2]",
     });
   });
 
@@ -535,7 +536,8 @@ Deno.test("inference over HTTP", async (t) => {
     });
     assert.equal(batched.status, 400);
     assert.deepEqual(batched.json, {
-      error: "Cannot infer 'add_sub_fp32_nobatch': input 'INPUT0' has shape [1,4], expected [4]",
+      error:
+        "Cannot infer 'add_sub_fp32_nobatch': unexpected shape for input 'INPUT0' for model 'add_sub_fp32_nobatch'. Expected [4], got [1,4]",
     });
   });
 

@@ -25,6 +25,8 @@ interface ModelStats {
   inference_count: number;
   execution_count: number;
   inference_stats: Record<string, Duration>;
+  response_stats: Record<string, unknown>;
+  memory_usage: unknown[];
   batch_stats: {
     batch_size: number;
     compute_input: Duration;
@@ -104,6 +106,8 @@ const TYPES: Record<string, string> = {
   nv_inference_compute_output_duration_us: "counter",
   nv_inference_pending_request_count: "gauge",
   nv_model_load_duration_secs: "gauge",
+  nv_pinned_memory_pool_total_bytes: "gauge",
+  nv_pinned_memory_pool_used_bytes: "gauge",
   nv_cpu_utilization: "gauge",
   nv_cpu_memory_total_bytes: "gauge",
   nv_cpu_memory_used_bytes: "gauge",
@@ -116,7 +120,7 @@ function assertMicros(us: number, ns: number, what: string): void {
   assert.ok(Math.abs(us - ns / 1000) <= 1, `${what}: ${us} µs for ${ns} ns`);
 }
 
-Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes and 2 validation failures exactly", async () => {
+Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes exactly; validation failures not at all", async () => {
   await using s = await startTestServer(["--allow-grpc=true"]);
   for (let i = 0; i < 5; i++) assert.equal((await inferJson(s.url, "simple", SIMPLE_REQUEST)).status, 200);
   const shortInput = {
@@ -127,7 +131,8 @@ Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes and 2
   };
   const short = await inferJson(s.url, "simple", shortInput);
   assert.deepEqual([short.status, short.json], [400, {
-    error: "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]",
+    error:
+      "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]",
   }]);
   const missing = await inferJson(s.url, "simple", { inputs: [SIMPLE_REQUEST.inputs[0]] });
   assert.equal(missing.status, 400);
@@ -153,7 +158,8 @@ Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes and 2
       execution_count: 5,
       counts: {
         success: 5,
-        fail: 2,
+        // As Triton: a request refused at validation never reached the model.
+        fail: 0,
         queue: 5,
         compute_input: 5,
         compute_infer: 5,
@@ -164,7 +170,10 @@ Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes and 2
       batch_sizes: [[1, 5, 5]],
     },
   );
-  for (const k of ["success", "fail", "compute_infer"]) assert.ok(is[k]!.ns > 0, `${k}.ns is positive`);
+  for (const k of ["success", "compute_infer"]) assert.ok(is[k]!.ns > 0, `${k}.ns is positive`);
+  assert.deepEqual(is.fail, ZERO);
+  // Triton's shape: response statistics (decoupled models) and memory usage, here empty.
+  assert.deepEqual([st.response_stats, st.memory_usage], [{}, []]);
   assert.ok(
     is.queue!.ns + is.compute_input!.ns + is.compute_infer!.ns + is.compute_output!.ns <= is.success!.ns,
     "the phases fit in the request",
@@ -187,10 +196,10 @@ Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes and 2
     assert.deepEqual(m.inference_stats.success, ZERO);
   }
   const unknown = await get(s.url, "/v2/models/nope/stats");
-  assert.deepEqual([unknown.status, unknown.json], [404, {
-    error: "Request for unknown model: 'nope' is not found",
+  assert.deepEqual([unknown.status, unknown.json], [400, {
+    error: "Cannot get the statistics of 'nope': requested model 'nope' is not available",
   }]);
-  assert.equal((await get(s.url, "/v2/models/simple/versions/7/stats")).status, 404);
+  assert.equal((await get(s.url, "/v2/models/simple/versions/7/stats")).status, 400);
 
   // Prometheus: the same numbers, read at scrape time.
   const m = await scrape(s);
@@ -201,7 +210,11 @@ Deno.test("statistics, gRPC ModelStatistics and /metrics count 5 successes and 2
     ["REJECTED", "CANCELED", "BACKEND", "OTHER"].map((reason) =>
       metric(m, "nv_inference_request_failure", { ...simple, reason })
     ),
-    [0, 0, 0, 2],
+    [0, 0, 0, 0],
+  );
+  assert.deepEqual(
+    [metric(m, "nv_pinned_memory_pool_total_bytes"), metric(m, "nv_pinned_memory_pool_used_bytes")],
+    [0, 0],
   );
   assert.equal(metric(m, "nv_inference_count", simple), 5);
   assert.equal(metric(m, "nv_inference_exec_count", simple), 5);
@@ -276,7 +289,7 @@ print(json.dumps({"one": one, "version": version, "all": everything, "unknown": 
       execution_count: "5",
       inference_stats: {
         success: asProto(is.success!),
-        fail: asProto(is.fail!),
+        fail: {},
         queue: asProto(is.queue!),
         compute_input: asProto(is.compute_input!),
         compute_infer: asProto(is.compute_infer!),
@@ -294,7 +307,10 @@ print(json.dumps({"one": one, "version": version, "all": everything, "unknown": 
   });
   assert.deepEqual(grpc.version, grpc.one);
   assert.deepEqual(grpc.all.model_stats.map((x) => x.name), EXAMPLE_MODELS);
-  assert.deepEqual(grpc.unknown, ["StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found"]);
+  assert.deepEqual(grpc.unknown, [
+    "StatusCode.INVALID_ARGUMENT",
+    "Cannot get the statistics of 'nope': requested model 'nope' is not available",
+  ]);
 });
 
 Deno.test("4 concurrent requests to a dynamic batcher count as 4 inferences in 1 execution of batch size 4", async () => {

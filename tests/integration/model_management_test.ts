@@ -241,11 +241,13 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const l = await load(u, "nope");
     assert.equal(l.status, 400);
     assert.deepEqual(l.json, {
-      error: "Cannot load 'nope': no model folder of that name in the model repositories",
+      error:
+        "Cannot load 'nope': failed to load 'nope': no model folder of that name in the model repositories",
     });
+    // As Triton: unloading a model that is not known succeeds.
     const un = await unload(u, "nope");
-    assert.equal(un.status, 404);
-    assert.deepEqual(un.json, { error: "Cannot unload 'nope': no model of that name" });
+    assert.equal(un.status, 200);
+    assert.equal(un.bytes.byteLength, 0);
   });
 
   await t.step("a config override chooses the versions that serve; metadata follows", async () => {
@@ -285,7 +287,11 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
       { name: "versioned", version: "3", state: "UNAVAILABLE", reason: "unloaded" },
     ]);
 
-    // No override: the config on disk again (latest 1, version 3).
+    // As Triton: a load without override of a model that serves from unchanged files leaves it as it is...
+    assert.equal((await load(u, "versioned")).status, 200);
+    assert.deepEqual(await versions(), ["2"]);
+    // ...and after an unload, a load reads the config on disk again (latest 1, version 3).
+    assert.equal((await unload(u, "versioned")).status, 200);
     assert.equal((await load(u, "versioned")).status, 200);
     assert.deepEqual(await versions(), ["3"]);
     assert.deepEqual((await get(u, "/v2/models/versioned/config")).json?.version_policy, {
@@ -301,19 +307,21 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const bad = await load(u, "versioned", { config: JSON.stringify({ platform: "nope" }) });
     assert.equal(bad.status, 400);
     assert.deepEqual(bad.json, {
-      error: "Failed to load 'versioned', the previous versions keep serving: Cannot load 'versioned': " +
+      error: "Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: " +
+        "Cannot load 'versioned': " +
         "unknown platform 'nope'",
     });
     const notJson = await load(u, "versioned", { config: "{not json" });
     assert.equal(notJson.status, 400);
     assert.match(
       String(notJson.json?.error),
-      /^Cannot load 'versioned': the 'config' parameter is not valid JSON: /,
+      /^Cannot load 'versioned': failed to load 'versioned': the 'config' parameter is not valid JSON: /,
     );
     const array = await load(u, "versioned", { config: "[1]" });
     assert.equal(array.status, 400);
     assert.deepEqual(array.json, {
-      error: "Cannot load 'versioned': the 'config' parameter must be a JSON object",
+      error:
+        "Cannot load 'versioned': failed to load 'versioned': the 'config' parameter must be a JSON object",
     });
     assert.deepEqual(await multiply(u, "versioned"), { status: 200, version: "1", y: times(1) });
     assert.deepEqual(await versions(), ["1"]);
@@ -367,7 +375,7 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     assert.equal(broken.status, 400);
     assert.match(
       String(broken.json?.error),
-      /^Failed to load 'uploaded', the previous versions keep serving: /,
+      /^Cannot load 'uploaded': failed to load 'uploaded', the previous versions keep serving: /,
     );
     assert.equal(s.server.registry.entry("uploaded")!.location.repository, second);
     assert.equal((await Deno.stat(`${second}/uploaded/1/model.onnx`)).size, onnx.byteLength);
@@ -377,13 +385,15 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     const noConfig = await load(u, "uploaded", { "file:1/model.onnx": b64(onnx) });
     assert.equal(noConfig.status, 400);
     assert.deepEqual(noConfig.json, {
-      error: "Cannot load 'uploaded': loading from files needs the 'config' parameter too",
+      error:
+        "Cannot load 'uploaded': failed to load 'uploaded': loading from files needs the 'config' parameter too",
     });
     for (const path of ["../evil/1/model.onnx", "1/../../model.onnx", "/etc/model.onnx"]) {
       const evil = await load(u, "evil", { config, [`file:${path}`]: b64(onnx) });
       assert.equal(evil.status, 400, path);
       assert.deepEqual(evil.json, {
-        error: `Cannot load 'evil': file path '${path}' must be relative, without '..'`,
+        error:
+          `Cannot load 'evil': failed to load 'evil': file path '${path}' must be relative, without '..'`,
       });
     }
     assert.equal((await get(u, "/v2/models/evil/ready")).status, 400);
@@ -393,7 +403,8 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
       const evil = await load(u, encodeURIComponent(name), { config, "file:1/model.onnx": b64(onnx) });
       assert.equal(evil.status, 400, name);
       assert.deepEqual(evil.json, {
-        error: `Cannot load '${name}': a model name must be a folder name, without '/' or '..'`,
+        error:
+          `Cannot load '${name}': failed to load '${name}': a model name must be a folder name, without '/' or '..'`,
       });
     }
     await assert.rejects(Deno.stat(`${tmpdir()}/dinfer_mm_evil`), Deno.errors.NotFound);
@@ -537,7 +548,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]`,
     const big = await inferPi(3);
     assert.equal(big.status, 400);
     assert.deepEqual(big.json, {
-      error: "Cannot infer 'pi': input 'INPUT0' has batch size 3, more than the model's max_batch_size 2",
+      error: "Cannot infer 'pi': inference request batch-size must be <= 2 for 'pi', input 'INPUT0' has 3",
     });
     assert.equal((await inferPi(2)).status, 200);
   });
@@ -635,7 +646,7 @@ Deno.test("model_warmup: zero, random and file data; a failing sample fails the 
     assert.equal(l.status, 400);
     const prefix = "Cannot warm up 'versioned' with sample 'wrong_shape': ";
     assert.ok(
-      String(l.json?.error).startsWith(`Failed to load 'versioned': ${prefix}`),
+      String(l.json?.error).startsWith(`Cannot load 'versioned': failed to load 'versioned': ${prefix}`),
       String(l.json?.error),
     );
     const rows = (await index(u) as Row[]).filter((x) => x.name === "versioned");
@@ -672,7 +683,8 @@ Deno.test("model_warmup: zero, random and file data; a failing sample fails the 
     assert.equal(short.status, 400);
     const why = "Cannot warm up 'versioned' with sample 'short': 'warmup/short.bin' has 8 bytes, expected 16";
     assert.deepEqual(short.json, {
-      error: `Failed to load 'versioned', the previous versions keep serving: ${why}`,
+      error:
+        `Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: ${why}`,
     });
     const missing = await load(u, "versioned", {
       config: versionedJson({ specific: { versions: [2] } }, {
@@ -682,7 +694,7 @@ Deno.test("model_warmup: zero, random and file data; a failing sample fails the 
     assert.equal(missing.status, 400);
     assert.match(
       String(missing.json?.error),
-      /^Failed to load 'versioned', the previous versions keep serving: Cannot warm up 'versioned' with sample 'missing': cannot read 'warmup\/missing\.bin': /,
+      /^Cannot load 'versioned': failed to load 'versioned', the previous versions keep serving: Cannot warm up 'versioned' with sample 'missing': cannot read 'warmup\/missing\.bin': /,
     );
     assert.deepEqual((await get(u, "/v2/models/versioned")).json?.versions, ["1", "2", "3"]);
     assert.deepEqual(await multiply(u, "versioned", "1"), { status: 200, version: "1", y: times(1) });
@@ -906,4 +918,25 @@ print(json.dumps([a, b]))
     { URL: `127.0.0.1:${s.server.grpcPort}` },
   );
   assert.deepEqual(seen, [[true, true], [false, false]]);
+
+  // As Triton: a composing model loaded on its own stays when the ensemble goes with unload_dependents...
+  assert.equal((await load(s.url, "add_sub_fp32_nobatch")).status, 200);
+  assert.equal((await load(s.url, "ens_add_sub")).status, 200);
+  const kept = await post(s.url, "/v2/repository/models/ens_add_sub/unload", {
+    parameters: { unload_dependents: true },
+  });
+  assert.equal(kept.status, 200, JSON.stringify(kept.json));
+  assert.deepEqual(
+    [await state("ens_add_sub"), await state("add_sub_fp32_nobatch")],
+    ["UNAVAILABLE (unloaded)", "READY"],
+  );
+  // ...and unloading a composing model unloads the ensembles that use it.
+  assert.equal((await load(s.url, "ens_add_sub")).status, 200);
+  assert.equal((await get(s.url, "/v2/models/ens_add_sub/ready")).status, 200);
+  assert.equal((await unload(s.url, "add_sub_fp32_nobatch")).status, 200);
+  assert.equal((await get(s.url, "/v2/models/ens_add_sub/ready")).status, 400);
+  assert.deepEqual(
+    [await state("ens_add_sub"), await state("add_sub_fp32_nobatch")],
+    ["UNAVAILABLE (unloaded)", "UNAVAILABLE (unloaded)"],
+  );
 });

@@ -271,7 +271,7 @@ instance_group [ { kind: KIND_CPU, count: 1 } ]`,
     const expected = {
       state: "UNAVAILABLE",
       reason:
-        "Cannot load 'cpu': instance group 'cpu' has kind KIND_CPU: TensorRT plans run only on GPUs (use KIND_GPU, or leave instance_group out)",
+        "Cannot load 'cpu': instance group 'cpu_0' has kind KIND_CPU: TensorRT plans run only on GPUs (use KIND_GPU, or leave instance_group out)",
     };
     for (const flags of [[], ["--disable-auto-complete-config"]]) {
       await using s = await startTestServer([`--model-repository=${repo.path}`, shimFlag(), ...flags]);
@@ -359,7 +359,7 @@ instance_group [ { kind: KIND_GPU, count: 1${profile} } ]`;
       assert.deepEqual((await indexRows(s.url)).get("third"), {
         state: "UNAVAILABLE",
         reason:
-          "Cannot load 'third': instance group 'third' names optimisation profile '2': the plan has profiles 0 to 1",
+          "Cannot load 'third': instance group 'third_0' names optimisation profile '2': the plan has profiles 0 to 1",
       });
     });
   },

@@ -183,9 +183,9 @@ Deno.test("--trace-config with log-frequency 2 writes t.json.0 and t.json.1 of 2
 Deno.test("trace_rate 2 traces every second request; log_frequency 0 writes the file at shutdown", async () => {
   await withTempDir(async (dir) => {
     const file = `${dir}/rate.json`;
-    const s = await startTestServer();
+    const s = await startTestServer([`--trace-config=triton,file=${file}`]);
     try {
-      const a = await setting(s, { trace_level: ["TIMESTAMPS"], trace_rate: "2", trace_file: file });
+      const a = await setting(s, { trace_level: ["TIMESTAMPS"], trace_rate: "2" });
       assert.deepEqual([a.status, a.json], [200, {
         ...DEFAULTS,
         trace_level: ["TIMESTAMPS"],
@@ -206,13 +206,8 @@ Deno.test("trace_rate 2 traces every second request; log_frequency 0 writes the 
 Deno.test("trace_count 1 stops after one trace, which is written at once", async () => {
   await withTempDir(async (dir) => {
     const file = `${dir}/count.json`;
-    await using s = await startTestServer();
-    const a = await setting(s, {
-      trace_level: ["TIMESTAMPS"],
-      trace_rate: "1",
-      trace_count: "1",
-      trace_file: file,
-    });
+    await using s = await startTestServer([`--trace-config=triton,file=${file}`]);
+    const a = await setting(s, { trace_level: ["TIMESTAMPS"], trace_rate: "1", trace_count: "1" });
     assert.equal(a.json?.trace_count, "1");
     for (let i = 1; i <= 3; i++) await inferSimple(s, `r${i}`);
     // trace_count is what remains; once it reaches 0 the collected traces go to an indexed file.
@@ -229,8 +224,8 @@ Deno.test("trace_count 1 stops after one trace, which is written at once", async
 Deno.test("the global trace_count is shared by the models that follow the global settings", async () => {
   await withTempDir(async (dir) => {
     const file = `${dir}/shared.json`;
-    await using s = await startTestServer();
-    await setting(s, { trace_level: ["TIMESTAMPS"], trace_rate: "1", trace_count: "2", trace_file: file });
+    await using s = await startTestServer([`--trace-config=triton,file=${file}`]);
+    await setting(s, { trace_level: ["TIMESTAMPS"], trace_rate: "1", trace_count: "2" });
     await inferSimple(s, "r1");
     const str = await inferJson(s.url, "simple_string", {
       id: "s1",
@@ -258,24 +253,18 @@ Deno.test("the global trace_count is shared by the models that follow the global
 Deno.test("per-model trace settings override the global ones and null clears an override", async () => {
   await withTempDir(async (dir) => {
     const file = `${dir}/model.json`;
-    await using s = await startTestServer();
-    const model = await setting(s, {
-      trace_level: ["TIMESTAMPS"],
-      trace_rate: "1",
-      trace_file: file,
-      log_frequency: "1",
-    }, "simple");
-    const simpleSettings = {
-      ...DEFAULTS,
-      trace_level: ["TIMESTAMPS"],
-      trace_rate: "1",
-      trace_file: file,
-      log_frequency: "1",
-    };
+    await using s = await startTestServer([`--trace-config=triton,file=${file}`]);
+    const global = { ...DEFAULTS, trace_file: file };
+    const model = await setting(
+      s,
+      { trace_level: ["TIMESTAMPS"], trace_rate: "1", log_frequency: "1" },
+      "simple",
+    );
+    const simpleSettings = { ...global, trace_level: ["TIMESTAMPS"], trace_rate: "1", log_frequency: "1" };
     assert.deepEqual([model.status, model.json], [200, simpleSettings]);
     assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, simpleSettings);
-    assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, DEFAULTS, "the global settings stay");
-    assert.deepEqual((await get(s.url, "/v2/models/digits/trace/setting")).json, DEFAULTS);
+    assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, global, "the global settings stay");
+    assert.deepEqual((await get(s.url, "/v2/models/digits/trace/setting")).json, global);
 
     await inferSimple(s, "r1");
     assertHttpTrace((await readTraces(`${file}.0`))[0]!, "r1");
@@ -290,20 +279,16 @@ Deno.test("per-model trace settings override the global ones and null clears an 
     await inferSimple(s, "r2");
     assert.equal(await exists(`${file}.1`), false);
     const all = await setting(s, { trace_rate: null, trace_file: null, log_frequency: null }, "simple");
-    assert.deepEqual(all.json, DEFAULTS);
+    assert.deepEqual(all.json, global);
   });
 });
 
 Deno.test("trace level TENSORS records the input and output tensors with their values", async () => {
   await withTempDir(async (dir) => {
     const file = `${dir}/tensors.json`;
-    const s = await startTestServer();
+    const s = await startTestServer([`--trace-config=triton,file=${file}`]);
     try {
-      const a = await setting(s, {
-        trace_level: ["TIMESTAMPS", "TENSORS"],
-        trace_rate: "1",
-        trace_file: file,
-      });
+      const a = await setting(s, { trace_level: ["TIMESTAMPS", "TENSORS"], trace_rate: "1" });
       assert.deepEqual(a.json?.trace_level, ["TIMESTAMPS", "TENSORS"]);
       await inferSimple(s, "t1");
     } finally {
@@ -362,17 +347,28 @@ Deno.test("bad trace settings answer 400 with the reason and change nothing", as
       "Cannot update the trace settings: 'log_frequency' is '1.5', expected an integer of at least 0",
     ],
     [{ trace_rate: ["1", "2"] }, "", "Cannot update the trace settings: 'trace_rate' must be one value"],
+    // As Triton: values are strings, and tracing on in triton mode needs a trace file.
+    [{ trace_rate: 5 }, "", "Cannot update the trace settings: 'trace_rate' is 5, expected a string"],
+    [
+      { trace_count: ["2"], log_frequency: 0 },
+      "",
+      "Cannot update the trace settings: 'log_frequency' is 0, expected a string",
+    ],
     [
       { trace_level: ["TIMESTAMPS", "MAX"] },
       "",
-      "Cannot update the trace settings: unknown trace_level 'MAX' (OFF, TIMESTAMPS, TENSORS)",
+      "Cannot update the trace settings: trace file name is not given for trace_level 'TIMESTAMPS'",
+    ],
+    [
+      { trace_level: ["TENSORS"] },
+      "simple",
+      "Cannot update the trace settings: trace file name is not given for trace_level 'TENSORS'",
     ],
     [
       { trace_mode: "opentelemetry" },
       "",
       "Cannot update the trace settings: only trace_mode 'triton' is supported",
     ],
-    [{ trace_sample: "1" }, "", "Cannot update the trace settings: unknown setting 'trace_sample'"],
     [{ trace_rate: null }, "", "Cannot update the trace settings: 'trace_rate' cannot be cleared globally"],
     // Every value is checked before any takes effect.
     [
@@ -389,6 +385,54 @@ Deno.test("bad trace settings answer 400 with the reason and change nothing", as
   assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, DEFAULTS);
 });
 
+Deno.test("trace_file cannot be set over the network (501 / UNIMPLEMENTED), as Triton", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/start.json`;
+    await using s = await startTestServer([`--trace-config=triton,file=${file}`, "--allow-grpc=true"]);
+    const error =
+      "Cannot update the trace settings: trace file location can not be updated through network protocol";
+    for (const model of ["", "simple"]) {
+      const a = await setting(s, { trace_file: `${dir}/elsewhere.json`, trace_rate: "3" }, model);
+      assert.deepEqual([a.status, a.json], [501, { error }], model);
+    }
+    const grpc = await pythonJson(
+      `
+import json, os
+import tritonclient.grpc as g
+from tritonclient.utils import InferenceServerException
+c = g.InferenceServerClient(os.environ["URL"])
+try:
+    c.update_trace_settings(settings={"trace_file": "/tmp/dinfer_elsewhere.json"})
+    print(json.dumps(None))
+except InferenceServerException as e:
+    print(json.dumps([e.status(), e.message()]))
+`,
+      { URL: `127.0.0.1:${s.server.grpcPort}` },
+    );
+    assert.deepEqual(grpc, ["StatusCode.UNIMPLEMENTED", error]);
+    // Nothing changed.
+    assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, { ...DEFAULTS, trace_file: file });
+  });
+});
+
+Deno.test("trace settings ignore unknown settings and levels and refuse unknown models, as Triton", async () => {
+  await using s = await startTestServer();
+  // An unknown setting is ignored; an unknown level is skipped (here leaving none: OFF).
+  const a = await setting(s, { trace_sample: "1", trace_level: ["MAX"], trace_rate: "7" });
+  assert.deepEqual([a.status, a.json], [200, { ...DEFAULTS, trace_rate: "7" }]);
+  for (const method of ["GET", "POST"]) {
+    const r = await call(`${s.url}/v2/models/nope/trace/setting`, {
+      method,
+      body: method === "POST" ? JSON.stringify({ trace_rate: "3" }) : undefined,
+    });
+    assert.deepEqual(
+      [r.status, r.json],
+      [400, { error: "Request for unknown model: 'nope' is not found" }],
+      method,
+    );
+  }
+});
+
 Deno.test("gRPC TraceSetting through tritonclient shows and changes the global and per-model settings", async () => {
   await using s = await startTestServer(["--allow-grpc=true"]);
   const out = await pythonJson(
@@ -399,7 +443,7 @@ from tritonclient.utils import InferenceServerException
 c = g.InferenceServerClient(os.environ["URL"])
 out = {}
 out["global"] = c.get_trace_settings(as_json=True)
-out["update"] = c.update_trace_settings(settings={"trace_rate": "10", "trace_level": ["TIMESTAMPS"]}, as_json=True)
+out["update"] = c.update_trace_settings(settings={"trace_rate": "10", "trace_level": ["MAX"]}, as_json=True)
 out["model"] = c.update_trace_settings("simple", {"trace_rate": "3", "log_frequency": "4"}, as_json=True)
 out["model_get"] = c.get_trace_settings("simple", as_json=True)
 out["cleared"] = c.update_trace_settings("simple", {"trace_rate": None}, as_json=True)
@@ -408,6 +452,15 @@ try:
     out["bad"] = None
 except InferenceServerException as e:
     out["bad"] = [e.status(), e.message()]
+for key, model, update in [
+    ("no_file", "", {"trace_level": ["TIMESTAMPS"]}),
+    ("unknown_model", "nope", {"trace_rate": "2"}),
+]:
+    try:
+        c.update_trace_settings(model, update)
+        out[key] = None
+    except InferenceServerException as e:
+        out[key] = [e.status(), e.message()]
 print(json.dumps(out))
 `,
     { URL: `127.0.0.1:${s.server.grpcPort}` },
@@ -417,7 +470,7 @@ print(json.dumps(out))
       Object.entries(o).map(([k, v]) => [k, { value: Array.isArray(v) ? v : [v] }]),
     ),
   });
-  const updated = { ...DEFAULTS, trace_rate: "10", trace_level: ["TIMESTAMPS"] };
+  const updated = { ...DEFAULTS, trace_rate: "10" };
   assert.deepEqual(out, {
     global: proto(DEFAULTS),
     update: proto(updated),
@@ -428,6 +481,11 @@ print(json.dumps(out))
       "StatusCode.INVALID_ARGUMENT",
       "Cannot update the trace settings: 'trace_rate' is '0', expected an integer of at least 1",
     ],
+    no_file: [
+      "StatusCode.INVALID_ARGUMENT",
+      "Cannot update the trace settings: trace file name is not given for trace_level 'TIMESTAMPS'",
+    ],
+    unknown_model: ["StatusCode.INVALID_ARGUMENT", "Request for unknown model: 'nope' is not found"],
   });
   // HTTP sees the same settings.
   assert.deepEqual((await get(s.url, "/v2/trace/setting")).json, updated);

@@ -299,14 +299,15 @@ Deno.test("applyDefaults gives an ONNX Runtime model one KIND_CPU group of 2 nam
 
 Deno.test("applyDefaults gives KIND_CPU groups without a count 2 instances for ONNX Runtime", () => {
   const c = prepared({ instance_group: [{ kind: "KIND_CPU" }] });
-  assertEquals(groups(c), [{ name: "m", kind: "KIND_CPU", count: 2 }]);
+  // As Triton: a group of the config without a name is named <model>_<index>.
+  assertEquals(groups(c), [{ name: "m_0", kind: "KIND_CPU", count: 2 }]);
 });
 
 Deno.test("applyDefaults gives other backends and kinds 1 instance, keeps explicit counts and names", () => {
   const trt = config({ platform: "tensorrt_plan", instance_group: [{ kind: "KIND_CPU" }] });
   resolveBackend(trt, []);
   applyDefaults(trt, "model.plan");
-  assertEquals(groups(trt), [{ name: "m", kind: "KIND_CPU", count: 1 }]);
+  assertEquals(groups(trt), [{ name: "m_0", kind: "KIND_CPU", count: 1 }]);
   assertEquals(trt.default_model_filename, "model.plan");
 
   const c = prepared({
@@ -487,7 +488,7 @@ Deno.test("validateConfig refuses a latest policy of no versions and instance gr
   );
   await invalid(
     prepared({ instance_group: [{ kind: "KIND_CPU", count: -1 }] }),
-    "Cannot load 'm': instance group 'm' has count -1, expected at least 1",
+    "Cannot load 'm': instance group 'm_0' has count -1, expected at least 1",
   );
 });
 

@@ -118,7 +118,8 @@ Deno.test("binary_data_output in the request parameters asks for binary outputs"
     TARGET,
   );
   assertEquals(binaryOutput, true);
-  assertEquals(request.parameters, { binary_data_output: true });
+  // As Triton: the flag is the frontend's; the request's parameters (the model's view) leave it out.
+  assertEquals(request.parameters, {});
   const other = decodeInferRequest(
     json({
       parameters: { binary_data_output: false },
@@ -385,7 +386,7 @@ Deno.test("a binary_data_size that does not fit the shape and datatype is refuse
   fails(
     body,
     headerLength,
-    `${WHERE}: input 'X' has 12 bytes of binary data, expected 16 for shape [2,2] of FP32`,
+    `${WHERE}: input byte size mismatch for input 'X' for model 'simple'. Expected 16, got 12`,
   );
 });
 
@@ -395,6 +396,31 @@ Deno.test("binary BYTES whose elements do not fit the declared size are refused"
     new Uint8Array([5, 0, 0, 0, 97, 98]),
   );
   fails(body, headerLength, "Cannot read input 'S': BYTES element 0 claims 5 bytes but only 2 remain");
+});
+
+Deno.test("binary BYTES with fewer or more elements than the shape are refused in Triton's words", () => {
+  const strings = (...v: string[]) => serializeBytes(v.map(utf8Encode));
+  const request = (chunk: Uint8Array) =>
+    binaryBody({
+      inputs: [{
+        name: "S",
+        datatype: "BYTES",
+        shape: [3],
+        parameters: { binary_data_size: chunk.byteLength },
+      }],
+    }, chunk);
+  const fewer = request(strings("a", "b"));
+  fails(
+    fewer.body,
+    fewer.headerLength,
+    "Cannot read input 'S': expected 3 string elements for inference input 'S' for model 'simple', got 2",
+  );
+  const more = request(strings("a", "b", "c", "d", "e"));
+  fails(
+    more.body,
+    more.headerLength,
+    "Cannot read input 'S': unexpected number of string elements 4 for inference input 'S' for model 'simple', expecting 3",
+  );
 });
 
 Deno.test("a header length beyond the body, negative or not an integer is refused", () => {

@@ -528,11 +528,12 @@ Deno.test("a backend error fails every request of its batch and the next batch s
   inst.release();
   assertEquals(rowsOf(await next), [[6]]);
   assertEquals(firsts(inst), [[0], [1, 2], [3]]);
+  // As Triton: the failed execution counts as an execution.
   assertEquals([stats.failures.BACKEND, stats.fail.count, stats.success.count, stats.executionCount], [
     2,
     2,
     2,
-    2,
+    3,
   ]);
 });
 
@@ -580,8 +581,9 @@ Deno.test("statistics count inferences, executions, batch sizes and outcomes exa
   inst.release();
   await assertRejects(() => failing, ServerError, { message: "boom", code: "INTERNAL" });
   const m = modelStatistics("fake", "1", stats);
-  assertEquals([m.inference_count, m.execution_count], [5, 2]);
-  assertEquals(m.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[1, 1], [4, 1]]);
+  // As Triton: the failed execution (batch of 2) counts as an execution, not as inferences.
+  assertEquals([m.inference_count, m.execution_count], [5, 3]);
+  assertEquals(m.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[1, 1], [2, 1], [4, 1]]);
   assertEquals(
     [m.inference_stats.success.count, m.inference_stats.fail.count, m.inference_stats.queue.count],
     [4, 2, 4],

@@ -108,12 +108,17 @@ Deno.test("an unknown input is refused, naming the model's inputs", () => {
   fails(
     request([in0(), in1(), tensor("INPUT2", "INT32", [1, 16])]),
     SIMPLE,
-    "Cannot infer 'simple': unknown input 'INPUT2', the model's inputs are 'INPUT0', 'INPUT1'",
+    "Cannot infer 'simple': unexpected inference input 'INPUT2' for model 'simple', the model's inputs are 'INPUT0', 'INPUT1'",
   );
 });
 
 Deno.test("a missing input is refused", () => {
-  fails(request([in0()]), SIMPLE, "Cannot infer 'simple': missing input 'INPUT1'");
+  fails(
+    request([in0()]),
+    SIMPLE,
+    "Cannot infer 'simple': expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], " +
+      "but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+  );
 });
 
 Deno.test("an input given twice is refused", () => {
@@ -124,16 +129,22 @@ Deno.test("an input given twice is refused", () => {
   );
 });
 
-Deno.test("a request without inputs is refused", () => {
-  fails(request([]), SIMPLE, "Cannot infer 'simple': missing input 'INPUT0'");
-  fails(request([]), ALL_OPTIONAL, "Cannot infer 'all_optional': the request has no inputs");
+Deno.test("a request without inputs is refused unless every input is optional", () => {
+  fails(
+    request([]),
+    SIMPLE,
+    "Cannot infer 'simple': expected 2 inputs but got 0 inputs for model 'simple'. Got input(s) [], " +
+      "but missing required input(s) ['INPUT0','INPUT1']. Please provide all required input(s).",
+  );
+  const none = validateRequest(request([]), ALL_OPTIONAL);
+  assertEquals([none.batchSize, none.inputs.size], [1, 0]);
 });
 
 Deno.test("a datatype other than the config's is refused", () => {
   fails(
     request([tensor("INPUT0", "FP32", [1, 16]), in1()]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has datatype FP32, expected INT32",
+    "Cannot infer 'simple': inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'",
   );
 });
 
@@ -141,22 +152,22 @@ Deno.test("a shape that does not match the dims is refused, with the batch dim s
   fails(
     request([in0([1, 15]), in1()]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has shape [1,15], expected [-1,16]",
+    "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]",
   );
   fails(
     request([in0([16]), in1()]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has shape [16], expected [-1,16]",
+    "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [16]",
   );
   fails(
     request([in0([1, 1, 16]), in1()]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has shape [1,1,16], expected [-1,16]",
+    "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,1,16]",
   );
   fails(
     request([tensor("INPUT0", "INT32", [-1, 16], new Uint8Array(64)), in1()]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has shape [-1,16], expected [-1,16]",
+    "Cannot infer 'simple': unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [-1,16]",
   );
 });
 
@@ -173,7 +184,7 @@ Deno.test("a batch above max_batch_size is refused", () => {
   fails(
     request([in0([9, 16]), in1([9, 16])]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has batch size 9, more than the model's max_batch_size 8",
+    "Cannot infer 'simple': inference request batch-size must be <= 8 for 'simple', input 'INPUT0' has 9",
   );
 });
 
@@ -181,7 +192,7 @@ Deno.test("inputs with different batch sizes are refused", () => {
   fails(
     request([in0([1, 16]), in1([2, 16])]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT1' has batch size 2, other inputs have 1",
+    "Cannot infer 'simple': input 'INPUT1' batch size does not match other inputs for 'simple' (2, the others 1)",
   );
 });
 
@@ -225,7 +236,7 @@ Deno.test("an unknown output is refused, naming the model's outputs", () => {
   fails(
     request([in0(), in1()], [out("OUTPUT0"), out("OUTPUT9")]),
     SIMPLE,
-    "Cannot infer 'simple': unknown output 'OUTPUT9', the model's outputs are 'OUTPUT0', 'OUTPUT1'",
+    "Cannot infer 'simple': unexpected inference output 'OUTPUT9' for model 'simple', the model's outputs are 'OUTPUT0', 'OUTPUT1'",
   );
 });
 
@@ -260,7 +271,8 @@ Deno.test("an optional input may be left out, or given", () => {
   fails(
     request([tensor("bias", "FP32", [1, 4])]),
     OPTIONAL,
-    "Cannot infer 'optional': missing input 'x'",
+    "Cannot infer 'optional': expected number of inputs between 1 and 2 but got 1 inputs for model 'optional'. " +
+      "Got input(s) ['bias'], but missing required input(s) ['x']. Please provide all required input(s).",
   );
 });
 
@@ -272,12 +284,12 @@ Deno.test("a model without batching takes the dims as the full shape, batch size
   fails(
     request([tensor("X", "FP32", [1, 2, 5])]),
     NOBATCH,
-    "Cannot infer 'nobatch': input 'X' has shape [1,2,5], expected [2,-1]",
+    "Cannot infer 'nobatch': unexpected shape for input 'X' for model 'nobatch'. Expected [2,-1], got [1,2,5]",
   );
   fails(
     request([tensor("X", "FP32", [3, 5])]),
     NOBATCH,
-    "Cannot infer 'nobatch': input 'X' has shape [3,5], expected [2,-1]",
+    "Cannot infer 'nobatch': unexpected shape for input 'X' for model 'nobatch'. Expected [2,-1], got [3,5]",
   );
 });
 

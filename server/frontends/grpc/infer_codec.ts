@@ -218,15 +218,14 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
           name: t.name,
           datatype: t.datatype,
           shape,
-          data: deserializeBytes(bytes, count, `${where}, ${what}`),
+          data: deserializeBytes(bytes, count, `${where}, ${what}`, { input: t.name, model: msg.model_name }),
         };
       }
       const want = count * elementSize(t.datatype);
       if (bytes.byteLength !== want) {
+        // Triton's wording, which its clients and tests match on.
         throw invalidArg(
-          `Cannot read ${where}: ${what} has ${bytes.byteLength} bytes of raw contents, expected ${want} for shape ${
-            shapeText(shape)
-          } of ${t.datatype}`,
+          `Cannot read ${where}: input byte size mismatch for input '${t.name}' for model '${msg.model_name}'. Expected ${want}, got ${bytes.byteLength}`,
         );
       }
       return { name: t.name, datatype: t.datatype, shape, data: bytes };
@@ -259,13 +258,23 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
     }
     return { name: o.name, classification: c, parameters };
   });
+  const parameters = fromInferParameters(msg.parameters);
+  // As Triton: 'triton_' keys are reserved; the one a client may send is the stream's, not the model's.
+  for (const k of Object.keys(parameters)) {
+    if (k === "triton_enable_empty_final_response") delete parameters[k];
+    else if (k.startsWith("triton_")) {
+      throw invalidArg(
+        `Cannot read ${where}: parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: triton_enable_empty_final_response`,
+      );
+    }
+  }
   return {
     model: msg.model_name,
     version: msg.model_version ?? "",
     id: msg.id ?? "",
     inputs,
     outputs,
-    parameters: fromInferParameters(msg.parameters),
+    parameters,
   };
 }
 

@@ -7,7 +7,7 @@
  * `/v2/models/{model}[/versions/{version}]/infer` with no percent-encoded segment: the inference route,
  * matched before the general router (the hot path).
  */
-export const INFER_PATH = /^\/v2\/models\/([^/%]+)(?:\/versions\/([^/%]+))?\/infer$/;
+export const INFER_PATH = /^\/v2\/models\/([^/%]+)(?:\/versions\/([0-9]+))?\/infer$/;
 
 /** The path of an absolute request URL, without parsing the whole URL (a hot path). */
 export function pathOf(url: string): string {

@@ -321,7 +321,8 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
       let rest = parts.slice(3);
       let version = "";
       if (rest[0] === "versions") {
-        if (rest.length < 2) throw notFound(`Not found: '${url.pathname}'`);
+        // As Triton's routes: a version in the path is digits, anything else is no route.
+        if (rest.length < 2 || !/^[0-9]+$/.test(rest[1]!)) throw notFound(`Not found: '${url.pathname}'`);
         version = rest[1]!;
         rest = rest.slice(2);
       }

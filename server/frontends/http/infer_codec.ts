@@ -190,13 +190,16 @@ function decodeJson(
       const chunk = binary.subarray(offset, offset + size);
       offset += size;
       if (datatype !== "BYTES" && size !== count * elementSize(datatype)) {
+        // Triton's wording, which its clients and tests match on.
         throw invalidArg(
-          `Cannot read ${where}: ${what} has ${size} bytes of binary data, expected ${
+          `Cannot read ${where}: input byte size mismatch for input '${name}' for model '${target.model}'. Expected ${
             count * elementSize(datatype)
-          } for shape ${shapeText(shape)} of ${datatype}`,
+          }, got ${size}`,
         );
       }
-      const data = datatype === "BYTES" ? deserializeBytes(chunk, count, what) : chunk;
+      const data = datatype === "BYTES"
+        ? deserializeBytes(chunk, count, what, { input: name, model: target.model })
+        : chunk;
       return { name, datatype, shape, data };
     }
     if (!Array.isArray(raw.data)) throw invalidArg(`Cannot read ${where}: ${what} has no 'data'`);
@@ -241,6 +244,14 @@ function decodeJson(
     });
   }
   const binaryOutput = params.binary_data_output === true;
+  // As Triton: an HTTP request's binary_data_output is the frontend's, not the model's, and 'triton_' keys are
+  // reserved.
+  delete params.binary_data_output;
+  if (Object.keys(params).some((k) => k.startsWith("triton_"))) {
+    throw invalidArg(
+      `Cannot read ${where}: parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified`,
+    );
+  }
   return {
     request: {
       model: target.model,
