@@ -348,7 +348,7 @@ Deno.test("raw contents must come one per input, of the shape's byte size", () =
   );
   fails(
     plain([{ name: "A", datatype: "FP32", shape: [2, 2] }], [f32(1, 2, 3)]),
-    `${WHERE}: input 'A' has 12 bytes of raw contents, expected 16 for shape [2,2] of FP32`,
+    `${WHERE}: input byte size mismatch for input 'A' for model 'simple'. Expected 16, got 12`,
   );
   fails(
     plain([{ name: "A", datatype: "INT32", shape: [1], contents: { int_contents: [1] } }], [i32(1)]),
