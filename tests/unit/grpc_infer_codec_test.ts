@@ -356,7 +356,7 @@ Deno.test("raw contents must come one per input, of the shape's byte size", () =
   );
   fails(
     plain([{ name: "S", datatype: "BYTES", shape: [2] }], [serializeBytes([utf8Encode("a")])]),
-    "Cannot read the inference request for 'simple', input 'S': BYTES data holds 1 elements, expected 2 (length prefix of element 1 is missing)",
+    "Cannot read the inference request for 'simple', input 'S': expected 2 string elements for inference input 'S' for model 'simple', got 1",
   );
 });
 
