@@ -12,6 +12,7 @@ import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
+import { createGenerateHandler } from "./generate.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -181,6 +182,7 @@ async function compressed(body: Uint8Array, encoding: "gzip" | "deflate"): Promi
  * @returns the handler
  */
 export function createHttpHandler(registry: ModelRegistry, options: HttpOptions): Handler {
+  const generate = createGenerateHandler(registry, { maxInputSize: options.maxInputSize });
   /** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
   function rawInput(model: string, version: string, bytes: number) {
     const mv = registry.resolve(model, version);
@@ -322,6 +324,9 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       }
       if (action === "config" && method === "GET") return modelConfig(model, version);
       if (action === "infer" && method === "POST") return await infer(request, model, version);
+      if ((action === "generate" || action === "generate_stream") && method === "POST") {
+        return await generate(request, model, version, action === "generate_stream");
+      }
       if (action === "stats" && method === "GET") {
         return json({ model_stats: registry.statistics(model, version) });
       }
