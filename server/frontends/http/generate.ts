@@ -179,8 +179,8 @@ export function decodeGenerateRequest(
     }
     if (key === "id") {
       if (typeof value !== "string") throw invalidArg(`Cannot read ${where}: 'id' must be a string`);
+      // As Triton, the id is a request parameter too.
       request.id = value;
-      continue;
     }
     take(key, value);
   }
