@@ -13,6 +13,7 @@ import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_
 import { ShmRequest } from "../../shm/system_shm.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import { createGenerateHandler } from "./generate.ts";
+import { createOpenAiHandler } from "./openai.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -183,6 +184,7 @@ async function compressed(body: Uint8Array, encoding: "gzip" | "deflate"): Promi
  */
 export function createHttpHandler(registry: ModelRegistry, options: HttpOptions): Handler {
   const generate = createGenerateHandler(registry, { maxInputSize: options.maxInputSize });
+  const openai = createOpenAiHandler(registry, { maxInputSize: options.maxInputSize });
   /** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
   function rawInput(model: string, version: string, bytes: number) {
     const mv = registry.resolve(model, version);
@@ -291,6 +293,7 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       }
     });
     const method = request.method;
+    if (parts[0] === "v1") return await openai(request, url.pathname);
     if (parts[0] !== "v2") throw notFound(`Not found: '${url.pathname}'`);
     if (parts.length === 1 && method === "GET") {
       return json({
