@@ -63,6 +63,7 @@ export class ModelVersion {
     this.version = version;
     this.config = config;
     this.stats = new VersionStats(config.name, String(version));
+    this.stats.decoupled = this.decoupled;
   }
 
   /** Whether the model is decoupled (`model_transaction_policy { decoupled: true }`): its requests stream. */

@@ -312,3 +312,29 @@ print(json.dumps(words))
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("metrics: time to first response, the gaps between responses and the response count", async () => {
+  await using s = await startGenerateServer(["--metrics-config=histogram_latencies=true"]);
+  // Three words 120 ms apart: one first response, two gaps of at least 120 ms, three responses.
+  const r = await post(
+    `${s.url}/v2/models/words_py/generate_stream`,
+    '{"text_input":"a b c","parameters":{"delay_ms":120}}',
+  );
+  assert.equal(events(r.text).length, 3);
+  await post(`${s.url}/v2/models/echo_py/generate`, '{"text_input":"hi"}');
+  const text = await fetch(`http://127.0.0.1:${s.server.metricsAddr!.port}/metrics`).then((r) => r.text());
+  const value = (series: string) => {
+    const line = text.split("\n").find((l) => l.startsWith(series + " "));
+    assert.ok(line, `no series ${series}`);
+    return Number(line.split(" ")[1]);
+  };
+  const words = 'model="words_py",version="1"';
+  assert.equal(value(`nv_inference_first_response_histogram_ms_count{${words}}`), 1);
+  assert.equal(value(`nv_inference_response_interval_histogram_ms_count{${words}}`), 2);
+  assert.equal(value(`nv_inference_response_interval_histogram_ms_bucket{le="100",${words}}`), 0);
+  assert.equal(value(`nv_inference_response_count{${words}}`), 3);
+  // An ordinary model's one response is its request's end.
+  const echo = 'model="echo_py",version="1"';
+  assert.equal(value(`nv_inference_first_response_histogram_ms_count{${echo}}`), 1);
+  assert.equal(value(`nv_inference_response_count{${echo}}`), 0);
+});
