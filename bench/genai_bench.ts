@@ -2,7 +2,7 @@
  * The generation benchmark: the bundled `textgen` model (examples/genai_models, Python backend) streamed
  * through the OpenAI API (`/v1/completions`, `stream: true`) and Triton's `generate_stream`, at several
  * concurrencies. Reports what genai-perf reports: time to first token, inter-token latency, output token
- * throughput and request throughput; writes `bench/GENAI_RESULTS.md`.
+ * throughput and request throughput; writes `bench/GENAI_RESULTS.md` (keeping its `## aiperf` section).
  *
  * Run: `./dinfer deno run -A bench/genai_bench.ts` (the Python of `DINFER_PYTHON`, else `.venv/bin/python`,
  * with numpy). Flags: `--requests=<n>` per point (default 40), `--tokens=<n>` max_tokens (default 64),
@@ -173,7 +173,10 @@ with each other only (the machines of this kind differ 3-4x from one session to 
 
 ${table}
 `;
-  await Deno.writeTextFile(OUT, text);
+  // The aiperf section (written by hand from its reports) stays.
+  const prior = await Deno.readTextFile(OUT).catch(() => "");
+  const kept = prior.indexOf("\n## aiperf");
+  await Deno.writeTextFile(OUT, kept >= 0 ? text + prior.slice(kept) : text);
   console.log(`wrote ${OUT}`);
 }
 

@@ -11,6 +11,8 @@ The corpus is the help text of Python's own `pydoc_data.topics` (the text `help(
   examples/genai_models/textgen/1/ngram.npz    a word-level trigram language model with interpolated
                                                back-off to bigrams and unigrams over the 2,000 most
                                                frequent tokens (pruned to n-grams seen at least twice)
+  examples/genai_models/textgen/tokenizer.json the same tokenization as a Hugging Face `tokenizers` file
+  (+ tokenizer_config.json)                    (word-level), for clients that count tokens themselves
   examples/genai_models/embed/1/vectors.npz    32-dimensional word vectors: a truncated SVD of the
                                                positive pointwise mutual information of co-occurrences
                                                within two tokens, over the same vocabulary
@@ -21,6 +23,7 @@ punctuation characters). Everything is deterministic, so re-running the script r
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -103,6 +106,31 @@ def word_vectors(ids: np.ndarray) -> np.ndarray:
     return np.where(norms > 0, vectors / np.maximum(norms, 1e-12), 0).astype(np.float16)
 
 
+def hf_tokenizer(vocab: list[str]) -> dict:
+    """The tokenizer as a Hugging Face `tokenizer.json`: lower-casing, split at whitespace, then TOKEN_PATTERN."""
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+             "special": True}
+            for i, t in enumerate((UNK, EOS))
+        ],
+        "normalizer": {"type": "Lowercase"},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "WhitespaceSplit"},
+                {"type": "Split", "pattern": {"Regex": TOKEN_PATTERN.pattern}, "behavior": "Isolated", "invert": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(vocab)}, "unk_token": UNK},
+    }
+
+
 DOCS = corpus()
 VOCAB = vocabulary(DOCS)
 
@@ -112,10 +140,13 @@ def main() -> None:
     (ROOT / "textgen" / "1").mkdir(parents=True, exist_ok=True)
     (ROOT / "embed" / "1").mkdir(parents=True, exist_ok=True)
     np.savez_compressed(ROOT / "textgen" / "1" / "ngram.npz", **ngram_model(ids))
+    (ROOT / "textgen" / "tokenizer.json").write_text(json.dumps(hf_tokenizer(VOCAB), indent=1) + "\n")
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": UNK, "eos_token": EOS}
+    (ROOT / "textgen" / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
     np.savez_compressed(
         ROOT / "embed" / "1" / "vectors.npz", vocab=np.array(VOCAB, dtype=np.str_), vectors=word_vectors(ids)
     )
-    for p in sorted(ROOT.glob("*/1/*.npz")):
+    for p in sorted([*ROOT.glob("*/1/*.npz"), ROOT / "textgen" / "tokenizer.json"]):
         print(f"{p.relative_to(ROOT.parent)}: {p.stat().st_size} bytes")
     print(f"corpus: {len(ids)} tokens, vocabulary {len(VOCAB)}")
 
