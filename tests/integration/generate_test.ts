@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { pythonPath, startTestServer, type TestServer } from "../helpers.ts";
 import { Logger } from "../../server/logging.ts";
 import { pythonJson } from "./_python.ts";
+import { copyDir } from "./_http.ts";
 
 const MODELS = fileURLToPath(new URL("../fixtures/generate_models", import.meta.url));
 
@@ -337,4 +338,74 @@ Deno.test("metrics: time to first response, the gaps between responses and the r
   const echo = 'model="echo_py",version="1"';
   assert.equal(value(`nv_inference_first_response_histogram_ms_count{${echo}}`), 1);
   assert.equal(value(`nv_inference_response_count{${echo}}`), 0);
+});
+
+Deno.test("the OpenAI API tells the model when a stream's client leaves or a stop sequence ends it", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-generate-" });
+  const logFile = `${dir}/server.log`;
+  const logger = new Logger({
+    info: true,
+    warning: true,
+    error: true,
+    verbose: 0,
+    format: "default",
+    file: logFile,
+  });
+  try {
+    // words_py with a default delay of 300 ms between words (the OpenAI API passes no delay_ms).
+    await copyDir(`${MODELS}/words_py`, `${dir}/models/words_py`);
+    const config = `${dir}/models/words_py/config.pbtxt`;
+    await Deno.writeTextFile(
+      config,
+      (await Deno.readTextFile(config)) + 'parameters { key: "delay_ms" value: { string_value: "300" } }\n',
+    );
+    await using s = await startTestServer([
+      `--model-repository=${dir}/models`,
+      `--backend-config=python,python-executable=${pythonPath()}`,
+    ], logger);
+    const stopped = async () => {
+      const lines = (await Deno.readTextFile(logFile)).split("\n").filter((l) =>
+        l.includes("words_py stopped")
+      );
+      return lines;
+    };
+
+    await t.step(
+      "closing a streamed completion after two tokens stops the model before its third",
+      async () => {
+        const controller = new AbortController();
+        const response = await fetch(`${s.url}/v1/completions`, {
+          method: "POST",
+          body: JSON.stringify({ model: "words_py", prompt: "a b c d e f", stream: true }),
+          signal: controller.signal,
+        });
+        const reader = response.body!.getReader();
+        let text = "";
+        while (text.split("\n\n").length < 3) text += new TextDecoder().decode((await reader.read()).value);
+        const texts = events(text).map((e) => (e as { choices: { text: string }[] }).choices[0]!.text);
+        assert.deepEqual(texts, ["a", "b"]);
+        controller.abort();
+        await reader.closed.catch(() => {});
+        assert.match(
+          await logLine(logFile, "words_py stopped"),
+          / words_py stopped after 2 responses: cancelled$/,
+        );
+      },
+    );
+
+    await t.step("a stop sequence ends the model's request too", async () => {
+      const r = await fetch(`${s.url}/v1/completions`, {
+        method: "POST",
+        body: JSON.stringify({ model: "words_py", prompt: "a b c d e f", stop: "c" }),
+      }).then((r) => r.json());
+      assert.deepEqual(r.choices, [{ index: 0, text: "ab", logprobs: null, finish_reason: "stop" }]);
+      for (let i = 0; i < 400 && (await stopped()).length < 2; i++) {
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      assert.match((await stopped())[1]!, / words_py stopped after 3 responses: cancelled$/);
+    });
+  } finally {
+    logger.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
