@@ -192,7 +192,7 @@ export class ModelVersion {
     }
     if (this.decoupled && !request.stream) {
       return Promise.reject(invalidArg(
-        `Cannot infer '${this.name}': the model is decoupled (model_transaction_policy); its responses stream over gRPC ModelStreamInfer`,
+        `Cannot infer '${this.name}': the model is decoupled (model_transaction_policy); its responses stream over gRPC ModelStreamInfer or HTTP generate_stream`,
       ));
     }
     const received = nowNs();
