@@ -22,6 +22,8 @@ export interface BackendRequest {
    * final flag alone) as the model sends it; the last call has `final` set.
    */
   send?: (outputs: Map<string, Tensor> | Error | undefined, final: boolean) => void;
+  /** Aborts when the client has gone away (see InferRequest.signal). */
+  signal?: AbortSignal;
 }
 
 /** Where a model version lives and how an instance of it is placed. */

@@ -638,6 +638,7 @@ class Stub {
         }, timeoutMs);
       }
     });
+    requests.forEach((r, i) => r.signal && this.#watchCancel(r.signal, id, i));
     this.#send({ op: "execute", id, shm_size: this.#shmSize, out_offset: end, requests: wire })
       .catch((e) => this.#pending.get(id)?.reject(e));
     let msg: StubMessage;
@@ -671,6 +672,21 @@ class Stub {
       }
       return out;
     });
+  }
+
+  /**
+   * Tells the stub when a request's client goes away (`{op: "cancel", id, index}`), while the request still
+   * runs: executing, or a decoupled request that has not sent its final flag. The model reads it through
+   * `request.is_cancelled()`.
+   */
+  #watchCancel(signal: AbortSignal, id: number, index: number): void {
+    const key = `${id}:${index}`;
+    const cancel = () => {
+      if (this.dead || (!this.#pending.has(id) && !this.#senders.has(key))) return;
+      this.#send({ op: "cancel", id, index }).catch(() => {});
+    };
+    if (signal.aborted) cancel();
+    else signal.addEventListener("abort", cancel, { once: true });
   }
 
   /** Asks the model to finalize, then stops the stub (killing it when it does not stop in time). */

@@ -52,6 +52,11 @@ export interface InferRequest {
    * error as the model sends it, `undefined` for a final flag without a response.
    */
   stream?: ResponseSink;
+  /**
+   * Aborts when the client is gone (a closed HTTP stream, a cancelled gRPC stream): the backend tells the model
+   * (`request.is_cancelled()` in Python models), which may stop early.
+   */
+  signal?: AbortSignal;
 }
 
 /**

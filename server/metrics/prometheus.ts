@@ -10,7 +10,7 @@ import type { ModelRegistry } from "../models/registry.ts";
 import { invalidArg } from "../core/errors.ts";
 import type { GpuSample } from "./gpu.ts";
 import type { SystemSampler } from "./sampler.ts";
-import { type FailureReason, setLatencyObserver, type VersionStats } from "./stats.ts";
+import { type FailureReason, setLatencyObserver, setResponseObserver, type VersionStats } from "./stats.ts";
 
 /** What the metrics endpoint reports. */
 export interface MetricsOptions {
@@ -82,6 +82,7 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
   const labelNames = ["model", "version"] as const;
   const mc = parseMetricsConfig(options.config ?? []);
   setLatencyObserver(undefined);
+  setResponseObserver(undefined);
   if (mc.summaryLatencies || mc.histogramLatencies) {
     const names = [
       ["request", "nv_inference_request_summary_us", "Summary of inference request duration in microseconds"],
@@ -119,10 +120,26 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
         registers: [registry],
       })
       : undefined;
+    // Between two responses of one request to a decoupled model (inter-token latency for LLMs).
+    const interval = mc.histogramLatencies
+      ? new client.Histogram({
+        name: "nv_inference_response_interval_histogram_ms",
+        help: "Duration between consecutive responses of a request to a decoupled model in milliseconds",
+        labelNames,
+        buckets: [1, 5, 10, 50, 100, 500, 1000, 5000],
+        registers: [registry],
+      })
+      : undefined;
     setLatencyObserver((model, version, l) => {
       const labels = { model, version };
       for (const [key, summary] of summaries) summary.observe(labels, l[key] / 1000);
-      histogram?.observe(labels, l.request / 1e6);
+      // A decoupled model's first response is timed when it is sent (below), not when execute returns.
+      if (!l.decoupled) histogram?.observe(labels, l.request / 1e6);
+    });
+    setResponseObserver((model, version, sinceRequest, sincePrevious) => {
+      const labels = { model, version };
+      if (sincePrevious === undefined) histogram?.observe(labels, sinceRequest / 1e6);
+      else interval?.observe(labels, sincePrevious / 1e6);
     });
   }
   const perVersion = (each: (stats: VersionStats) => number) =>
@@ -162,6 +179,11 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
     "nv_inference_count",
     "Number of inferences performed (does not include cached requests)",
     (s) => s.inferenceCount,
+  );
+  counter(
+    "nv_inference_response_count",
+    "Number of responses sent by decoupled models, errors included",
+    (s) => s.responseCount,
   );
   counter(
     "nv_inference_exec_count",

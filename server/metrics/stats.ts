@@ -49,6 +49,8 @@ export interface RequestLatencies {
   computeInput: number;
   computeInfer: number;
   computeOutput: number;
+  /** Whether the model is decoupled: its first response is timed apart (see recordResponse). */
+  decoupled?: boolean;
 }
 
 /** Called for every successful request when latency summaries or histograms are on. */
@@ -62,6 +64,27 @@ let latencyObserver: LatencyObserver | undefined;
  */
 export function setLatencyObserver(observer: LatencyObserver | undefined): void {
   latencyObserver = observer;
+}
+
+/**
+ * Called for every response of a decoupled model's request when latency histograms are on: nanoseconds since
+ * the request arrived, and since the request's previous response (undefined for its first).
+ */
+export type ResponseObserver = (
+  model: string,
+  version: string,
+  sinceRequest: number,
+  sincePrevious: number | undefined,
+) => void;
+
+let responseObserver: ResponseObserver | undefined;
+
+/**
+ * Sets (or clears) the observer of decoupled models' responses (the metrics' response histograms).
+ * @param observer the observer, or undefined
+ */
+export function setResponseObserver(observer: ResponseObserver | undefined): void {
+  responseObserver = observer;
 }
 
 /** Statistics of one model version. */
@@ -99,6 +122,22 @@ export class VersionStats {
   readonly batches: Map<number, BatchStats> = new Map();
   /** Seconds the version took to load. */
   loadSeconds = 0;
+  /** Whether the model is decoupled (set by its ModelVersion). */
+  decoupled = false;
+  /** Responses sent by a decoupled model (errors included, a final flag alone not). */
+  responseCount = 0;
+
+  /**
+   * Records one response of a decoupled model's request.
+   * @param sinceRequest nanoseconds since the request arrived
+   * @param sincePrevious nanoseconds since the request's previous response; undefined for its first
+   */
+  recordResponse(sinceRequest: number, sincePrevious: number | undefined): void {
+    this.responseCount++;
+    if (responseObserver && this.model) {
+      responseObserver(this.model, this.version, sinceRequest, sincePrevious);
+    }
+  }
 
   /**
    * Records one batch execution (once per batch, not per request).
@@ -138,6 +177,7 @@ export class VersionStats {
         computeInput: t.inputEnd - t.start,
         computeInfer: t.inferEnd - t.inputEnd,
         computeOutput: t.outputEnd - t.inferEnd,
+        decoupled: this.decoupled,
       });
     }
   }

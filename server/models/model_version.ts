@@ -64,6 +64,7 @@ export class ModelVersion {
     this.version = version;
     this.config = config;
     this.stats = new VersionStats(config.name, String(version));
+    this.stats.decoupled = this.decoupled;
   }
 
   /** Whether the model is decoupled (`model_transaction_policy { decoupled: true }`): its requests stream. */
@@ -205,7 +206,7 @@ export class ModelVersion {
     }
     if (this.decoupled && !request.stream) {
       return Promise.reject(invalidArg(
-        `Cannot infer '${this.name}': the model is decoupled (model_transaction_policy); its responses stream over gRPC ModelStreamInfer`,
+        `Cannot infer '${this.name}': the model is decoupled (model_transaction_policy); its responses stream over gRPC ModelStreamInfer or HTTP generate_stream`,
       ));
     }
     const received = nowNs();

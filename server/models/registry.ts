@@ -26,6 +26,7 @@ import {
   versionFileNames,
 } from "../repository/repository.ts";
 import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
+import { nowNs } from "../core/clock.ts";
 import { ensembleSteps, type StepModel } from "../scheduler/ensemble.ts";
 import type { TraceManager } from "../trace/trace.ts";
 import type { Logger } from "../logging.ts";
@@ -750,8 +751,15 @@ export class ModelRegistry {
     let open = true;
     let finish!: () => void;
     const done = new Promise<void>((resolve) => (finish = resolve));
+    const received = nowNs();
+    let previous: number | undefined;
     request.stream = (response, final) => {
       if (!open) return;
+      if (response !== undefined) {
+        const now = nowNs();
+        mv.stats.recordResponse(now - received, previous === undefined ? undefined : now - previous);
+        previous = now;
+      }
       if (final) {
         open = false;
         finish();

@@ -144,6 +144,7 @@ async function executeSeparately(
     id: r.request.id,
     parameters: r.request.parameters,
     send: streamTo(model, r),
+    signal: r.request.signal,
   }));
   const total = requests.reduce((n, r) => n + r.batchSize, 0);
   const inputEnd = nowNs();

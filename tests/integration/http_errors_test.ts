@@ -257,9 +257,9 @@ const BAD: BadCase[] = [
   },
   {
     name: "a path outside /v2",
-    send: (url) => get(url, "/v1/models"),
+    send: (url) => get(url, "/v3/models"),
     status: 404,
-    error: "Not found: '/v1/models'",
+    error: "Not found: '/v3/models'",
   },
   {
     name: "GET on the infer endpoint",

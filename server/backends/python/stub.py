@@ -141,6 +141,8 @@ class Connection:
         self.pending = {}
         self.pending_lock = threading.Lock()
         self.next_id = 0
+        # (execute id, index) of the requests whose client went away; request.is_cancelled() reads it.
+        self.cancelled = set()
         threading.Thread(target=self._read_loop, daemon=True).start()
 
     def send(self, msg):
@@ -172,6 +174,9 @@ class Connection:
                     self._finish_bls(msg)
                 elif msg.get("op") == "bls_stream":
                     self._stream_bls(msg)
+                elif msg.get("op") == "cancel":
+                    # Read here, not by the command loop, so that a running execute() sees it.
+                    self.cancelled.add((msg["id"], msg["index"]))
                 else:
                     self.commands.put(msg)
         finally:
@@ -289,6 +294,8 @@ class Connection:
             raise pb_utils.TritonModelException("Cannot send a response: the request did not come from the server")
         exec_id, index = request._key
         msg = {"op": "response", "id": exec_id, "index": index, "flags": int(flags)}
+        if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.cancelled.discard(request._key)
         if response is not None:
             if response.has_error():
                 msg["error"] = error_of(response.error())
@@ -396,9 +403,14 @@ def execute(model, loop, shared, msg, decoupled):
         request._decoupled = decoupled
         request._key = (msg["id"], index)
         requests.append(request)
-    result = model.execute(requests)
-    if inspect.isawaitable(result):
-        result = loop.run_until_complete(result)
+    try:
+        result = model.execute(requests)
+        if inspect.isawaitable(result):
+            result = loop.run_until_complete(result)
+    finally:
+        if not decoupled:
+            for request in requests:
+                pb_utils._server.cancelled.discard(request._key)
     if decoupled:
         if result is not None:
             raise pb_utils.TritonModelException(

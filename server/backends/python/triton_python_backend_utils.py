@@ -208,7 +208,7 @@ class ResponseSender:
             self._closed = True
 
     def is_cancelled(self):
-        return False
+        return self._request.is_cancelled()
 
 
 class InferenceRequest:
@@ -277,7 +277,8 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def is_cancelled(self):
-        return False
+        # Whether the client went away: the server sends a 'cancel' message for the request's key.
+        return self._key is not None and _server is not None and self._key in _server.cancelled
 
     def get_response_sender(self):
         if not self._decoupled:

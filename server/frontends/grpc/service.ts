@@ -320,6 +320,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const inferDecoupled = async (
     msg: Record<string, unknown>,
     write: (out: Record<string, unknown>) => void,
+    signal: AbortSignal,
   ) => {
     requestArrived();
     const received = nowNs();
@@ -330,6 +331,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     let ended = false;
     try {
       request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
+      request.signal = signal;
       const sink = (
         response: InferResponse | ServerError | undefined,
         shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
@@ -382,8 +384,13 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       open = false;
       end();
     };
+    // A cancelled stream is told to the models of its requests that still run (request.is_cancelled()).
+    const running = new Set<AbortController>();
     call.on("close", finish);
-    call.on("cancelled", finish);
+    call.on("cancelled", () => {
+      for (const c of running) c.abort();
+      finish();
+    });
     let last: Promise<void> = Promise.resolve();
     const streaming = new Set<Promise<void>>();
     const write = (out: Record<string, unknown>) => {
@@ -391,9 +398,15 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     };
     call.on("data", (msg: Record<string, unknown>) => {
       if (decoupled(msg)) {
-        const running = inferDecoupled(msg, write);
-        streaming.add(running);
-        running.finally(() => streaming.delete(running));
+        const controller = new AbortController();
+        if (call.cancelled) controller.abort();
+        running.add(controller);
+        const task = inferDecoupled(msg, write, controller.signal);
+        streaming.add(task);
+        task.finally(() => {
+          streaming.delete(task);
+          running.delete(controller);
+        });
         return;
       }
       const answer = infer(msg).then((infer_response) => {

@@ -14,6 +14,8 @@ import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_
 import { ShmRequest } from "../../shm/system_shm.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
+import { createGenerateHandler } from "./generate.ts";
+import { createOpenAiHandler } from "./openai.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -191,6 +193,8 @@ export interface HttpFrontend {
  * @returns the handler and the entry point for requests decoded on listener threads
  */
 export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions): HttpFrontend {
+  const generate = createGenerateHandler(registry, { maxInputSize: options.maxInputSize });
+  const openai = createOpenAiHandler(registry, { maxInputSize: options.maxInputSize });
   /** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
   function rawInput(model: string, version: string, bytes: number) {
     const mv = registry.resolve(model, version);
@@ -299,6 +303,7 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
       }
     });
     const method = request.method;
+    if (parts[0] === "v1") return await openai(request, url.pathname);
     if (parts[0] !== "v2") throw notFound(`Not found: '${url.pathname}'`);
     if (parts.length === 1 && method === "GET") {
       return json({
@@ -333,6 +338,9 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
       }
       if (action === "config" && method === "GET") return modelConfig(model, version);
       if (action === "infer" && method === "POST") return await infer(request, model, version);
+      if ((action === "generate" || action === "generate_stream") && method === "POST") {
+        return await generate(request, model, version, action === "generate_stream");
+      }
       if (action === "stats" && method === "GET") {
         return json({ model_stats: registry.statistics(model, version) });
       }
