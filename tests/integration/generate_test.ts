@@ -130,7 +130,13 @@ Deno.test("generate maps top-level fields to inputs and parameters, and outputs 
         400,
         "Cannot read input 'values' of the generate request for 'echo_py': element 1 is true, expected a number for FP32",
       ],
-      [echo, '{"values":[1]}', 400, "Cannot infer 'echo_py': missing input 'text_input'"],
+      [
+        echo,
+        '{"values":[1]}',
+        400,
+        "Cannot infer 'echo_py': expected number of inputs between 1 and 4 but got 1 inputs for model 'echo_py'. " +
+        "Got input(s) ['values'], but missing required input(s) ['text_input']. Please provide all required input(s).",
+      ],
       [
         echo,
         '{"text_input":"hi","parameters":3}',
