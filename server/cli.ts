@@ -5,6 +5,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { parseRestrictions, type Restrictions } from "./frontends/restricted.ts";
 
 /** The model control modes. */
 export type ModelControlMode = "none" | "poll" | "explicit";
@@ -52,6 +53,10 @@ export interface ServerOptions {
   metricsIntervalMs: number;
   metricsConfig: string[];
   traceConfig: string[];
+  /** HTTP API groups that need a header (`--http-restricted-api`). */
+  httpRestrictedApi: Restrictions;
+  /** gRPC API groups that need a metadata key (`--grpc-restricted-protocol`). */
+  grpcRestrictedProtocol: Restrictions;
 }
 
 /** A bad command line. */
@@ -90,6 +95,10 @@ export const FLAGS: Record<string, FlagSpec> = {
     default: "67108864",
     min: 1,
     help: "Largest HTTP request body, in bytes",
+  },
+  "http-restricted-api": {
+    kind: "list",
+    help: "<api>[,<api>...]:<key>=<value>: those HTTP APIs need header <key> set to <value> (repeatable)",
   },
   "grpc-port": { kind: "int", default: "8001", min: 0, max: 65535, help: "gRPC port" },
   "grpc-address": { kind: "string", default: "0.0.0.0", help: "gRPC listen address" },
@@ -161,6 +170,11 @@ export const FLAGS: Record<string, FlagSpec> = {
     default: "2",
     min: 0,
     help: "Pings allowed without data",
+  },
+  "grpc-restricted-protocol": {
+    kind: "list",
+    help:
+      "<api>[,<api>...]:<key>=<value>: those gRPC APIs need metadata triton-grpc-protocol-<key> set to <value> (repeatable)",
   },
   "grpc-use-ssl": { kind: "bool", default: "false", help: "Serve gRPC over TLS" },
   "grpc-server-cert": { kind: "string", default: "", help: "TLS certificate file" },
@@ -289,6 +303,13 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
   if (loadModels.length > 0 && mode !== "explicit") {
     throw new CliError("Flag --load-model needs --model-control-mode=explicit");
   }
+  const restrictions = (flag: string): Restrictions => {
+    try {
+      return parseRestrictions(list(flag), flag);
+    } catch (err) {
+      throw new CliError((err as Error).message);
+    }
+  };
   const result: ServerOptions = {
     modelRepositories: repos,
     httpPort: int("http-port"),
@@ -333,6 +354,8 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     metricsIntervalMs: int("metrics-interval-ms"),
     metricsConfig: list("metrics-config"),
     traceConfig: list("trace-config"),
+    httpRestrictedApi: restrictions("http-restricted-api"),
+    grpcRestrictedProtocol: restrictions("grpc-restricted-protocol"),
   };
   if (result.grpcUseSsl && (!result.grpcServerCert || !result.grpcServerKey)) {
     throw new CliError("Flag --grpc-use-ssl=true needs --grpc-server-cert and --grpc-server-key");

@@ -67,6 +67,31 @@ export class StartupError extends Error {
 }
 
 /**
+ * Warns, in explicit mode, for each endpoint whose model repository API any client can call: a model load can
+ * upload files, and a Python model's files are code the server runs.
+ */
+function warnUnrestrictedRepository(
+  options: ServerOptions,
+  log: Logger,
+  httpAddr: Deno.NetAddr | undefined,
+  grpcPort: number | undefined,
+): void {
+  if (options.modelControlMode !== "explicit") return;
+  const open: string[] = [];
+  if (httpAddr && !options.httpRestrictedApi["model-repository"]) {
+    open.push(`HTTP at ${httpAddr.hostname}:${httpAddr.port} (--http-restricted-api)`);
+  }
+  if (grpcPort !== undefined && !options.grpcRestrictedProtocol["model-repository"]) {
+    open.push(`gRPC at ${options.grpcAddress}:${grpcPort} (--grpc-restricted-protocol)`);
+  }
+  for (const where of open) {
+    log.warning(
+      `The model repository API is open to every client on ${where}: any client that reaches it can load models with uploaded files, and an uploaded Python model runs as this server's user; restrict the 'model-repository' API (see docs/security.md)`,
+    );
+  }
+}
+
+/**
  * Starts a server.
  * @param options the parsed command line
  * @param logger where to log; one is made from the options when left out
@@ -168,7 +193,11 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     traces,
   };
   if (options.allowHttp) {
-    const handler = createHttpHandler(registry, { ...frontend, maxInputSize: options.httpMaxInputSize });
+    const handler = createHttpHandler(registry, {
+      ...frontend,
+      maxInputSize: options.httpMaxInputSize,
+      restrictions: options.httpRestrictedApi,
+    });
     httpServer = Deno.serve({
       port: options.httpPort,
       hostname: options.httpAddress,
@@ -182,6 +211,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     try {
       grpcServer = await startGrpcServer(registry, {
         ...frontend,
+        restrictions: options.grpcRestrictedProtocol,
         address: options.grpcAddress,
         port: options.grpcPort,
         keepaliveTimeMs: options.grpcKeepaliveTimeMs,
@@ -218,6 +248,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
     sampler?.start();
   }
+
+  warnUnrestrictedRepository(options, log, httpAddr, grpcPort);
 
   let resolveFinished: () => void = () => {};
   const finished = new Promise<void>((r) => (resolveFinished = r));

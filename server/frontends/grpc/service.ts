@@ -18,6 +18,7 @@ import { requestArrived } from "../../core/load.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
 import type { InferRequest, InferResponse, ParamValue } from "../../core/types.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
+import { GRPC_METHOD_GROUPS, GRPC_RESTRICTED_PREFIX, matchesRestriction } from "../restricted.ts";
 import {
   decodeModelInferRequest,
   encodeModelInferResponse,
@@ -97,6 +98,48 @@ function method(
 function grpcError(err: unknown): Partial<grpc.StatusObject> {
   const e = toServerError(err);
   return { code: grpcStatus(e.code), details: e.message };
+}
+
+/**
+ * Puts the restricted groups' check in front of their handlers: a call without the metadata key
+ * `triton-grpc-protocol-<key>` holding the expected value ends with PERMISSION_DENIED before its handler runs.
+ * @param handlers the service's handlers by method name, changed in place
+ * @param options the frontend options with the restrictions
+ */
+function restrict(handlers: grpc.UntypedServiceImplementation, options: GrpcOptions): void {
+  const restrictions = options.restrictions ?? {};
+  for (const [name, handler] of Object.entries(handlers)) {
+    const group = GRPC_METHOD_GROUPS[name];
+    if (group === undefined) throw new Error(`gRPC method '${name}' belongs to no API group`);
+    const rule = restrictions[group];
+    if (!rule) continue;
+    const key = `${GRPC_RESTRICTED_PREFIX}${rule.key}`.toLowerCase();
+    const denied = (metadata: grpc.Metadata): Partial<grpc.StatusObject> | undefined => {
+      const given = metadata.get(key)[0];
+      if (matchesRestriction(typeof given === "string" ? given : undefined, rule.value)) return undefined;
+      return {
+        code: grpc.status.PERMISSION_DENIED,
+        details: `This protocol is restricted, expecting header '${key}'`,
+      };
+    };
+    const h = handler as (...args: unknown[]) => void;
+    if (name === "ModelStreamInfer") {
+      handlers[name] = (call: grpc.ServerDuplexStream<unknown, unknown>) => {
+        const status = denied(call.metadata);
+        if (status) call.emit("error", status);
+        else h(call);
+      };
+    } else {
+      handlers[name] = (
+        call: grpc.ServerUnaryCall<unknown, unknown>,
+        callback: grpc.sendUnaryData<unknown>,
+      ) => {
+        const status = denied(call.metadata);
+        if (status) callback(status);
+        else h(call, callback);
+      };
+    }
+  }
 }
 
 /**
@@ -414,6 +457,8 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     call.on("error", finish);
   };
 
+  restrict(handlers, options);
+
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
   const server = new grpc.Server({
     "grpc.max_receive_message_length": MAX_MESSAGE,
@@ -432,9 +477,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   // grpc.health.v1.Health/Check: SERVING when the server is ready (service "" or a model name).
   const healthReq = codec(lookupType(".grpc.health.v1.HealthCheckRequest"), false);
   const healthRes = codec(lookupType(".grpc.health.v1.HealthCheckResponse"), false);
-  server.addService({
-    Check: method("/grpc.health.v1.Health/Check", healthReq, healthRes),
-  }, {
+  const health: grpc.UntypedServiceImplementation = {
     Check: (
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
       callback: grpc.sendUnaryData<Record<string, unknown>>,
@@ -443,7 +486,9 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       const ok = svc === "" ? ready() : registry.isReady(svc, "");
       callback(null, { status: ok ? "SERVING" : "NOT_SERVING" });
     },
-  });
+  };
+  restrict(health, options);
+  server.addService({ Check: method("/grpc.health.v1.Health/Check", healthReq, healthRes) }, health);
 
   // The server accepts the connections itself (TLS terminated here when --grpc-use-ssl) and hands grpc-js each
   // one through a filter that drops the clients' GOAWAY frames, which can crash Deno's node:http2 (see

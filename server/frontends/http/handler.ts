@@ -12,6 +12,7 @@ import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
+import { type ApiGroup, httpApiGroup, matchesRestriction } from "../restricted.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -289,6 +290,8 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
       }
     });
     const method = request.method;
+    const denied = restricted && checkRestriction(request, httpApiGroup(parts));
+    if (denied) return denied;
     if (parts[0] !== "v2") throw notFound(`Not found: '${url.pathname}'`);
     if (parts.length === 1 && method === "GET") {
       return json({
@@ -469,13 +472,26 @@ export function createHttpHandler(registry: ModelRegistry, options: HttpOptions)
     throw notFound(`Not found: ${method} '${url.pathname}'`);
   }
 
+  const restrictions = options.restrictions ?? {};
+  const restricted = Object.keys(restrictions).length > 0;
+  /** The 403 answer to a restricted call without the expected header; undefined when the call may go on. */
+  function checkRestriction(request: Request, group: ApiGroup | undefined): Response | undefined {
+    const rule = group && restrictions[group];
+    if (!rule || matchesRestriction(request.headers.get(rule.key), rule.value)) return undefined;
+    return json({ error: `This API is restricted, expecting header '${rule.key}'` }, 403);
+  }
+
   return function handle(request: Request): Promise<Response> {
     if (options.logger && options.logger.verboseLevel >= 1) {
       options.logger.verbose(1, `HTTP request: ${request.method} ${pathOf(request.url)}`);
     }
     if (request.method === "POST") {
       const m = INFER_PATH.exec(pathOf(request.url));
-      if (m) return infer(request, m[1]!, m[2] ?? "").catch(errorResponse);
+      if (m) {
+        const denied = restricted && checkRestriction(request, "inference");
+        if (denied) return Promise.resolve(denied);
+        return infer(request, m[1]!, m[2] ?? "").catch(errorResponse);
+      }
     }
     return route(request).catch(errorResponse);
   };
