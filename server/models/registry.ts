@@ -13,6 +13,7 @@ import { tensorRtBackend } from "../backends/tensorrt.ts";
 import { PythonBackend } from "../backends/python.ts";
 import {
   applyDefaults,
+  checkFileNames,
   readConfigFile,
   resolveBackend,
   toModelConfig,
@@ -109,6 +110,30 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
     throw err;
   }
   return { name, repository, dir };
+}
+
+/**
+ * Config parameters that name a program, an environment or a file the server opens by path: they may come from
+ * the model repository on disk or the command line, never from a load request (which any client of the
+ * repository API can send).
+ */
+const HOST_PARAMETERS = /^(python_executable|execution_env_path)$|^session\..*(file|path|dir)/i;
+
+/**
+ * Refuses a config override (the `config` parameter of a load request) that sets a parameter naming a program,
+ * an environment or a file path.
+ * @throws ServerError INVALID_ARG naming the parameter
+ */
+function refuseProgramParameters(name: string, override: Record<string, unknown>): void {
+  const params = override.parameters;
+  if (params === undefined || params === null || typeof params !== "object") return;
+  for (const key of Object.keys(params)) {
+    if (HOST_PARAMETERS.test(key)) {
+      throw invalidArg(
+        `Cannot load '${name}': parameter '${key}' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line`,
+      );
+    }
+  }
 }
 
 /** Whether a model folder's config says `platform: "ensemble"` (a cheap look before loading). */
@@ -238,6 +263,7 @@ export class ModelRegistry {
         if (!override || typeof override !== "object" || Array.isArray(override)) {
           throw invalidArg(`Cannot load '${name}': the 'config' parameter must be a JSON object`);
         }
+        refuseProgramParameters(name, override);
       }
       let location: ModelLocation | undefined;
       let duplicate: string[] | undefined;
@@ -404,6 +430,8 @@ export class ModelRegistry {
       const raw = override ? { ...override } : await readConfigFile(location.dir, name);
       if (raw.name === undefined || raw.name === "") raw.name = name;
       let config = toModelConfig(raw, name);
+      // Before anything opens a file the config names (auto-complete reads the model file).
+      checkFileNames(config, name);
       const available = await listVersions(location.dir);
       const files = await versionFileNames(location.dir, available);
       const { backend: backendName } = resolveBackend(config, files);
