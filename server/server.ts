@@ -8,6 +8,7 @@ import type { ServerOptions } from "./cli.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpHandler } from "./frontends/http/handler.ts";
+import { type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
 import { openGpuReader } from "./metrics/gpu.ts";
@@ -173,9 +174,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     (name) => shm.has(name),
   );
   shm.otherKind = (name) => cudaShm.has(name);
-  const abort = new AbortController();
-  let httpServer: Deno.HttpServer<Deno.NetAddr> | undefined;
-  let metricsServer: Deno.HttpServer<Deno.NetAddr> | undefined;
+  let httpServer: ResilientServer | undefined;
+  let metricsServer: ResilientServer | undefined;
   let httpAddr: Deno.NetAddr | undefined;
   let metricsAddr: Deno.NetAddr | undefined;
   let grpcServer: GrpcServer | undefined;
@@ -198,12 +198,20 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       maxInputSize: options.httpMaxInputSize,
       restrictions: options.httpRestrictedApi,
     });
-    httpServer = Deno.serve({
-      port: options.httpPort,
-      hostname: options.httpAddress,
-      signal: abort.signal,
-      onListen: () => {},
-    }, handler);
+    try {
+      httpServer = serveResilient(
+        { port: options.httpPort, hostname: options.httpAddress, name: "HTTPService", logger: log },
+        handler,
+      );
+    } catch (err) {
+      await registry.close();
+      await traces.close();
+      throw new StartupError(
+        `Cannot start the HTTP service on ${options.httpAddress}:${options.httpPort}: ${
+          (err as Error).message
+        }`,
+      );
+    }
     httpAddr = httpServer.addr;
     log.info(`Started HTTPService at ${httpAddr.hostname}:${httpAddr.port}`);
   }
@@ -225,7 +233,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         rootCert: options.grpcRootCert,
       });
     } catch (err) {
-      abort.abort();
+      await httpServer?.shutdown();
       await registry.close();
       await traces.close();
       throw new StartupError(
@@ -238,12 +246,22 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     log.info(`Started GRPCInferenceService at ${options.grpcAddress}:${grpcPort}`);
   }
   if (options.allowMetrics) {
-    metricsServer = Deno.serve({
-      port: options.metricsPort,
-      hostname: options.metricsAddress,
-      signal: abort.signal,
-      onListen: () => {},
-    }, createMetricsHandler(metrics!));
+    try {
+      metricsServer = serveResilient(
+        { port: options.metricsPort, hostname: options.metricsAddress, name: "Metrics Service", logger: log },
+        createMetricsHandler(metrics!),
+      );
+    } catch (err) {
+      await httpServer?.shutdown();
+      grpcServer?.forceShutdown();
+      await registry.close();
+      await traces.close();
+      throw new StartupError(
+        `Cannot start the metrics service on ${options.metricsAddress}:${options.metricsPort}: ${
+          (err as Error).message
+        }`,
+      );
+    }
     metricsAddr = metricsServer.addr;
     log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
     sampler?.start();

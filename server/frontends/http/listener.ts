@@ -1,0 +1,109 @@
+/**
+ * `Deno.serve` that survives a failed accept: when its accept loop ends with an error (for example "Too many open
+ * files" when the process runs out of file descriptors), the error is logged and the same address is listened on
+ * again after a short wait, instead of the error ending the process.
+ * @module
+ */
+
+import type { Logger } from "../../logging.ts";
+
+/** A listening HTTP server that listens again after a failed accept. */
+export interface ResilientServer {
+  /** The address bound (port 0 picks a free one, kept when listening again). */
+  addr: Deno.NetAddr;
+  /** Stops listening, finishes the requests in progress and stops listening again. */
+  shutdown(): Promise<void>;
+  /** Resolves when the server has shut down. */
+  finished: Promise<void>;
+}
+
+/** Options of {@linkcode serveResilient}. */
+export interface ResilientServeOptions {
+  /** Listen address. */
+  hostname: string;
+  /** Listen port; 0 picks a free one. */
+  port: number;
+  /** The service's name in log lines, e.g. `HTTPService`. */
+  name: string;
+  /** Where failed accepts are logged. */
+  logger?: Logger;
+  /** The first wait before listening again, in ms (doubles on each failure, up to 5 s). */
+  retryMs?: number;
+}
+
+/**
+ * Serves a handler like `Deno.serve`, listening again whenever the accept loop fails.
+ * @param options address, name and logger
+ * @param handler the request handler
+ * @returns the server
+ * @throws Error when the first listen fails (address in use, for example)
+ */
+export function serveResilient(
+  options: ResilientServeOptions,
+  handler: (request: Request) => Response | Promise<Response>,
+): ResilientServer {
+  const first = options.retryMs ?? 250;
+  let stopped = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let delay = first / 2;
+  let resolveFinished: () => void = () => {};
+  const finished = new Promise<void>((r) => (resolveFinished = r));
+  const listen = (port: number) =>
+    Deno.serve({ port, hostname: options.hostname, onListen: () => {} }, (request) => handler(request));
+  let server = listen(options.port);
+  let since = Date.now();
+  const addr = server.addr;
+
+  const retry = () => {
+    timer = setTimeout(() => {
+      timer = undefined;
+      if (stopped) return;
+      try {
+        server = listen(addr.port);
+        since = Date.now();
+        watch(server);
+        options.logger?.info(`${options.name} listening again at ${addr.hostname}:${addr.port}`);
+      } catch (err) {
+        options.logger?.error(
+          `${options.name} cannot listen again at ${addr.hostname}:${addr.port}: ${(err as Error).message}`,
+        );
+        delay = Math.min(delay * 2, 5000);
+        retry();
+      }
+    }, delay);
+  };
+  const watch = (s: Deno.HttpServer<Deno.NetAddr>) => {
+    s.finished.then(() => {
+      if (stopped) resolveFinished();
+    }, (err: unknown) => {
+      if (stopped) {
+        resolveFinished();
+        return;
+      }
+      // Failing again soon after listening again (still out of descriptors) waits longer each time.
+      delay = Date.now() - since > 10_000 ? first : Math.min(delay * 2, 5000);
+      options.logger?.error(
+        `${options.name} stopped accepting connections: ${
+          (err as Error).message
+        }; listening again in ${delay} ms`,
+      );
+      retry();
+    });
+  };
+  watch(server);
+
+  return {
+    addr,
+    finished,
+    shutdown: async () => {
+      stopped = true;
+      clearTimeout(timer);
+      try {
+        await server.shutdown();
+      } catch {
+        // It had stopped already (a failed accept).
+      }
+      resolveFinished();
+    },
+  };
+}
