@@ -92,6 +92,12 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
     throw invalidArg(`Cannot load '${name}': a model name must be a folder name, without '/' or '..'`);
   }
   for (const path of files.keys()) {
+    // Control characters (NUL above all) make no portable file name; the name is shown escaped.
+    if (/[\x00-\x1f\x7f]/.test(path)) {
+      throw invalidArg(
+        `Cannot load '${name}': file path ${JSON.stringify(path)} must not contain control characters`,
+      );
+    }
     const parts = path.split("/");
     if (path.startsWith("/") || parts.some((p) => p === ".." || p === "" || p === ".")) {
       throw invalidArg(`Cannot load '${name}': file path '${path}' must be relative, without '..'`);
@@ -99,15 +105,16 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
   }
   const repository = await Deno.makeTempDir({ prefix: "dinfer-upload-" });
   const dir = join(repository, name);
-  try {
-    for (const [path, bytes] of files) {
+  for (const [path, bytes] of files) {
+    try {
       const parts = path.split("/");
       await Deno.mkdir(join(dir, ...parts.slice(0, -1)), { recursive: true });
       await Deno.writeFile(join(dir, ...parts), bytes);
+    } catch (err) {
+      await Deno.remove(repository, { recursive: true }).catch(() => {});
+      // The message names the file as the client did, not the server's temporary folder.
+      throw invalidArg(`Cannot load '${name}': cannot write file '${path}': ${(err as Error).name}`);
     }
-  } catch (err) {
-    await Deno.remove(repository, { recursive: true }).catch(() => {});
-    throw err;
   }
   return { name, repository, dir };
 }

@@ -239,6 +239,9 @@ function parseSettings(
         const level = new Set<"TIMESTAMPS" | "TENSORS">();
         for (const v of values) {
           if (v === "OFF") continue;
+          if (typeof v !== "string") {
+            throw invalidArg("Cannot update the trace settings: 'trace_level' values must be strings");
+          }
           if (v !== "TIMESTAMPS" && v !== "TENSORS") {
             throw invalidArg(
               `Cannot update the trace settings: unknown trace_level '${v}' (OFF, TIMESTAMPS, TENSORS)`,
