@@ -11,11 +11,20 @@ import type { Logger } from "../../logging.ts";
 export interface ResilientServer {
   /** The address bound (port 0 picks a free one, kept when listening again). */
   addr: Deno.NetAddr;
-  /** Stops listening, finishes the requests in progress and stops listening again. */
+  /**
+   * Stops: first answers the requests that keep arriving on open connections until none has arrived for a
+   * moment (at most {@linkcode DRAIN_MAX_MS}), each answer closing its connection, then stops listening and
+   * finishes the requests in progress.
+   */
   shutdown(): Promise<void>;
   /** Resolves when the server has shut down. */
   finished: Promise<void>;
 }
+
+/** How long without a new request counts as quiet when shutting down, in ms. */
+export const DRAIN_QUIET_MS = 150;
+/** The longest wait for quiet when shutting down, in ms. */
+export const DRAIN_MAX_MS = 2000;
 
 /** Options of {@linkcode serveResilient}. */
 export interface ResilientServeOptions {
@@ -44,12 +53,41 @@ export function serveResilient(
 ): ResilientServer {
   const first = options.retryMs ?? 250;
   let stopped = false;
+  let closing = false;
+  let inflight = 0;
+  let arrivals = 0;
+  const done = (response: Response): Response => {
+    inflight--;
+    if (closing) {
+      try {
+        response.headers.set("connection", "close");
+      } catch {
+        // Immutable headers: the connection closes at shutdown anyway.
+      }
+    }
+    return response;
+  };
+  const failed = (err: unknown): never => {
+    inflight--;
+    throw err;
+  };
+  const counted = (request: Request): Response | Promise<Response> => {
+    inflight++;
+    arrivals++;
+    let out;
+    try {
+      out = handler(request);
+    } catch (err) {
+      failed(err);
+    }
+    return out instanceof Promise ? out.then(done, failed) : done(out as Response);
+  };
   let timer: ReturnType<typeof setTimeout> | undefined;
   let delay = first / 2;
   let resolveFinished: () => void = () => {};
   const finished = new Promise<void>((r) => (resolveFinished = r));
   const listen = (port: number) =>
-    Deno.serve({ port, hostname: options.hostname, onListen: () => {} }, (request) => handler(request));
+    Deno.serve({ port, hostname: options.hostname, onListen: () => {} }, counted);
   let server = listen(options.port);
   let since = Date.now();
   const addr = server.addr;
@@ -96,6 +134,21 @@ export function serveResilient(
     addr,
     finished,
     shutdown: async () => {
+      // Requests that arrived just before (a body still coming in, the next request on a keep-alive
+      // connection) are answered before the connections close.
+      closing = true;
+      const start = Date.now();
+      let seen = -1;
+      let quietSince = Date.now();
+      while (Date.now() - start < DRAIN_MAX_MS) {
+        if (arrivals !== seen || inflight > 0) {
+          seen = arrivals;
+          quietSince = Date.now();
+        } else if (Date.now() - quietSince >= DRAIN_QUIET_MS) {
+          break;
+        }
+        await new Promise((r) => setTimeout(r, 10));
+      }
       stopped = true;
       clearTimeout(timer);
       try {
