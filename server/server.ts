@@ -276,15 +276,15 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     shuttingDown ??= (async () => {
       stopping = true;
       log.info("Shutting down: finishing in-flight requests");
-      await poller?.stop();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
-      const drain = Promise.allSettled([
-        httpServer?.shutdown(),
-        metricsServer?.shutdown(),
-        grpcServer?.shutdown(),
-      ])
-        .then(() => registry.close());
+      // Everything that may wait on a model (a poll, a load that hangs in initialize()) is inside the
+      // --exit-timeout-secs bound.
+      const drain = (async () => {
+        await poller?.stop();
+        await Promise.allSettled([httpServer?.shutdown(), metricsServer?.shutdown(), grpcServer?.shutdown()]);
+        await registry.close();
+      })();
       const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
       clearTimeout(timer);
       if (!drained) {
