@@ -13,6 +13,7 @@ import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_
 import { ShmRequest } from "../../shm/system_shm.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import { type ApiGroup, httpApiGroup, matchesRestriction } from "../restricted.ts";
+import { bodyReceived } from "./listener.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -58,7 +59,11 @@ async function readBody(request: Request, limit: number, asText = false): Promis
   const plain = !encoding || encoding === "identity";
   let body: Uint8Array;
   if (declared !== null) {
-    if (asText && plain) return await request.text();
+    if (asText && plain) {
+      const text = await request.text();
+      bodyReceived(request);
+      return text;
+    }
     body = await request.bytes();
   } else {
     const chunks: Uint8Array[] = [];
@@ -80,6 +85,7 @@ async function readBody(request: Request, limit: number, asText = false): Promis
     }
     body = concat(chunks, total);
   }
+  bodyReceived(request);
   if (!plain) {
     if (encoding !== "gzip" && encoding !== "deflate") {
       throw unsupported(`Cannot read the request body: unsupported Content-Encoding '${encoding}'`);

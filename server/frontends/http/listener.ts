@@ -12,8 +12,8 @@ export interface ResilientServer {
   /** The address bound (port 0 picks a free one, kept when listening again). */
   addr: Deno.NetAddr;
   /**
-   * Stops: first answers the requests that keep arriving on open connections until none has arrived for a
-   * moment (at most {@linkcode DRAIN_MAX_MS}), each answer closing its connection, then stops listening and
+   * Stops: first waits until no request has arrived for a moment and every request in progress has its body
+   * (at most {@linkcode DRAIN_MAX_MS}; answers then close their connections), then stops listening and
    * finishes the requests in progress.
    */
   shutdown(): Promise<void>;
@@ -25,6 +25,16 @@ export interface ResilientServer {
 export const DRAIN_QUIET_MS = 150;
 /** The longest wait for quiet when shutting down, in ms. */
 export const DRAIN_MAX_MS = 2000;
+
+const bodiesReceived = new WeakSet<Request>();
+
+/**
+ * Notes that a request's body has been read whole, so that a shutdown need not wait for it.
+ * @param request the request
+ */
+export function bodyReceived(request: Request): void {
+  bodiesReceived.add(request);
+}
 
 /** Options of {@linkcode serveResilient}. */
 export interface ResilientServeOptions {
@@ -53,11 +63,16 @@ export function serveResilient(
 ): ResilientServer {
   const first = options.retryMs ?? 250;
   let stopped = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let delay = first / 2;
+  let resolveFinished: () => void = () => {};
+  const finished = new Promise<void>((r) => (resolveFinished = r));
   let closing = false;
-  let inflight = 0;
+  // Requests whose handler runs, and the number that ever arrived: a shutdown waits for quiet.
+  const inflight = new Set<Request>();
   let arrivals = 0;
-  const done = (response: Response): Response => {
-    inflight--;
+  const done = (request: Request, response: Response): Response => {
+    inflight.delete(request);
     if (closing) {
       try {
         response.headers.set("connection", "close");
@@ -67,25 +82,27 @@ export function serveResilient(
     }
     return response;
   };
-  const failed = (err: unknown): never => {
-    inflight--;
-    throw err;
-  };
   const counted = (request: Request): Response | Promise<Response> => {
-    inflight++;
+    inflight.add(request);
     arrivals++;
     let out;
     try {
       out = handler(request);
     } catch (err) {
-      failed(err);
+      inflight.delete(request);
+      throw err;
     }
-    return out instanceof Promise ? out.then(done, failed) : done(out as Response);
+    if (!(out instanceof Promise)) return done(request, out);
+    return out.then((r) => done(request, r), (err) => {
+      inflight.delete(request);
+      throw err;
+    });
   };
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let delay = first / 2;
-  let resolveFinished: () => void = () => {};
-  const finished = new Promise<void>((r) => (resolveFinished = r));
+  /** Whether some request in progress is still receiving its body (a shutdown now would cut it off). */
+  const receiving = () => {
+    for (const r of inflight) if (r.body !== null && !bodiesReceived.has(r)) return true;
+    return false;
+  };
   const listen = (port: number) =>
     Deno.serve({ port, hostname: options.hostname, onListen: () => {} }, counted);
   let server = listen(options.port);
@@ -141,7 +158,7 @@ export function serveResilient(
       let seen = -1;
       let quietSince = Date.now();
       while (Date.now() - start < DRAIN_MAX_MS) {
-        if (arrivals !== seen || inflight > 0) {
+        if (arrivals !== seen || receiving()) {
           seen = arrivals;
           quietSince = Date.now();
         } else if (Date.now() - quietSince >= DRAIN_QUIET_MS) {
