@@ -11,6 +11,7 @@ import { createHttpHandler } from "./frontends/http/handler.ts";
 import { type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
+import { removeStaleFiles } from "./cleanup.ts";
 import { openGpuReader } from "./metrics/gpu.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { SystemSampler } from "./metrics/sampler.ts";
@@ -107,6 +108,12 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     format: options.logFormat,
     file: options.logFile,
   });
+  const stale = removeStaleFiles();
+  if (stale.length > 0) {
+    log.info(
+      `Removed ${stale.length} shared-memory objects and temporary folders of servers no longer running`,
+    );
+  }
   // Absolute, so that models started in their own folder (Python stubs) find their files.
   const repositories = options.modelRepositories.length > 0
     ? options.modelRepositories.map((r) => resolvePath(r))

@@ -314,7 +314,7 @@ class Stub {
 
   /** Starts a stub and initializes the model in it. */
   static async start(opts: StubOptions): Promise<Stub> {
-    const dir = await Deno.makeTempDir({ prefix: "dinfer-py-" });
+    const dir = await Deno.makeTempDir({ prefix: `dinfer-py-${Deno.pid}-` });
     const stub = new Stub(opts, dir);
     try {
       await stub.#start();

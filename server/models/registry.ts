@@ -103,7 +103,8 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
       throw invalidArg(`Cannot load '${name}': file path '${path}' must be relative, without '..'`);
     }
   }
-  const repository = await Deno.makeTempDir({ prefix: "dinfer-upload-" });
+  // Named with the process id: a later server removes what a crashed one left (server/cleanup.ts).
+  const repository = await Deno.makeTempDir({ prefix: `dinfer-upload-${Deno.pid}-` });
   const dir = join(repository, name);
   for (const [path, bytes] of files) {
     try {
