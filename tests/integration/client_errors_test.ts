@@ -49,6 +49,16 @@ Deno.test("HTTP: deep nesting, impossible BYTES shapes, NUL in file names and ou
     "Cannot update the trace settings: 'trace_level' values must be strings",
   );
 
+  // A datatype that is a number beyond 2^53 (read as a bigint).
+  await expect400(
+    post(
+      s.url,
+      "/v2/models/identity_fp32/infer",
+      `{"inputs":[{"name":"INPUT0","datatype":18446744073709551615,"shape":[1,3],"data":[1,2,3]}]}`,
+    ),
+    "Cannot read the inference request for 'identity_fp32': input 'INPUT0' has unknown datatype 18446744073709551615",
+  );
+
   // A BYTES shape of a trillion elements with a 4-byte body.
   const header = JSON.stringify({
     inputs: [{ name: "INPUT0", datatype: "BYTES", shape: [1, 1e12], parameters: { binary_data_size: 4 } }],

@@ -69,9 +69,25 @@ function codec(type: protobuf.Type, plainEncode: boolean) {
       const bytes = type.encode(plainEncode ? value : type.fromObject(value)).finish();
       return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     },
-    deserialize: (buf: Buffer): Record<string, unknown> =>
-      type.decode(buf) as unknown as Record<string, unknown>,
+    deserialize: (buf: Buffer): Record<string, unknown> => {
+      // A message that does not decode is the client's error: the handler answers INVALID_ARGUMENT (grpc-js
+      // would answer INTERNAL for a deserializer that throws).
+      try {
+        return type.decode(buf) as unknown as Record<string, unknown>;
+      } catch (err) {
+        return { [UNDECODABLE]: (err as Error).message };
+      }
+    },
   };
+}
+
+/** Marks a request message that did not decode; the value is the protobuf error. */
+const UNDECODABLE = Symbol("undecodable");
+
+/** The INVALID_ARGUMENT error for a message that did not decode, or undefined for a decoded one. */
+function undecodable(msg: Record<string | symbol, unknown>, method: string): ServerError | undefined {
+  const why = msg[UNDECODABLE];
+  return why === undefined ? undefined : invalidArg(`Cannot read the ${method} request: ${String(why)}`);
 }
 
 type Codec = ReturnType<typeof codec>;
@@ -171,6 +187,11 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
       callback: grpc.sendUnaryData<Record<string, unknown>>,
     ) => {
+      const bad = undecodable(call.request, name);
+      if (bad) {
+        callback(grpcError(bad));
+        return;
+      }
       begin();
       let result;
       try {
@@ -336,6 +357,11 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
     callback: grpc.sendUnaryData<Record<string, unknown>>,
   ) => {
+    const bad = undecodable(call.request, "ModelInfer");
+    if (bad) {
+      callback(grpcError(bad));
+      return;
+    }
     if (decoupled(call.request)) {
       callback(
         grpcError(unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")),
@@ -433,6 +459,12 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       if (!call.cancelled && !call.writableEnded) call.write(out);
     };
     call.on("data", (msg: Record<string, unknown>) => {
+      const bad = undecodable(msg, "ModelStreamInfer");
+      if (bad) {
+        const answer = streamError({}, bad);
+        last = last.then(() => write(answer));
+        return;
+      }
       if (decoupled(msg)) {
         const running = inferDecoupled(msg, write);
         streaming.add(running);
@@ -482,6 +514,11 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
       callback: grpc.sendUnaryData<Record<string, unknown>>,
     ) => {
+      const bad = undecodable(call.request, "Check");
+      if (bad) {
+        callback(grpcError(bad));
+        return;
+      }
       const svc = String(call.request.service ?? "");
       const ok = svc === "" ? ready() : registry.isReady(svc, "");
       callback(null, { status: ok ? "SERVING" : "NOT_SERVING" });

@@ -160,7 +160,11 @@ function decodeJson(
     const what = `input '${name}'`;
     const datatype = raw.datatype;
     if (!isDatatype(datatype)) {
-      throw invalidArg(`Cannot read ${where}: ${what} has unknown datatype ${JSON.stringify(datatype)}`);
+      throw invalidArg(
+        `Cannot read ${where}: ${what} has unknown datatype ${
+          typeof datatype === "bigint" ? String(datatype) : JSON.stringify(datatype)
+        }`,
+      );
     }
     const shape = raw.shape;
     if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
