@@ -93,7 +93,7 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
   }
   for (const path of files.keys()) {
     // Control characters (NUL above all) make no portable file name; the name is shown escaped.
-    if (/[\x00-\x1f\x7f]/.test(path)) {
+    if ([...path].some((c) => c < " " || c === "\x7f")) {
       throw invalidArg(
         `Cannot load '${name}': file path ${JSON.stringify(path)} must not contain control characters`,
       );
