@@ -28,6 +28,8 @@ export interface Row {
   serverErrors: number;
   lost: number;
   note: string;
+  /** The server's RSS after the part, in MB (0 when the part ran on a server of its own). */
+  rssMb?: number;
 }
 
 /** What a run found. */
@@ -648,18 +650,18 @@ async function runAgainst(
   const rssBeforeMb = rssMb(server.pid);
   try {
     log("HTTP fuzz");
-    rows.push(await fuzzHttp(server, quick ? 1500 : 8000, rnd, examples));
+    rows.push({ ...await fuzzHttp(server, quick ? 1500 : 8000, rnd, examples), rssMb: rssMb(server.pid) });
     log("gRPC fuzz");
-    rows.push(await fuzzGrpc(server, quick ? 1000 : 6000, rnd, examples));
+    rows.push({ ...await fuzzGrpc(server, quick ? 1000 : 6000, rnd, examples), rssMb: rssMb(server.pid) });
     log("connection flood");
-    rows.push(await flood(server, quick ? 300 : 3000));
+    rows.push({ ...await flood(server, quick ? 300 : 3000), rssMb: rssMb(server.pid) });
     log("slowloris");
-    rows.push(await slowloris(server, quick ? 100 : 1000));
+    rows.push({ ...await slowloris(server, quick ? 100 : 1000), rssMb: rssMb(server.pid) });
     log("reload under load");
-    rows.push(await reloadUnderLoad(server, quick ? 5 : 30, examples));
+    rows.push({ ...await reloadUnderLoad(server, quick ? 5 : 30, examples), rssMb: rssMb(server.pid) });
     if (run.python) {
       log("stub kills");
-      rows.push(await stubKills(server, quick ? 2 : 10, examples));
+      rows.push({ ...await stubKills(server, quick ? 2 : 10, examples), rssMb: rssMb(server.pid) });
     }
   } finally {
     await new Promise((r) => setTimeout(r, 2000));
@@ -676,9 +678,9 @@ async function runAgainst(
  * @param report what a run found
  */
 export function formatReport(report: Report): string {
-  const head = ["part", "inputs", "crashes", "hangs", "5xx", "lost", "note"];
+  const head = ["part", "inputs", "crashes", "hangs", "5xx", "lost", "RSS MB", "note"];
   const lines = report.rows.map((r) =>
-    [r.part, r.inputs, r.crashes, r.hangs, r.serverErrors, r.lost, r.note].map(String)
+    [r.part, r.inputs, r.crashes, r.hangs, r.serverErrors, r.lost, r.rssMb ? r.rssMb : "", r.note].map(String)
   );
   const total = report.rows.reduce(
     (t, r) => [t[0]! + r.inputs, t[1]! + r.crashes, t[2]! + r.hangs, t[3]! + r.serverErrors, t[4]! + r.lost],
@@ -687,7 +689,8 @@ export function formatReport(report: Report): string {
   lines.push([
     "total",
     ...total.map(String),
-    `RSS ${report.rssBeforeMb} MB before, ${report.rssAfterMb} MB after`,
+    String(report.rssAfterMb),
+    `RSS ${report.rssBeforeMb} MB before the fuzzing, ${report.rssAfterMb} MB after the last part and 2 s of rest`,
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
   const fmt = (cells: string[]) => "| " + cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ") + " |";
