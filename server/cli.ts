@@ -45,6 +45,7 @@ export interface ServerOptions {
   grpcKeepaliveTimeoutMs: number;
   grpcKeepalivePermitWithoutCalls: boolean;
   grpcHttp2MaxPingsWithoutData: number;
+  grpcMaxConnections: number;
   grpcUseSsl: boolean;
   grpcServerCert: string;
   grpcServerKey: string;
@@ -175,6 +176,12 @@ export const FLAGS: Record<string, FlagSpec> = {
     kind: "list",
     help:
       "<api>[,<api>...]:<key>=<value>: those gRPC APIs need metadata triton-grpc-protocol-<key> set to <value> (repeatable)",
+  },
+  "grpc-max-connections": {
+    kind: "int",
+    default: "10000",
+    min: 0,
+    help: "Most gRPC connections open at once (0: no limit); more are closed at once",
   },
   "grpc-use-ssl": { kind: "bool", default: "false", help: "Serve gRPC over TLS" },
   "grpc-server-cert": { kind: "string", default: "", help: "TLS certificate file" },
@@ -344,6 +351,7 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     grpcKeepaliveTimeoutMs: int("grpc-keepalive-timeout"),
     grpcKeepalivePermitWithoutCalls: bool("grpc-keepalive-permit-without-calls"),
     grpcHttp2MaxPingsWithoutData: int("grpc-http2-max-pings-without-data"),
+    grpcMaxConnections: int("grpc-max-connections"),
     grpcUseSsl: bool("grpc-use-ssl"),
     grpcServerCert: one("grpc-server-cert"),
     grpcServerKey: one("grpc-server-key"),

@@ -233,6 +233,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
         keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,
         http2MaxPingsWithoutData: options.grpcHttp2MaxPingsWithoutData,
+        maxConnections: options.grpcMaxConnections,
         compressionLevel: options.grpcInferResponseCompressionLevel,
         useSsl: options.grpcUseSsl,
         serverCert: options.grpcServerCert,

@@ -5,7 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { freePorts, loopbackFlags, ROOT } from "../helpers.ts";
+import { HANDSHAKE_TIMEOUT_MS } from "../../server/frontends/grpc/service.ts";
+import { EXAMPLES, freePorts, loopbackFlags, ROOT, startTestServer } from "../helpers.ts";
 
 async function answers(url: string): Promise<number | string> {
   try {
@@ -81,5 +82,52 @@ Deno.test("the server survives running out of file descriptors on its HTTP port 
       // Exited.
     }
     await output;
+  }
+});
+
+/** Whether the server closes a connection within `ms` (a read that ends). */
+async function closedWithin(conn: Deno.Conn, ms: number): Promise<boolean> {
+  const buf = new Uint8Array(1024);
+  const read = (async () => {
+    try {
+      while ((await conn.read(buf)) !== null) { /* the server's HTTP/2 preface, if any */ }
+    } catch {
+      // Reset: closed too.
+    }
+    return true;
+  })();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms)));
+  const closed = await Promise.race([read, late]);
+  clearTimeout(timer);
+  return closed;
+}
+
+Deno.test("gRPC: past --grpc-max-connections a connection is closed at once; a silent one after 10 s", async () => {
+  await using s = await startTestServer([
+    `--model-repository=${EXAMPLES}`,
+    "--allow-grpc=true",
+    "--grpc-max-connections=2",
+  ]);
+  const port = s.server.grpcPort!;
+  const a = await Deno.connect({ hostname: "127.0.0.1", port });
+  const b = await Deno.connect({ hostname: "127.0.0.1", port });
+  await new Promise((r) => setTimeout(r, 200));
+  const c = await Deno.connect({ hostname: "127.0.0.1", port });
+  try {
+    assert.equal(await closedWithin(c, 2_000), true, "the third connection stays open");
+    // The first two never send the HTTP/2 preface: closed after HANDSHAKE_TIMEOUT_MS.
+    const t0 = Date.now();
+    assert.equal(await closedWithin(a, HANDSHAKE_TIMEOUT_MS + 3_000), true, "a silent connection stays open");
+    assert.ok(Date.now() - t0 > HANDSHAKE_TIMEOUT_MS - 1_000);
+    assert.equal(await closedWithin(b, 1_000), true);
+  } finally {
+    for (const conn of [a, b, c]) {
+      try {
+        conn.close();
+      } catch {
+        // Closed.
+      }
+    }
   }
 });

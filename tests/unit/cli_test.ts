@@ -54,6 +54,7 @@ const DEFAULTS: ServerOptions = {
   grpcKeepaliveTimeoutMs: 20000,
   grpcKeepalivePermitWithoutCalls: false,
   grpcHttp2MaxPingsWithoutData: 2,
+  grpcMaxConnections: 10000,
   grpcUseSsl: false,
   grpcServerCert: "",
   grpcServerKey: "",

@@ -37,6 +37,8 @@ export interface GrpcOptions extends FrontendOptions {
   keepaliveTimeoutMs: number;
   keepalivePermitWithoutCalls: boolean;
   http2MaxPingsWithoutData: number;
+  /** The most connections open at once (`--grpc-max-connections`); 0 for no limit. */
+  maxConnections: number;
   /** Response compression for infer responses. */
   compressionLevel: "none" | "low" | "medium" | "high";
   /** TLS: PEM file paths; no TLS when `useSsl` is false. */
@@ -55,6 +57,9 @@ export interface GrpcServer {
   /** Cancels every call and stops at once. */
   forceShutdown(): void;
 }
+
+/** How long a new connection may stay silent before it is closed, in ms. */
+export const HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /** The largest message accepted or sent: 2 GiB - 1, so that 2 GB tensors fit. */
 const MAX_MESSAGE = 2 ** 31 - 1;
@@ -533,6 +538,15 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const connections = new Set<GoawayFilter>();
   const accept = (socket: net.Socket) => {
+    // Past --grpc-max-connections a new connection is closed at once; one that sends nothing for
+    // HANDSHAKE_TIMEOUT_MS after connecting (no HTTP/2 preface) is closed then.
+    if (options.maxConnections > 0 && connections.size >= options.maxConnections) {
+      socket.destroy();
+      return;
+    }
+    const silent = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
+    socket.once("data", () => clearTimeout(silent));
+    socket.once("close", () => clearTimeout(silent));
     socket.setNoDelay(true);
     const connection = new GoawayFilter(socket);
     connections.add(connection);
