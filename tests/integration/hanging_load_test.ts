@@ -14,11 +14,13 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 `;
 
-const HANG_MODEL = `import time
+const HANG_MODEL = `import os
+import time
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        open(os.path.join(args["model_repository"], "initializing"), "w").close()
         time.sleep(600)
 
     def execute(self, requests):
@@ -37,6 +39,15 @@ async function addHangingModel(repo: string): Promise<void> {
   await Deno.mkdir(`${repo}/hang_py/1`, { recursive: true });
   await Deno.writeTextFile(`${repo}/hang_py/1/model.py`, HANG_MODEL);
   await Deno.writeTextFile(`${repo}/hang_py/config.pbtxt`, HANG_CONFIG);
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** The pids of processes whose command line mentions `text` (the stubs of a repository). */
@@ -84,7 +95,7 @@ Deno.test("a hanging load: polling goes on for other models, SIGTERM exits in ti
     try {
       assert.equal(await status(`${server.url}/v2/models/gone/ready`), 200);
       await addHangingModel(repo);
-      await until("the hanging stub runs", () => processesMentioning(repo).length === 1, 20_000);
+      await until("the stub hangs in initialize()", () => exists(`${repo}/hang_py/initializing`), 20_000);
       // The next polls still see the other models: a removed one is unloaded while hang_py hangs.
       await Deno.remove(`${repo}/gone`, { recursive: true });
       await until(
@@ -134,7 +145,7 @@ Deno.test("a stub whose server was killed with SIGKILL exits by itself", async (
     ]);
     try {
       await addHangingModel(repo);
-      await until("the hanging stub runs", () => processesMentioning(repo).length === 1, 20_000);
+      await until("the stub hangs in initialize()", () => exists(`${repo}/hang_py/initializing`), 20_000);
       server.child.kill("SIGKILL");
       await until("the orphaned stub exits", () => processesMentioning(repo).length === 0, 10_000);
     } finally {
