@@ -4,6 +4,7 @@
  */
 
 import { CliError, helpText, parseCommandLine } from "./server/cli.ts";
+import { removeOwnFiles } from "./server/cleanup.ts";
 import { startServer, StartupError } from "./server/server.ts";
 
 async function main(args: string[]): Promise<number> {
@@ -43,4 +44,17 @@ async function main(args: string[]): Promise<number> {
   return 0;
 }
 
-if (import.meta.main) Deno.exit(await main(Deno.args));
+if (import.meta.main) {
+  // An uncaught error ends the process: its files go first.
+  globalThis.addEventListener("error", () => removeOwnFiles());
+  globalThis.addEventListener("unhandledrejection", () => removeOwnFiles());
+  let code = 1;
+  try {
+    code = await main(Deno.args);
+  } finally {
+    // Whatever the way out (a clean stop, a timed-out one, a failed start, an error), this process's
+    // shared-memory objects and temporary folders go with it.
+    removeOwnFiles();
+  }
+  Deno.exit(code);
+}

@@ -5,6 +5,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { parseRestrictions, type Restrictions } from "./frontends/restricted.ts";
 
 /** The model control modes. */
 export type ModelControlMode = "none" | "poll" | "explicit";
@@ -46,6 +47,7 @@ export interface ServerOptions {
   grpcKeepaliveTimeoutMs: number;
   grpcKeepalivePermitWithoutCalls: boolean;
   grpcHttp2MaxPingsWithoutData: number;
+  grpcMaxConnections: number;
   grpcUseSsl: boolean;
   grpcServerCert: string;
   grpcServerKey: string;
@@ -54,6 +56,10 @@ export interface ServerOptions {
   metricsIntervalMs: number;
   metricsConfig: string[];
   traceConfig: string[];
+  /** HTTP API groups that need a header (`--http-restricted-api`). */
+  httpRestrictedApi: Restrictions;
+  /** gRPC API groups that need a metadata key (`--grpc-restricted-protocol`). */
+  grpcRestrictedProtocol: Restrictions;
 }
 
 /** A bad command line. */
@@ -93,6 +99,10 @@ export const FLAGS: Record<string, FlagSpec> = {
     default: "67108864",
     min: 1,
     help: "Largest HTTP request body, in bytes",
+  },
+  "http-restricted-api": {
+    kind: "list",
+    help: "<api>[,<api>...]:<key>=<value>: those HTTP APIs need header <key> set to <value> (repeatable)",
   },
   "grpc-port": { kind: "int", default: "8001", min: 0, max: 65535, help: "gRPC port" },
   "grpc-address": { kind: "string", default: "0.0.0.0", help: "gRPC listen address" },
@@ -164,6 +174,17 @@ export const FLAGS: Record<string, FlagSpec> = {
     default: "2",
     min: 0,
     help: "Pings allowed without data",
+  },
+  "grpc-restricted-protocol": {
+    kind: "list",
+    help:
+      "<api>[,<api>...]:<key>=<value>: those gRPC APIs need metadata triton-grpc-protocol-<key> set to <value> (repeatable)",
+  },
+  "grpc-max-connections": {
+    kind: "int",
+    default: "10000",
+    min: 0,
+    help: "Most gRPC connections open at once (0: no limit); more are closed at once",
   },
   "grpc-use-ssl": { kind: "bool", default: "false", help: "Serve gRPC over TLS" },
   "grpc-server-cert": { kind: "string", default: "", help: "TLS certificate file" },
@@ -312,6 +333,13 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
   if (loadModels.length > 0 && mode !== "explicit") {
     throw new CliError("Flag --load-model needs --model-control-mode=explicit");
   }
+  const restrictions = (flag: string): Restrictions => {
+    try {
+      return parseRestrictions(list(flag), flag);
+    } catch (err) {
+      throw new CliError((err as Error).message);
+    }
+  };
   const result: ServerOptions = {
     modelRepositories: repos,
     httpPort: int("http-port"),
@@ -347,6 +375,7 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     grpcKeepaliveTimeoutMs: int("grpc-keepalive-timeout"),
     grpcKeepalivePermitWithoutCalls: bool("grpc-keepalive-permit-without-calls"),
     grpcHttp2MaxPingsWithoutData: int("grpc-http2-max-pings-without-data"),
+    grpcMaxConnections: int("grpc-max-connections"),
     grpcUseSsl: bool("grpc-use-ssl"),
     grpcServerCert: one("grpc-server-cert"),
     grpcServerKey: one("grpc-server-key"),
@@ -357,6 +386,8 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     metricsIntervalMs: int("metrics-interval-ms"),
     metricsConfig: list("metrics-config"),
     traceConfig: list("trace-config"),
+    httpRestrictedApi: restrictions("http-restricted-api"),
+    grpcRestrictedProtocol: restrictions("grpc-restricted-protocol"),
   };
   if (result.grpcUseSsl && (!result.grpcServerCert || !result.grpcServerKey)) {
     throw new CliError("Flag --grpc-use-ssl=true needs --grpc-server-cert and --grpc-server-key");

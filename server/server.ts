@@ -9,8 +9,10 @@ import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
 import { HttpWorkers } from "./frontends/http/workers.ts";
+import { type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
+import { removeStaleFiles } from "./cleanup.ts";
 import { openGpuReader } from "./metrics/gpu.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { SystemSampler } from "./metrics/sampler.ts";
@@ -73,6 +75,31 @@ export class StartupError extends Error {
 }
 
 /**
+ * Warns, in explicit mode, for each endpoint whose model repository API any client can call: a model load can
+ * upload files, and a Python model's files are code the server runs.
+ */
+function warnUnrestrictedRepository(
+  options: ServerOptions,
+  log: Logger,
+  httpAddr: Deno.NetAddr | undefined,
+  grpcPort: number | undefined,
+): void {
+  if (options.modelControlMode !== "explicit") return;
+  const open: string[] = [];
+  if (httpAddr && !options.httpRestrictedApi["model-repository"]) {
+    open.push(`HTTP at ${httpAddr.hostname}:${httpAddr.port} (--http-restricted-api)`);
+  }
+  if (grpcPort !== undefined && !options.grpcRestrictedProtocol["model-repository"]) {
+    open.push(`gRPC at ${options.grpcAddress}:${grpcPort} (--grpc-restricted-protocol)`);
+  }
+  for (const where of open) {
+    log.warning(
+      `The model repository API is open to every client on ${where}: any client that reaches it can load models with uploaded files, and an uploaded Python model runs as this server's user; restrict the 'model-repository' API (see docs/security.md)`,
+    );
+  }
+}
+
+/**
  * Starts a server.
  * @param options the parsed command line
  * @param logger where to log; one is made from the options when left out
@@ -87,6 +114,12 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     format: options.logFormat,
     file: options.logFile,
   });
+  const stale = removeStaleFiles();
+  if (stale.length > 0) {
+    log.info(
+      `Removed ${stale.length} shared-memory objects and temporary folders of servers no longer running`,
+    );
+  }
   // Absolute, so that models started in their own folder (Python stubs) find their files.
   const repositories = options.modelRepositories.length > 0
     ? options.modelRepositories.map((r) => resolvePath(r))
@@ -155,9 +188,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     (name) => shm.has(name),
   );
   shm.otherKind = (name) => cudaShm.has(name);
-  const abort = new AbortController();
-  let httpServer: Deno.HttpServer<Deno.NetAddr> | undefined;
-  let metricsServer: Deno.HttpServer<Deno.NetAddr> | undefined;
+  let httpServer: ResilientServer | undefined;
+  let metricsServer: ResilientServer | undefined;
   let httpAddr: Deno.NetAddr | undefined;
   let httpWorkers: HttpWorkers | undefined;
   let metricsAddr: Deno.NetAddr | undefined;
@@ -176,22 +208,40 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     traces,
   };
   if (options.allowHttp) {
-    const http = createHttpFrontend(registry, { ...frontend, maxInputSize: options.httpMaxInputSize });
+    const http = createHttpFrontend(registry, {
+      ...frontend,
+      maxInputSize: options.httpMaxInputSize,
+      restrictions: options.httpRestrictedApi,
+    });
     const listeners = httpListenerCount(options.httpThreadCount, navigator.hardwareConcurrency || 1);
-    httpServer = Deno.serve({
-      port: options.httpPort,
-      hostname: options.httpAddress,
-      signal: abort.signal,
-      // Listener threads join the same port; the kernel spreads connections over them.
-      ...(listeners > 1 ? { reusePort: true } : {}),
-      onListen: () => {},
-    }, http.handle);
+    try {
+      httpServer = serveResilient(
+        {
+          port: options.httpPort,
+          hostname: options.httpAddress,
+          name: "HTTPService",
+          logger: log,
+          // Listener threads join the same port; the kernel spreads connections over them.
+          reusePort: listeners > 1,
+        },
+        http.handle,
+      );
+    } catch (err) {
+      await registry.close();
+      await traces.close();
+      throw new StartupError(
+        `Cannot start the HTTP service on ${options.httpAddress}:${options.httpPort}: ${
+          (err as Error).message
+        }`,
+      );
+    }
     httpAddr = httpServer.addr;
     if (listeners > 1) {
       httpWorkers = await HttpWorkers.start(listeners - 1, http, {
         hostname: httpAddr.hostname,
         port: httpAddr.port,
         maxInputSize: options.httpMaxInputSize,
+        ...(options.httpRestrictedApi.inference ? { inference: options.httpRestrictedApi.inference } : {}),
         onError: (message) => log.error(message),
       });
       log.info(`HTTPService serves on ${listeners} threads`);
@@ -202,12 +252,14 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     try {
       grpcServer = await startGrpcServer(registry, {
         ...frontend,
+        restrictions: options.grpcRestrictedProtocol,
         address: options.grpcAddress,
         port: options.grpcPort,
         keepaliveTimeMs: options.grpcKeepaliveTimeMs,
         keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
         keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,
         http2MaxPingsWithoutData: options.grpcHttp2MaxPingsWithoutData,
+        maxConnections: options.grpcMaxConnections,
         compressionLevel: options.grpcInferResponseCompressionLevel,
         useSsl: options.grpcUseSsl,
         serverCert: options.grpcServerCert,
@@ -215,7 +267,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         rootCert: options.grpcRootCert,
       });
     } catch (err) {
-      abort.abort();
+      await httpServer?.shutdown();
       await registry.close();
       await traces.close();
       throw new StartupError(
@@ -228,16 +280,28 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     log.info(`Started GRPCInferenceService at ${options.grpcAddress}:${grpcPort}`);
   }
   if (options.allowMetrics) {
-    metricsServer = Deno.serve({
-      port: options.metricsPort,
-      hostname: options.metricsAddress,
-      signal: abort.signal,
-      onListen: () => {},
-    }, createMetricsHandler(metrics!));
+    try {
+      metricsServer = serveResilient(
+        { port: options.metricsPort, hostname: options.metricsAddress, name: "Metrics Service", logger: log },
+        createMetricsHandler(metrics!),
+      );
+    } catch (err) {
+      await httpServer?.shutdown();
+      grpcServer?.forceShutdown();
+      await registry.close();
+      await traces.close();
+      throw new StartupError(
+        `Cannot start the metrics service on ${options.metricsAddress}:${options.metricsPort}: ${
+          (err as Error).message
+        }`,
+      );
+    }
     metricsAddr = metricsServer.addr;
     log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
     sampler?.start();
   }
+
+  warnUnrestrictedRepository(options, log, httpAddr, grpcPort);
 
   let resolveFinished: () => void = () => {};
   const finished = new Promise<void>((r) => (resolveFinished = r));
@@ -246,16 +310,20 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     shuttingDown ??= (async () => {
       stopping = true;
       log.info("Shutting down: finishing in-flight requests");
-      await poller?.stop();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
-      const drain = Promise.allSettled([
-        httpServer?.shutdown(),
-        httpWorkers?.shutdown(),
-        metricsServer?.shutdown(),
-        grpcServer?.shutdown(),
-      ])
-        .then(() => registry.close());
+      // Everything that may wait on a model (a poll, a load that hangs in initialize()) is inside the
+      // --exit-timeout-secs bound.
+      const drain = (async () => {
+        await poller?.stop();
+        await Promise.allSettled([
+          httpServer?.shutdown(),
+          httpWorkers?.shutdown(),
+          metricsServer?.shutdown(),
+          grpcServer?.shutdown(),
+        ]);
+        await registry.close();
+      })();
       const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
       clearTimeout(timer);
       if (!drained) {

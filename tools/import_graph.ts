@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 /** The layers, lowest first. */
 export const LAYERS: readonly { name: string; paths: readonly string[] }[] = [
   // Tensors, dtypes, errors, the request and response types, validation, the clock, the log.
-  { name: "core", paths: ["server/core/", "server/logging.ts"] },
+  { name: "core", paths: ["server/core/", "server/logging.ts", "server/cleanup.ts"] },
   // The Deno.dlopen binding of libtrtshim.
   { name: "ffi", paths: ["ffi/"] },
   // What a request carries along and records into: shared-memory regions, traces, statistics.

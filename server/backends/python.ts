@@ -303,14 +303,21 @@ class Stub {
     this.#opts = opts;
     this.#dir = dir;
     this.#shmPath = join(shmDir(), `dinfer-py-${Deno.pid}-${crypto.randomUUID()}`);
-    this.#shm = Deno.openSync(this.#shmPath, { read: true, write: true, create: true, truncate: true });
+    // Owner-only: the tensors in it are no other local user's business.
+    this.#shm = Deno.openSync(this.#shmPath, {
+      read: true,
+      write: true,
+      create: true,
+      truncate: true,
+      mode: 0o600,
+    });
     this.#shm.truncateSync(this.#shmSize);
     this.exited = new Promise((r) => (this.#markExited = r));
   }
 
   /** Starts a stub and initializes the model in it. */
   static async start(opts: StubOptions): Promise<Stub> {
-    const dir = await Deno.makeTempDir({ prefix: "dinfer-py-" });
+    const dir = await Deno.makeTempDir({ prefix: `dinfer-py-${Deno.pid}-` });
     const stub = new Stub(opts, dir);
     try {
       await stub.#start();
@@ -419,7 +426,15 @@ class Stub {
     const write = this.#writes.then(async () => {
       if (!conn) throw internal(`Cannot run ${this.#what}: the Python stub is not connected`);
       let done = 0;
-      while (done < frame.byteLength) done += await conn.write(frame.subarray(done));
+      try {
+        while (done < frame.byteLength) done += await conn.write(frame.subarray(done));
+      } catch (err) {
+        // The stub's end of the socket is gone: the process died (its exit status may not be known yet).
+        if (err instanceof Deno.errors.BrokenPipe || err instanceof Deno.errors.ConnectionReset) {
+          throw internal(`Cannot run ${this.#what}: the Python stub has died`);
+        }
+        throw err;
+      }
     });
     this.#writes = write.catch(() => {});
     return write;
@@ -555,7 +570,13 @@ class Stub {
             `dinfer-blsr-${this.#child?.pid}-${msg.id}-${n++}-${crypto.randomUUID()}`,
           );
           try {
-            using file = Deno.openSync(path, { read: true, write: true, create: true, truncate: true });
+            using file = Deno.openSync(path, {
+              read: true,
+              write: true,
+              create: true,
+              truncate: true,
+              mode: 0o600,
+            });
             const { descs } = writeTensors(file, 0, response.outputs, 0);
             this.#send({ op: "bls_stream", id: msg.id, final, file: path, outputs: descs })
               .catch(() => Deno.remove(path).catch(() => {}));

@@ -321,11 +321,25 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     // Integer literals beyond 2^53 arrive as bigint (see parseJsonExact); as floats they are plain numbers.
     const v = typeof values[i] === "bigint" ? Number(values[i]) : values[i];
     if (typeof v !== "number") bad(i, "a number");
-    out[i] = dt === "FP16"
+    const x = dt === "FP16"
       ? numberToHalf(v as number)
       : dt === "BF16"
       ? numberToBf16(v as number)
       : (v as number);
+    // A literal too large for the type (1e400 parses as Infinity; 1e39 overflows FP32) is refused, not stored
+    // as infinity.
+    const overflow = !Number.isFinite(v) ||
+      (dt === "FP32" && !Number.isFinite(Math.fround(v as number))) ||
+      (dt === "FP16" && (x & 0x7c00) === 0x7c00) ||
+      (dt === "BF16" && (x & 0x7f80) === 0x7f80);
+    if (overflow) {
+      throw invalidArg(
+        `Cannot read ${what}: element ${i} is out of the range of ${dt}${
+          Number.isFinite(v) ? ` (${v})` : ""
+        }`,
+      );
+    }
+    out[i] = x;
   }
   return bytesOf(out);
 }
@@ -419,7 +433,9 @@ export function deserializeBytes(
   what: string,
   names?: InputNames,
 ): Uint8Array[] {
-  const out: Uint8Array[] = new Array(count);
+  // Grown element by element: a shape's count is not trusted for an allocation (a BYTES shape of [1, 1e12]
+  // with a 4-byte body fails at its second missing length prefix).
+  const out: Uint8Array[] = [];
   const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
   let off = 0;
   for (let i = 0; i < count; i++) {
@@ -440,7 +456,7 @@ export function deserializeBytes(
         `Cannot read ${what}: BYTES element ${i} claims ${len} bytes but only ${buf.byteLength - off} remain`,
       );
     }
-    out[i] = buf.subarray(off, off + len);
+    out.push(buf.subarray(off, off + len));
     off += len;
   }
   if (off !== buf.byteLength && names) {

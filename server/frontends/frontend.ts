@@ -9,6 +9,7 @@ import type { ModelRegistry } from "../models/registry.ts";
 import type { SystemSharedMemory } from "../shm/system_shm.ts";
 import type { CudaSharedMemory } from "../shm/cuda_shm.ts";
 import type { TraceManager } from "../trace/trace.ts";
+import type { Restrictions } from "./restricted.ts";
 
 /** The options every frontend takes. */
 export interface FrontendOptions {
@@ -30,6 +31,8 @@ export interface FrontendOptions {
   cudaShm?: CudaSharedMemory;
   /** The trace extension. */
   traces?: TraceManager;
+  /** API groups that need a header or metadata key (`--http-restricted-api`, `--grpc-restricted-protocol`). */
+  restrictions?: Restrictions;
 }
 
 /**

@@ -13,6 +13,7 @@ import { tensorRtBackend } from "../backends/tensorrt.ts";
 import { PythonBackend } from "../backends/python.ts";
 import {
   applyDefaults,
+  checkFileNames,
   readConfigFile,
   resolveBackend,
   toModelConfig,
@@ -94,22 +95,30 @@ async function writeModelFiles(name: string, files: Map<string, Uint8Array>): Pr
     throw invalidArg(`Cannot load '${name}': a model name must be a folder name, without '/' or '..'`);
   }
   for (const path of files.keys()) {
+    // Control characters (NUL above all) make no portable file name; the name is shown escaped.
+    if ([...path].some((c) => c < " " || c === "\x7f")) {
+      throw invalidArg(
+        `Cannot load '${name}': file path ${JSON.stringify(path)} must not contain control characters`,
+      );
+    }
     const parts = path.split("/");
     if (path.startsWith("/") || parts.some((p) => p === ".." || p === "" || p === ".")) {
       throw invalidArg(`Cannot load '${name}': file path '${path}' must be relative, without '..'`);
     }
   }
-  const repository = await Deno.makeTempDir({ prefix: "dinfer-upload-" });
+  // Named with the process id: a later server removes what a crashed one left (server/cleanup.ts).
+  const repository = await Deno.makeTempDir({ prefix: `dinfer-upload-${Deno.pid}-` });
   const dir = join(repository, name);
-  try {
-    for (const [path, bytes] of files) {
+  for (const [path, bytes] of files) {
+    try {
       const parts = path.split("/");
       await Deno.mkdir(join(dir, ...parts.slice(0, -1)), { recursive: true });
       await Deno.writeFile(join(dir, ...parts), bytes);
+    } catch (err) {
+      await Deno.remove(repository, { recursive: true }).catch(() => {});
+      // The message names the file as the client did, not the server's temporary folder.
+      throw invalidArg(`Cannot load '${name}': cannot write file '${path}': ${(err as Error).name}`);
     }
-  } catch (err) {
-    await Deno.remove(repository, { recursive: true }).catch(() => {});
-    throw err;
   }
   return { name, repository, dir };
 }
@@ -129,6 +138,30 @@ async function folderStamp(dir: string): Promise<string> {
   };
   await walk(dir).catch(() => {});
   return rows.sort().join("\n");
+}
+
+/**
+ * Config parameters that name a program, an environment or a file the server opens by path: they may come from
+ * the model repository on disk or the command line, never from a load request (which any client of the
+ * repository API can send).
+ */
+const HOST_PARAMETERS = /^(python_executable|execution_env_path)$|^session\..*(file|path|dir)/i;
+
+/**
+ * Refuses a config override (the `config` parameter of a load request) that sets a parameter naming a program,
+ * an environment or a file path.
+ * @throws ServerError INVALID_ARG naming the parameter
+ */
+function refuseProgramParameters(name: string, override: Record<string, unknown>): void {
+  const params = override.parameters;
+  if (params === undefined || params === null || typeof params !== "object") return;
+  for (const key of Object.keys(params)) {
+    if (HOST_PARAMETERS.test(key)) {
+      throw invalidArg(
+        `Cannot load '${name}': parameter '${key}' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line`,
+      );
+    }
+  }
 }
 
 /** Whether a model folder's config says `platform: "ensemble"` (a cheap look before loading). */
@@ -299,6 +332,7 @@ export class ModelRegistry {
         if (!override || typeof override !== "object" || Array.isArray(override)) {
           throw invalidArg(`Cannot load '${name}': the 'config' parameter must be a JSON object`);
         }
+        refuseProgramParameters(name, override);
       }
       let location: ModelLocation | undefined;
       let duplicate: string[] | undefined;
@@ -507,6 +541,8 @@ export class ModelRegistry {
       const raw = override ? { ...override } : await readConfigFile(location.dir, name);
       if (raw.name === undefined || raw.name === "") raw.name = name;
       let config = toModelConfig(raw, name);
+      // Before anything opens a file the config names (auto-complete reads the model file).
+      checkFileNames(config, name);
       const available = await listVersions(location.dir);
       const files = await versionFileNames(location.dir, available);
       const { backend: backendName } = resolveBackend(config, files);

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { join } from "node:path";
+import { join, posix } from "node:path";
 import * as protobuf from "protobufjs";
 import { fromConfigType } from "../core/dtypes.ts";
 import { invalidArg, unsupported } from "../core/errors.ts";
@@ -213,6 +213,41 @@ export function applyDefaults(config: ModelConfig, defaultModelFilename: string)
 }
 
 /**
+ * Checks that every file a config names stays inside its folder: `default_model_filename` and the values of
+ * `cc_model_filenames` inside the version folder, each output's `label_filename` inside the model folder. A
+ * name must be relative and must not lead out of its folder once resolved (`a/../b` is fine, `../x` and
+ * `/etc/x` are not). The check looks at the names only, before any file is opened, so a name outside answers
+ * the same whether or not that path exists. Symbolic links inside the repository are followed: the repository
+ * on disk is trusted, a load request's files are written as plain files.
+ * @param config the config (normalized)
+ * @param folderName the model folder's name, for messages
+ * @throws ServerError INVALID_ARG naming the field and the name
+ */
+export function checkFileNames(config: ModelConfig, folderName: string): void {
+  const names: [string, string, string][] = [];
+  if (config.default_model_filename) {
+    names.push(["default_model_filename", config.default_model_filename, "version"]);
+  }
+  for (const [cc, file] of Object.entries(config.cc_model_filenames ?? {})) {
+    names.push([`cc_model_filenames['${cc}']`, String(file), "version"]);
+  }
+  for (const o of config.output) {
+    if (o.label_filename) names.push([`output '${o.name}' label_filename`, o.label_filename, "model"]);
+  }
+  for (const [field, name, folder] of names) {
+    const normal = posix.normalize(name);
+    if (
+      name.includes("\0") || posix.isAbsolute(name) || normal === ".." || normal.startsWith("../") ||
+      normal === "." || normal === "./"
+    ) {
+      throw invalidArg(
+        `Cannot load '${folderName}': ${field} '${name}' is not a file name inside the ${folder} folder`,
+      );
+    }
+  }
+}
+
+/**
  * Checks a normalized config as Triton does; every problem is an INVALID_ARG error naming the field.
  * @param config the normalized config
  * @param folderName the model folder's name
@@ -226,6 +261,7 @@ export async function validateConfig(
   const fail = (reason: string): never => {
     throw invalidArg(`Cannot load '${folderName}': ${reason}`);
   };
+  checkFileNames(config, folderName);
   if (config.name !== folderName) {
     fail(`the config's name '${config.name}' does not match the model folder '${folderName}'`);
   }

@@ -43,9 +43,9 @@ export async function fingerprint(dir: string): Promise<string> {
 
 /** A running poller. */
 export interface Poller {
-  /** Runs one poll now (also what the timer runs). */
+  /** Runs one poll now and waits for the loads and unloads it started. */
   pollOnce(): Promise<void>;
-  /** Stops polling and waits for a poll in progress. */
+  /** Stops polling and waits for a scan in progress (not for the loads it started). */
   stop(): Promise<void>;
 }
 
@@ -65,38 +65,57 @@ export async function startPoller(
   const known = new Map<string, string>();
   const { models } = await scanRepositories(repositories);
   for (const [name, loc] of models) known.set(name, await fingerprint(loc.dir));
-  let running: Promise<void> | undefined;
+  let scanning: Promise<Promise<void>[]> | undefined;
   let stopped = false;
+  // The load or unload in progress for each model: a model whose load hangs (an initialize() that never
+  // returns) holds up only its own later changes, not the polls or the other models.
+  const busy = new Map<string, Promise<void>>();
+  const change = (name: string, op: () => Promise<void>): Promise<void> => {
+    const run = (busy.get(name) ?? Promise.resolve())
+      .then(op)
+      .catch((err) => log((err as Error).message))
+      .finally(() => {
+        if (busy.get(name) === run) busy.delete(name);
+      });
+    busy.set(name, run);
+    return run;
+  };
 
-  const poll = async () => {
+  /** Scans the repositories and starts a load or unload for each change; returns those operations. */
+  const scan = async (): Promise<Promise<void>[]> => {
     let current;
     try {
       current = (await scanRepositories(repositories)).models;
     } catch (err) {
       log(`Cannot poll the model repositories: ${(err as Error).message}`);
-      return;
+      return [];
     }
+    const started: Promise<void>[] = [];
     for (const [name, loc] of current) {
       const fp = await fingerprint(loc.dir);
       if (known.get(name) === fp) continue;
       known.set(name, fp);
       log(`Model '${name}' changed in the repository: loading`);
-      await registry.reloadModel(name).catch((err) => log((err as Error).message));
+      started.push(change(name, () => registry.reloadModel(name)));
     }
     for (const name of [...known.keys()]) {
       if (current.has(name)) continue;
       known.delete(name);
       log(`Model '${name}' left the repository: unloading`);
-      await registry.retireModel(name).catch((err) => log((err as Error).message));
+      started.push(change(name, () => registry.retireModel(name)));
     }
+    return started;
   };
-  const pollOnce = () => {
-    running ??= poll().finally(() => (running = undefined));
-    return running;
+  const startScan = () => {
+    scanning ??= scan().finally(() => (scanning = undefined));
+    return scanning;
+  };
+  const pollOnce = async () => {
+    await Promise.all(await startScan());
   };
   const timer = intervalSecs > 0
     ? setInterval(() => {
-      if (!stopped) void pollOnce();
+      if (!stopped) void startScan();
     }, intervalSecs * 1000)
     : undefined;
   return {
@@ -104,7 +123,8 @@ export async function startPoller(
     async stop() {
       stopped = true;
       if (timer !== undefined) clearInterval(timer);
-      await running;
+      // A scan in progress finishes; loads still running are left to the registry's close.
+      await scanning;
     },
   };
 }

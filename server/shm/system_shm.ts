@@ -6,6 +6,7 @@
  * @module
  */
 
+import fs from "node:fs";
 import { join } from "node:path";
 import {
   type Datatype,
@@ -42,6 +43,48 @@ interface Region extends RegionStatus {
 
 /** Where shared-memory objects live on Linux. */
 const SHM_DIR = "/dev/shm";
+
+/** The prefix of the shared-memory objects the server and its Python stubs create; clients may not register them. */
+export const SERVER_OBJECT_PREFIX = "dinfer-";
+
+/**
+ * Opens a shared-memory object for reading and writing only when it is a regular file and not a symbolic link:
+ * it is opened with O_NOFOLLOW and checked to be a regular file, then opened again for Deno and checked to be
+ * the same file (so that a link swapped in between is refused too).
+ * @param path the object's path
+ * @param where the action that failed, for messages
+ */
+async function openRegularFile(path: string, where: string): Promise<Deno.FsFile> {
+  let fd: number;
+  try {
+    fd = fs.openSync(path, fs.constants.O_RDWR | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === "ELOOP") throw invalidArg(`${where}: it is a symbolic link`);
+    if (code === "ENOENT") throw invalidArg(`${where}: no such object`);
+    if (code === "EISDIR") throw invalidArg(`${where}: it is not a regular file`);
+    if (code === "EACCES" || code === "EPERM") throw invalidArg(`${where}: permission denied`);
+    throw invalidArg(`${where}: ${code ?? (err as Error).message}`);
+  }
+  try {
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) throw invalidArg(`${where}: it is not a regular file`);
+    let file: Deno.FsFile;
+    try {
+      file = await Deno.open(path, { read: true, write: true });
+    } catch (err) {
+      throw invalidArg(`${where}: ${(err as Error).message}`);
+    }
+    const again = await file.stat();
+    if (!again.isFile || again.ino !== st.ino || again.dev !== st.dev) {
+      file.close();
+      throw invalidArg(`${where}: it changed while it was being opened`);
+    }
+    return file;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
 
 /** The registry of system shared-memory regions. */
 export class SystemSharedMemory {
@@ -94,12 +137,13 @@ export class SystemSharedMemory {
     if (!Number.isSafeInteger(offset) || offset < 0 || !Number.isSafeInteger(byteSize) || byteSize < 0) {
       throw invalidArg(`${where}: offset and byte_size must be non-negative integers`);
     }
-    let file: Deno.FsFile;
-    try {
-      file = await Deno.open(join(this.#dir, base), { read: true, write: true });
-    } catch (err) {
-      throw invalidArg(`${where}: cannot open shared-memory object '${key}': ${(err as Error).message}`);
+    if (base.startsWith(SERVER_OBJECT_PREFIX)) {
+      throw invalidArg(`${where}: key '${key}' names one of the server's own shared-memory objects`);
     }
+    const file = await openRegularFile(
+      join(this.#dir, base),
+      `${where}: cannot open shared-memory object '${key}'`,
+    );
     const size = (await file.stat()).size;
     if (offset + byteSize > size) {
       file.close();

@@ -238,3 +238,36 @@ Deno.test("a server with HTTP listener threads finishes requests in flight when 
   for (const a of answers) if (a.status === "fulfilled") assert.equal(a.value.status, 200);
   await assert.rejects(() => rawRequest(two.url, { method: "GET", path: "/v2/health/live" }));
 });
+
+Deno.test("an inference restriction holds on every HTTP thread", async () => {
+  await using two = await startTestServer([
+    "--http-thread-count=2",
+    "--http-restricted-api=inference:infer-key=s3cret",
+  ]);
+  const body = json(SIMPLE_REQUEST);
+  const path = "/v2/models/simple/infer";
+  for (let i = 0; i < ROUNDS; i++) {
+    const refused = await rawRequest(two.url, { method: "POST", path, body });
+    assert.equal(refused.status, 403);
+    assert.equal(
+      decoder.decode(refused.body),
+      `{"error":"This API is restricted, expecting header 'infer-key'"}`,
+    );
+    const wrong = await rawRequest(two.url, {
+      method: "POST",
+      path,
+      headers: { "infer-key": "s3cre" },
+      body,
+    });
+    assert.equal(wrong.status, 403);
+    const allowed = await rawRequest(two.url, {
+      method: "POST",
+      path,
+      headers: { "infer-key": "s3cret" },
+      body,
+    });
+    assert.equal(allowed.status, 200);
+    const outputs = (JSON.parse(decoder.decode(allowed.body)) as { outputs: { data: number[] }[] }).outputs;
+    assert.deepEqual(outputs.map((o) => o.data), [SIMPLE_SUM, SIMPLE_DIFF]);
+  }
+});

@@ -8,6 +8,8 @@ import {
   parseCommandLine,
   type ServerOptions,
 } from "../../server/cli.ts";
+import { GRPC_METHOD_GROUPS, httpApiGroup } from "../../server/frontends/restricted.ts";
+import { protoRoot } from "../../server/core/protos.ts";
 
 function parse(args: string[]): ServerOptions {
   const o = parseCommandLine(args);
@@ -54,6 +56,7 @@ const DEFAULTS: ServerOptions = {
   grpcKeepaliveTimeoutMs: 20000,
   grpcKeepalivePermitWithoutCalls: false,
   grpcHttp2MaxPingsWithoutData: 2,
+  grpcMaxConnections: 10000,
   grpcUseSsl: false,
   grpcServerCert: "",
   grpcServerKey: "",
@@ -62,6 +65,8 @@ const DEFAULTS: ServerOptions = {
   metricsIntervalMs: 2000,
   metricsConfig: [],
   traceConfig: [],
+  httpRestrictedApi: {},
+  grpcRestrictedProtocol: {},
 };
 
 Deno.test("no flags give Triton's defaults", () => {
@@ -345,4 +350,107 @@ Deno.test("HTTP listener threads: auto is half the cores (at most 8), a number i
   assertEquals(httpListenerCount(4, 2), 2);
   assertEquals(httpListenerCount(4, 16), 4);
   assertEquals(httpListenerCount(1, 16), 1);
+});
+
+Deno.test("--http-restricted-api and --grpc-restricted-protocol map each API group to its key and value", () => {
+  const o = parse([
+    "--http-restricted-api=model-repository,shared-memory:admin-key=a:b=c",
+    "--http-restricted-api=inference:infer-key=i",
+    "--grpc-restricted-protocol=health, metadata ,trace,logging,statistics,model-config:k=v",
+  ]);
+  assertEquals(o.httpRestrictedApi, {
+    "model-repository": { key: "admin-key", value: "a:b=c" },
+    "shared-memory": { key: "admin-key", value: "a:b=c" },
+    inference: { key: "infer-key", value: "i" },
+  });
+  assertEquals(o.grpcRestrictedProtocol, {
+    health: { key: "k", value: "v" },
+    metadata: { key: "k", value: "v" },
+    trace: { key: "k", value: "v" },
+    logging: { key: "k", value: "v" },
+    statistics: { key: "k", value: "v" },
+    "model-config": { key: "k", value: "v" },
+  });
+});
+
+Deno.test("bad restricted-API entries are refused naming the problem", () => {
+  fails(
+    ["--http-restricted-api=model-repository"],
+    "Bad value 'model-repository' for --http-restricted-api: expected <api>[,<api>...]:<key>=<value>",
+  );
+  fails(
+    ["--grpc-restricted-protocol=repository:k=v"],
+    "Bad value 'repository:k=v' for --grpc-restricted-protocol: unknown API 'repository' (expected one of health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging)",
+  );
+  fails(
+    ["--http-restricted-api=inference:k=v", "--http-restricted-api=health,inference:j=w"],
+    "Bad value 'health,inference:j=w' for --http-restricted-api: API 'inference' is in more than one group",
+  );
+  fails(
+    ["--http-restricted-api=inference:k="],
+    "Bad value 'inference:k=' for --http-restricted-api: the key and the value must not be empty",
+  );
+  fails(
+    ["--http-restricted-api=inference:=v"],
+    "Bad value 'inference:=v' for --http-restricted-api: the key and the value must not be empty",
+  );
+  fails(
+    ["--http-restricted-api=inference:a key=v"],
+    "Bad value 'inference:a key=v' for --http-restricted-api: 'a key' is not a valid header name",
+  );
+});
+
+Deno.test("every HTTP endpoint and gRPC method belongs to Triton's API group", () => {
+  const group = (path: string) => httpApiGroup(path.split("/").filter((p) => p !== ""));
+  assertEquals(
+    [
+      "/v2",
+      "/v2/health/live",
+      "/v2/health/ready",
+      "/v2/models/m",
+      "/v2/models/m/versions/2",
+      "/v2/models/m/ready",
+      "/v2/models/m/versions/2/ready",
+      "/v2/models/m/config",
+      "/v2/models/m/infer",
+      "/v2/models/m/versions/2/infer",
+      "/v2/models/m/generate",
+      "/v2/models/stats",
+      "/v2/models/m/stats",
+      "/v2/models/m/trace/setting",
+      "/v2/trace/setting",
+      "/v2/logging",
+      "/v2/repository/index",
+      "/v2/repository/models/m/load",
+      "/v2/systemsharedmemory/status",
+      "/v2/cudasharedmemory/region/r/register",
+      "/metrics",
+    ].map(group),
+    [
+      "metadata",
+      "health",
+      "health",
+      "metadata",
+      "metadata",
+      "health",
+      "health",
+      "model-config",
+      "inference",
+      "inference",
+      "inference",
+      "statistics",
+      "statistics",
+      "trace",
+      "trace",
+      "logging",
+      "model-repository",
+      "model-repository",
+      "shared-memory",
+      "shared-memory",
+      undefined,
+    ],
+  );
+  const methods = Object.keys(protoRoot().lookupService(".inference.GRPCInferenceService").methods);
+  assertEquals(methods.filter((m) => GRPC_METHOD_GROUPS[m] === undefined), []);
+  assertEquals(GRPC_METHOD_GROUPS.Check, "health");
 });

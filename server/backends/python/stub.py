@@ -181,6 +181,10 @@ class Connection:
                     self.commands.put(msg)
         finally:
             self.commands.put(None)
+            # The server closed the socket or died: exit even when the model's code never returns.
+            timer = threading.Timer(2.0, os._exit, args=(1,))
+            timer.daemon = True
+            timer.start()
 
     def _new_file(self, prefix):
         with self.pending_lock:

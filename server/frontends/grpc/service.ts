@@ -18,6 +18,7 @@ import { requestArrived } from "../../core/load.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
 import type { InferRequest, InferResponse, ParamValue } from "../../core/types.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
+import { GRPC_METHOD_GROUPS, GRPC_RESTRICTED_PREFIX, matchesRestriction } from "../restricted.ts";
 import {
   decodeModelInferRequest,
   encodeModelInferResponse,
@@ -36,6 +37,8 @@ export interface GrpcOptions extends FrontendOptions {
   keepaliveTimeoutMs: number;
   keepalivePermitWithoutCalls: boolean;
   http2MaxPingsWithoutData: number;
+  /** The most connections open at once (`--grpc-max-connections`); 0 for no limit. */
+  maxConnections: number;
   /** Response compression for infer responses. */
   compressionLevel: "none" | "low" | "medium" | "high";
   /** TLS: PEM file paths; no TLS when `useSsl` is false. */
@@ -55,6 +58,9 @@ export interface GrpcServer {
   forceShutdown(): void;
 }
 
+/** How long a new connection may stay silent before it is closed, in ms. */
+export const HANDSHAKE_TIMEOUT_MS = 10_000;
+
 /** The largest message accepted or sent: 2 GiB - 1, so that 2 GB tensors fit. */
 const MAX_MESSAGE = 2 ** 31 - 1;
 
@@ -68,9 +74,25 @@ function codec(type: protobuf.Type, plainEncode: boolean) {
       const bytes = type.encode(plainEncode ? value : type.fromObject(value)).finish();
       return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     },
-    deserialize: (buf: Buffer): Record<string, unknown> =>
-      type.decode(buf) as unknown as Record<string, unknown>,
+    deserialize: (buf: Buffer): Record<string, unknown> => {
+      // A message that does not decode is the client's error: the handler answers INVALID_ARGUMENT (grpc-js
+      // would answer INTERNAL for a deserializer that throws).
+      try {
+        return type.decode(buf) as unknown as Record<string, unknown>;
+      } catch (err) {
+        return { [UNDECODABLE]: (err as Error).message };
+      }
+    },
   };
+}
+
+/** Marks a request message that did not decode; the value is the protobuf error. */
+const UNDECODABLE = Symbol("undecodable");
+
+/** The INVALID_ARGUMENT error for a message that did not decode, or undefined for a decoded one. */
+function undecodable(msg: Record<string | symbol, unknown>, method: string): ServerError | undefined {
+  const why = msg[UNDECODABLE];
+  return why === undefined ? undefined : invalidArg(`Cannot read the ${method} request: ${String(why)}`);
 }
 
 type Codec = ReturnType<typeof codec>;
@@ -97,6 +119,48 @@ function method(
 function grpcError(err: unknown): Partial<grpc.StatusObject> {
   const e = toServerError(err);
   return { code: grpcStatus(e.code), details: e.message };
+}
+
+/**
+ * Puts the restricted groups' check in front of their handlers: a call without the metadata key
+ * `triton-grpc-protocol-<key>` holding the expected value ends with PERMISSION_DENIED before its handler runs.
+ * @param handlers the service's handlers by method name, changed in place
+ * @param options the frontend options with the restrictions
+ */
+function restrict(handlers: grpc.UntypedServiceImplementation, options: GrpcOptions): void {
+  const restrictions = options.restrictions ?? {};
+  for (const [name, handler] of Object.entries(handlers)) {
+    const group = GRPC_METHOD_GROUPS[name];
+    if (group === undefined) throw new Error(`gRPC method '${name}' belongs to no API group`);
+    const rule = restrictions[group];
+    if (!rule) continue;
+    const key = `${GRPC_RESTRICTED_PREFIX}${rule.key}`.toLowerCase();
+    const denied = (metadata: grpc.Metadata): Partial<grpc.StatusObject> | undefined => {
+      const given = metadata.get(key)[0];
+      if (matchesRestriction(typeof given === "string" ? given : undefined, rule.value)) return undefined;
+      return {
+        code: grpc.status.PERMISSION_DENIED,
+        details: `This protocol is restricted, expecting header '${key}'`,
+      };
+    };
+    const h = handler as (...args: unknown[]) => void;
+    if (name === "ModelStreamInfer") {
+      handlers[name] = (call: grpc.ServerDuplexStream<unknown, unknown>) => {
+        const status = denied(call.metadata);
+        if (status) call.emit("error", status);
+        else h(call);
+      };
+    } else {
+      handlers[name] = (
+        call: grpc.ServerUnaryCall<unknown, unknown>,
+        callback: grpc.sendUnaryData<unknown>,
+      ) => {
+        const status = denied(call.metadata);
+        if (status) callback(status);
+        else h(call, callback);
+      };
+    }
+  }
 }
 
 /**
@@ -128,6 +192,11 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
       callback: grpc.sendUnaryData<Record<string, unknown>>,
     ) => {
+      const bad = undecodable(call.request, name);
+      if (bad) {
+        callback(grpcError(bad));
+        return;
+      }
       begin();
       let result;
       try {
@@ -293,6 +362,11 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
     callback: grpc.sendUnaryData<Record<string, unknown>>,
   ) => {
+    const bad = undecodable(call.request, "ModelInfer");
+    if (bad) {
+      callback(grpcError(bad));
+      return;
+    }
     if (decoupled(call.request)) {
       callback(
         grpcError(unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")),
@@ -397,6 +471,12 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       if (!call.cancelled && !call.writableEnded) call.write(out);
     };
     call.on("data", (msg: Record<string, unknown>) => {
+      const bad = undecodable(msg, "ModelStreamInfer");
+      if (bad) {
+        const answer = streamError({}, bad);
+        last = last.then(() => write(answer));
+        return;
+      }
       if (decoupled(msg)) {
         const controller = new AbortController();
         if (call.cancelled) controller.abort();
@@ -427,6 +507,8 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
     call.on("error", finish);
   };
 
+  restrict(handlers, options);
+
   const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
   const server = new grpc.Server({
     "grpc.max_receive_message_length": MAX_MESSAGE,
@@ -445,18 +527,23 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   // grpc.health.v1.Health/Check: SERVING when the server is ready (service "" or a model name).
   const healthReq = codec(lookupType(".grpc.health.v1.HealthCheckRequest"), false);
   const healthRes = codec(lookupType(".grpc.health.v1.HealthCheckResponse"), false);
-  server.addService({
-    Check: method("/grpc.health.v1.Health/Check", healthReq, healthRes),
-  }, {
+  const health: grpc.UntypedServiceImplementation = {
     Check: (
       call: grpc.ServerUnaryCall<Record<string, unknown>, Record<string, unknown>>,
       callback: grpc.sendUnaryData<Record<string, unknown>>,
     ) => {
+      const bad = undecodable(call.request, "Check");
+      if (bad) {
+        callback(grpcError(bad));
+        return;
+      }
       const svc = String(call.request.service ?? "");
       const ok = svc === "" ? ready() : registry.isReady(svc, "");
       callback(null, { status: ok ? "SERVING" : "NOT_SERVING" });
     },
-  });
+  };
+  restrict(health, options);
+  server.addService({ Check: method("/grpc.health.v1.Health/Check", healthReq, healthRes) }, health);
 
   // The server accepts the connections itself (TLS terminated here when --grpc-use-ssl) and hands grpc-js each
   // one through a filter that drops the clients' GOAWAY frames, which can crash Deno's node:http2 (see
@@ -464,6 +551,15 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const connections = new Set<GoawayFilter>();
   const accept = (socket: net.Socket) => {
+    // Past --grpc-max-connections a new connection is closed at once; one that sends nothing for
+    // HANDSHAKE_TIMEOUT_MS after connecting (no HTTP/2 preface) is closed then.
+    if (options.maxConnections > 0 && connections.size >= options.maxConnections) {
+      socket.destroy();
+      return;
+    }
+    const silent = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
+    socket.once("data", () => clearTimeout(silent));
+    socket.once("close", () => clearTimeout(silent));
     socket.setNoDelay(true);
     const connection = new GoawayFilter(socket);
     connections.add(connection);

@@ -16,6 +16,8 @@ import { INFER_PATH, pathOf } from "./_paths.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import { createGenerateHandler } from "./generate.ts";
 import { createOpenAiHandler } from "./openai.ts";
+import { type ApiGroup, httpApiGroup, matchesRestriction } from "../restricted.ts";
+import { bodyReceived } from "./listener.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -55,7 +57,11 @@ async function readBody(request: Request, limit: number, asText = false): Promis
   const plain = !encoding || encoding === "identity";
   let body: Uint8Array;
   if (declared !== null) {
-    if (asText && plain) return await request.text();
+    if (asText && plain) {
+      const text = await request.text();
+      bodyReceived(request);
+      return text;
+    }
     body = await request.bytes();
   } else {
     const chunks: Uint8Array[] = [];
@@ -77,6 +83,7 @@ async function readBody(request: Request, limit: number, asText = false): Promis
     }
     body = concat(chunks, total);
   }
+  bodyReceived(request);
   if (!plain) {
     if (encoding !== "gzip" && encoding !== "deflate") {
       throw unsupported(`Cannot read the request body: unsupported Content-Encoding '${encoding}'`);
@@ -303,6 +310,8 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
       }
     });
     const method = request.method;
+    const denied = restricted && checkRestriction(request, httpApiGroup(parts));
+    if (denied) return denied;
     if (parts[0] === "v1") return await openai(request, url.pathname);
     if (parts[0] !== "v2") throw notFound(`Not found: '${url.pathname}'`);
     if (parts.length === 1 && method === "GET") {
@@ -488,6 +497,15 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
     throw notFound(`Not found: ${method} '${url.pathname}'`);
   }
 
+  const restrictions = options.restrictions ?? {};
+  const restricted = Object.keys(restrictions).length > 0;
+  /** The 403 answer to a restricted call without the expected header; undefined when the call may go on. */
+  function checkRestriction(request: Request, group: ApiGroup | undefined): Response | undefined {
+    const rule = group && restrictions[group];
+    if (!rule || matchesRestriction(request.headers.get(rule.key), rule.value)) return undefined;
+    return json({ error: `This API is restricted, expecting header '${rule.key}'` }, 403);
+  }
+
   async function inferDecoded(
     request: InferRequest,
     recvStart: number,
@@ -525,7 +543,11 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
     }
     if (request.method === "POST") {
       const m = INFER_PATH.exec(pathOf(request.url));
-      if (m) return infer(request, m[1]!, m[2] ?? "").catch(errorResponse);
+      if (m) {
+        const denied = restricted && checkRestriction(request, "inference");
+        if (denied) return Promise.resolve(denied);
+        return infer(request, m[1]!, m[2] ?? "").catch(errorResponse);
+      }
     }
     return route(request).catch(errorResponse);
   }

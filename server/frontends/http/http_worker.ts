@@ -21,6 +21,7 @@ import {
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
+import { matchesRestriction, type Restriction } from "../restricted.ts";
 import {
   type Answer,
   Channel,
@@ -36,6 +37,8 @@ let nextId = 0;
 const pending = new Map<number, (reply: ToWorker) => void>();
 let server: Deno.HttpServer<Deno.NetAddr> | undefined;
 let maxInputSize = 0;
+/** The inference API's restriction: a request without the header goes to the main thread, which refuses it. */
+let inference: Restriction | undefined;
 let channel: Channel | undefined;
 const freeSlots: number[] = [];
 
@@ -258,7 +261,7 @@ async function infer(request: Request, model: string, version: string): Promise<
 function handle(request: Request): Promise<Response> {
   if (request.method === "POST") {
     const m = INFER_PATH.exec(pathOf(request.url));
-    if (m) {
+    if (m && (!inference || matchesRestriction(request.headers.get(inference.key), inference.value))) {
       active++;
       return infer(request, m[1]!, m[2] ?? "").finally(() => active--);
     }
@@ -272,6 +275,7 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
   switch (msg.op) {
     case "start":
       maxInputSize = msg.maxInputSize;
+      inference = msg.inference;
       channel = new Channel(msg.channel);
       for (let slot = SLOTS - 1; slot >= 0; slot--) freeSlots.push(slot);
       server = Deno.serve({

@@ -44,9 +44,17 @@ function parameters(v: unknown, where: string): Record<string, ParamValue> {
   return v as Record<string, ParamValue>;
 }
 
+/** Appends the leaves of nested arrays in order; iterative, so that any nesting depth is fine. */
 function flatten(data: unknown[], out: unknown[]): void {
-  for (const v of data) {
-    if (Array.isArray(v)) flatten(v, out);
+  const stack: { array: unknown[]; next: number }[] = [{ array: data, next: 0 }];
+  while (stack.length > 0) {
+    const top = stack[stack.length - 1]!;
+    if (top.next === top.array.length) {
+      stack.pop();
+      continue;
+    }
+    const v = top.array[top.next++];
+    if (Array.isArray(v)) stack.push({ array: v, next: 0 });
     else out.push(v);
   }
 }
@@ -152,7 +160,11 @@ function decodeJson(
     const what = `input '${name}'`;
     const datatype = raw.datatype;
     if (!isDatatype(datatype)) {
-      throw invalidArg(`Cannot read ${where}: ${what} has unknown datatype ${JSON.stringify(datatype)}`);
+      throw invalidArg(
+        `Cannot read ${where}: ${what} has unknown datatype ${
+          typeof datatype === "bigint" ? String(datatype) : JSON.stringify(datatype)
+        }`,
+      );
     }
     const shape = raw.shape;
     if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {

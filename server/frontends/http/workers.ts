@@ -9,6 +9,7 @@
 import { type ErrorCode, toServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { HttpFrontend } from "./handler.ts";
+import type { Restriction } from "../restricted.ts";
 import {
   type Answer,
   Channel,
@@ -23,7 +24,15 @@ import {
 
 /** Messages from the main thread to a listener thread. */
 export type ToWorker =
-  | { op: "start"; id: -1; hostname: string; port: number; maxInputSize: number; channel: ChannelMemory }
+  | {
+    op: "start";
+    id: -1;
+    hostname: string;
+    port: number;
+    maxInputSize: number;
+    channel: ChannelMemory;
+    inference: Restriction | undefined;
+  }
   | { op: "stop"; id: -1 }
   | { op: "inferred"; id: number; response: InferResponse }
   | { op: "error"; id: number; code: ErrorCode; message: string }
@@ -53,6 +62,8 @@ export interface HttpWorkersOptions {
   port: number;
   /** `--http-max-input-size`. */
   maxInputSize: number;
+  /** The restriction of the inference API (`--http-restricted-api`), if any. */
+  inference?: Restriction;
   /** Reports a thread that failed after it started. */
   onError?: (message: string) => void;
 }
@@ -164,6 +175,7 @@ export class HttpWorkers {
           port: options.port,
           maxInputSize: options.maxInputSize,
           channel: memory,
+          inference: options.inference,
         } satisfies ToWorker,
       );
     }

@@ -1,0 +1,163 @@
+/**
+ * A model whose load hangs (initialize() never returns) holds up nothing else: polling goes on for the other
+ * models, SIGTERM exits within --exit-timeout-secs, and the stub does not outlive the server.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { FIXTURES, pythonPath, startServerProcess } from "../helpers.ts";
+
+const HANG_CONFIG = `name: "hang_py"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+`;
+
+const HANG_MODEL = `import os
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        open(os.path.join(args["model_repository"], "initializing"), "w").close()
+        time.sleep(600)
+
+    def execute(self, requests):
+        return []
+`;
+
+/** Copies a fixture model folder under a new name. */
+async function copy(from: string, to: string, oldName: string, newName: string): Promise<void> {
+  const out = await new Deno.Command("cp", { args: ["-r", from, to] }).output();
+  assert.equal(out.code, 0);
+  const config = await Deno.readTextFile(`${to}/config.pbtxt`);
+  await Deno.writeTextFile(`${to}/config.pbtxt`, config.replace(`name: "${oldName}"`, `name: "${newName}"`));
+}
+
+async function addHangingModel(repo: string): Promise<void> {
+  await Deno.mkdir(`${repo}/hang_py/1`, { recursive: true });
+  await Deno.writeTextFile(`${repo}/hang_py/1/model.py`, HANG_MODEL);
+  await Deno.writeTextFile(`${repo}/hang_py/config.pbtxt`, HANG_CONFIG);
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The pids of processes whose command line mentions `text` (the stubs of a repository). */
+function processesMentioning(text: string): number[] {
+  const pids: number[] = [];
+  for (const e of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(e.name)) continue;
+    try {
+      const cmd = Deno.readTextFileSync(`/proc/${e.name}/cmdline`);
+      if (cmd.includes(text) && cmd.includes("stub.py")) pids.push(Number(e.name));
+    } catch {
+      // Gone.
+    }
+  }
+  return pids;
+}
+
+async function until(what: string, check: () => boolean | Promise<boolean>, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`Timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function status(url: string): Promise<number> {
+  const r = await fetch(url);
+  await r.body?.cancel();
+  return r.status;
+}
+
+Deno.test("a hanging load: polling goes on for other models, SIGTERM exits in time, the stub goes too", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-hang-" });
+  try {
+    await copy(`${FIXTURES}/identity_fp32`, `${repo}/keep`, "identity_fp32", "keep");
+    await copy(`${FIXTURES}/identity_int32`, `${repo}/gone`, "identity_int32", "gone");
+    const server = await startServerProcess([
+      `--model-repository=${repo}`,
+      "--model-control-mode=poll",
+      "--repository-poll-secs=1",
+      "--strict-readiness=false",
+      "--exit-timeout-secs=2",
+      `--backend-config=python,python-executable=${pythonPath()}`,
+    ]);
+    try {
+      assert.equal(await status(`${server.url}/v2/models/gone/ready`), 200);
+      await addHangingModel(repo);
+      await until("the stub hangs in initialize()", () => exists(`${repo}/hang_py/initializing`), 20_000);
+      // The next polls still see the other models: a removed one is unloaded while hang_py hangs.
+      await Deno.remove(`${repo}/gone`, { recursive: true });
+      await until(
+        "'gone' is unloaded",
+        async () => (await status(`${server.url}/v2/models/gone/ready`)) !== 200,
+        10_000,
+      );
+      assert.equal(await status(`${server.url}/v2/models/keep/ready`), 200);
+
+      const stub = processesMentioning(repo);
+      const t0 = Date.now();
+      server.child.kill("SIGTERM");
+      const out = await server.output;
+      const took = Date.now() - t0;
+      assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+      assert.ok(took < 8_000, `SIGTERM took ${took} ms with --exit-timeout-secs=2`);
+      await until(
+        "the stub is gone",
+        () => stub.every((pid) => !processesMentioning(repo).includes(pid)),
+        5_000,
+      );
+    } finally {
+      try {
+        server.child.kill("SIGKILL");
+      } catch {
+        // Exited.
+      }
+      // A stub left behind would hold the output pipes open.
+      for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
+      await server.output;
+    }
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
+
+Deno.test("a stub whose server was killed with SIGKILL exits by itself", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-hang-" });
+  try {
+    await copy(`${FIXTURES}/identity_fp32`, `${repo}/keep`, "identity_fp32", "keep");
+    const server = await startServerProcess([
+      `--model-repository=${repo}`,
+      "--model-control-mode=poll",
+      "--repository-poll-secs=1",
+      "--strict-readiness=false",
+      `--backend-config=python,python-executable=${pythonPath()}`,
+    ]);
+    try {
+      await addHangingModel(repo);
+      await until("the stub hangs in initialize()", () => exists(`${repo}/hang_py/initializing`), 20_000);
+      server.child.kill("SIGKILL");
+      await until("the orphaned stub exits", () => processesMentioning(repo).length === 0, 10_000);
+    } finally {
+      try {
+        server.child.kill("SIGKILL");
+      } catch {
+        // Exited.
+      }
+      for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
+      await server.output;
+    }
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});

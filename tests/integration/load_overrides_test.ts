@@ -1,0 +1,178 @@
+/**
+ * What a load request may not choose: a config override that names a program or an environment is refused
+ * (HTTP 400, gRPC INVALID_ARGUMENT), and no configured file name leads out of its model or version folder.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
+import * as grpc from "@grpc/grpc-js";
+import { lookupType } from "../../server/core/protos.ts";
+import { checkFileNames, toModelConfig } from "../../server/repository/config.ts";
+import { FIXTURES, startTestServer } from "../helpers.ts";
+import { call } from "./_http.ts";
+
+const b64 = (text: string) => Buffer.from(text).toString("base64");
+
+function load(base: string, name: string, parameters: Record<string, string>) {
+  return call(`${base}/v2/repository/models/${name}/load`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ parameters }),
+  });
+}
+
+const MODEL_PY = `
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        return []
+`;
+
+function pythonConfig(name: string, parameters: Record<string, unknown>): string {
+  return JSON.stringify({
+    name,
+    backend: "python",
+    parameters,
+    input: [{ name: "IN", data_type: "TYPE_FP32", dims: [1] }],
+    output: [{ name: "OUT", data_type: "TYPE_FP32", dims: [1] }],
+  });
+}
+
+function onnxConfig(name: string, extra: Record<string, unknown>): string {
+  return JSON.stringify({
+    name,
+    platform: "onnxruntime_onnx",
+    max_batch_size: 8,
+    input: [{ name: "INPUT0", data_type: "TYPE_FP32", dims: [-1] }],
+    output: [{ name: "OUTPUT0", data_type: "TYPE_FP32", dims: [-1] }],
+    ...extra,
+  });
+}
+
+Deno.test("a load request's config override may not name the program or environment the server runs", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-override-" });
+  try {
+    await using s = await startTestServer([
+      `--model-repository=${FIXTURES}`,
+      "--model-control-mode=explicit",
+      "--allow-grpc=true",
+    ]);
+    const marker = `${dir}/ran`;
+    const runner = `${dir}/runner.sh`;
+    await Deno.writeTextFile(runner, `#!/bin/sh\ntouch ${marker}\n`);
+    await Deno.chmod(runner, 0o755);
+    for (
+      const [key, value] of [
+        ["python_executable", runner],
+        ["EXECUTION_ENV_PATH", dir],
+        ["execution_env_path", dir],
+        ["session.optimized_model_external_initializers_file_name", `${dir}/out.bin`],
+      ] as const
+    ) {
+      const r = await load(s.url, "py_upload", {
+        config: pythonConfig("py_upload", { [key]: { string_value: value } }),
+        "file:1/model.py": b64(MODEL_PY),
+      });
+      assert.equal(r.status, 400, key);
+      assert.deepEqual(r.json, {
+        error:
+          `Cannot load 'py_upload': parameter '${key}' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line`,
+      });
+    }
+
+    // gRPC RepositoryModelLoad: INVALID_ARGUMENT with the same message.
+    const client = new grpc.Client(`127.0.0.1:${s.server.grpcPort}`, grpc.credentials.createInsecure());
+    try {
+      const req = lookupType("RepositoryModelLoadRequest");
+      const status = await new Promise<{ code: number; details: string }>((resolve) => {
+        client.makeUnaryRequest(
+          "/inference.GRPCInferenceService/RepositoryModelLoad",
+          (v: Record<string, unknown>) => Buffer.from(req.encode(req.fromObject(v)).finish()),
+          (b: Buffer) => b,
+          {
+            model_name: "py_upload",
+            parameters: {
+              config: {
+                string_param: pythonConfig("py_upload", { python_executable: { string_value: runner } }),
+              },
+              "file:1/model.py": { bytes_param: Buffer.from(MODEL_PY) },
+            },
+          },
+          (err) => resolve({ code: err?.code ?? 0, details: err?.details ?? "" }),
+        );
+      });
+      assert.deepEqual(status, {
+        code: grpc.status.INVALID_ARGUMENT,
+        details:
+          "Cannot load 'py_upload': parameter 'python_executable' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line",
+      });
+    } finally {
+      client.close();
+    }
+    await assert.rejects(Deno.stat(marker), Deno.errors.NotFound);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("configured file names stay in their folder; outside paths get one answer, present or not", async () => {
+  await using s = await startTestServer([`--model-repository=${FIXTURES}`, "--model-control-mode=explicit"]);
+  const cases: [Record<string, unknown>, string][] = [
+    [
+      { default_model_filename: "../../identity_fp32/1/model.onnx" },
+      "default_model_filename '../../identity_fp32/1/model.onnx' is not a file name inside the version folder",
+    ],
+    [
+      { default_model_filename: "../../identity_fp32/1/missing.onnx" },
+      "default_model_filename '../../identity_fp32/1/missing.onnx' is not a file name inside the version folder",
+    ],
+    [
+      { default_model_filename: `${FIXTURES}/identity_fp32/1/model.onnx` },
+      `default_model_filename '${FIXTURES}/identity_fp32/1/model.onnx' is not a file name inside the version folder`,
+    ],
+    [
+      { cc_model_filenames: { "8.6": "../../identity_fp32/1/model.onnx" } },
+      "cc_model_filenames['8.6'] '../../identity_fp32/1/model.onnx' is not a file name inside the version folder",
+    ],
+  ];
+  for (const [extra, reason] of cases) {
+    const r = await load(s.url, "identity_fp16", { config: onnxConfig("identity_fp16", extra) });
+    assert.equal(r.status, 400, JSON.stringify(extra));
+    assert.deepEqual(r.json, {
+      error: `Failed to load 'identity_fp16': Cannot load 'identity_fp16': ${reason}`,
+    });
+  }
+  for (const file of ["../identity_fp32/config.pbtxt", "../../../../../../etc/passwd", "/etc/passwd"]) {
+    const r = await load(s.url, "identity_fp16", {
+      config: onnxConfig("identity_fp16", {
+        output: [{ name: "OUTPUT0", data_type: "TYPE_FP32", dims: [-1], label_filename: file }],
+      }),
+    });
+    assert.equal(r.status, 400, file);
+    assert.deepEqual(r.json, {
+      error:
+        `Failed to load 'identity_fp16': Cannot load 'identity_fp16': output 'OUTPUT0' label_filename '${file}' is not a file name inside the model folder`,
+    });
+  }
+  // A name that stays inside after resolving loads as before.
+  const ok = await load(s.url, "identity_fp32", {
+    config: onnxConfig("identity_fp32", { default_model_filename: "./model.onnx" }),
+  });
+  assert.equal(ok.status, 200, JSON.stringify(ok.json));
+});
+
+Deno.test("checkFileNames refuses NUL, '.', absolute and escaping names and accepts names inside", () => {
+  const base = { name: "m", input: [], output: [{ name: "O", data_type: "TYPE_FP32", dims: [1] }] };
+  const check = (extra: Record<string, unknown>) => () =>
+    checkFileNames(toModelConfig({ ...base, ...extra }, "m"), "m");
+  for (const bad of [".", "./", "..", "a/../..", "/x", "a\0b"]) {
+    assert.throws(check({ default_model_filename: bad }), {
+      message:
+        `Cannot load 'm': default_model_filename '${bad}' is not a file name inside the version folder`,
+    });
+  }
+  for (const good of ["model.onnx", "a/b/model.plan", "a/../model.onnx", "model.savedmodel/"]) {
+    check({ default_model_filename: good })();
+  }
+});

@@ -1,0 +1,133 @@
+/**
+ * Running out of file descriptors does not end the server: a failed accept is logged, the HTTP and metrics
+ * endpoints listen again, and the server answers once connections are given back.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { HANDSHAKE_TIMEOUT_MS } from "../../server/frontends/grpc/service.ts";
+import { EXAMPLES, freePorts, loopbackFlags, ROOT, startTestServer } from "../helpers.ts";
+
+async function answers(url: string): Promise<number | string> {
+  try {
+    const r = await fetch(url);
+    await r.body?.cancel();
+    return r.status;
+  } catch (err) {
+    return (err as Error).message;
+  }
+}
+
+Deno.test("the server survives running out of file descriptors on its HTTP port and answers again", async () => {
+  const ports = freePorts(3);
+  const [http, grpc] = ports as [number, number, number];
+  // 256 descriptors: the server needs about 60 of its own; the flood takes the rest.
+  const child = new Deno.Command("prlimit", {
+    args: [
+      "--nofile=256:256",
+      Deno.execPath(),
+      "run",
+      "-A",
+      "main.ts",
+      "--model-repository=examples/models",
+      "--allow-metrics=false",
+      ...loopbackFlags(ports),
+    ],
+    cwd: ROOT,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const output = child.output();
+  const url = `http://127.0.0.1:${http}/v2/health/live`;
+  try {
+    let ready: number | string = "";
+    for (let i = 0; i < 300 && ready !== 200; i++) {
+      ready = await answers(url);
+      if (ready !== 200) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(ready, 200, "the server did not start");
+    for (const port of [http, grpc]) {
+      const conns: Deno.Conn[] = [];
+      for (let i = 0; i < 400; i++) {
+        try {
+          conns.push(await Deno.connect({ hostname: "127.0.0.1", port }));
+        } catch {
+          break; // refused or reset: the server is at its limit
+        }
+      }
+      // Let the server try to accept past its limit.
+      await new Promise((r) => setTimeout(r, 500));
+      for (const c of conns) c.close();
+      let status: number | string = "";
+      for (let i = 0; i < 100 && status !== 200; i++) {
+        status = await answers(url);
+        if (status !== 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(status, 200, `the server does not answer after a flood of port ${port}`);
+    }
+    child.kill("SIGTERM");
+    const out = await output;
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, stderr);
+    assert.match(
+      stderr,
+      /HTTPService stopped accepting connections: Error: Too many open files \(os error 24\); listening again in \d+ ms/,
+    );
+    assert.match(stderr, /HTTPService listening again at 127\.0\.0\.1:\d+/);
+  } finally {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // Exited.
+    }
+    await output;
+  }
+});
+
+/** Whether the server closes a connection within `ms` (a read that ends). */
+async function closedWithin(conn: Deno.Conn, ms: number): Promise<boolean> {
+  const buf = new Uint8Array(1024);
+  const read = (async () => {
+    try {
+      while ((await conn.read(buf)) !== null) { /* the server's HTTP/2 preface, if any */ }
+    } catch {
+      // Reset: closed too.
+    }
+    return true;
+  })();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms)));
+  const closed = await Promise.race([read, late]);
+  clearTimeout(timer);
+  return closed;
+}
+
+Deno.test("gRPC: past --grpc-max-connections a connection is closed at once; a silent one after 10 s", async () => {
+  await using s = await startTestServer([
+    `--model-repository=${EXAMPLES}`,
+    "--allow-grpc=true",
+    "--grpc-max-connections=2",
+  ]);
+  const port = s.server.grpcPort!;
+  const a = await Deno.connect({ hostname: "127.0.0.1", port });
+  const b = await Deno.connect({ hostname: "127.0.0.1", port });
+  await new Promise((r) => setTimeout(r, 200));
+  const c = await Deno.connect({ hostname: "127.0.0.1", port });
+  try {
+    assert.equal(await closedWithin(c, 2_000), true, "the third connection stays open");
+    // The first two never send the HTTP/2 preface: closed after HANDSHAKE_TIMEOUT_MS.
+    const t0 = Date.now();
+    assert.equal(await closedWithin(a, HANDSHAKE_TIMEOUT_MS + 3_000), true, "a silent connection stays open");
+    assert.ok(Date.now() - t0 > HANDSHAKE_TIMEOUT_MS - 1_000);
+    assert.equal(await closedWithin(b, 1_000), true);
+  } finally {
+    for (const conn of [a, b, c]) {
+      try {
+        conn.close();
+      } catch {
+        // Closed.
+      }
+    }
+  }
+});

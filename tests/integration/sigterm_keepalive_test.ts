@@ -1,0 +1,84 @@
+/**
+ * SIGTERM answers every request that arrived before it, also on keep-alive connections, then exits cleanly.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { startServerProcess } from "../helpers.ts";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+// Padded, so that a body is still arriving when SIGTERM comes.
+const BODY = " ".repeat(1 << 18) + JSON.stringify({
+  inputs: [
+    { name: "INPUT0", datatype: "INT32", shape: [1, 16], data: Array(16).fill(2) },
+    { name: "INPUT1", datatype: "INT32", shape: [1, 16], data: Array(16).fill(1) },
+  ],
+});
+
+function request(port: number): Uint8Array {
+  return encoder.encode(
+    `POST /v2/models/simple/infer HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${encoder.encode(BODY).byteLength}\r\n\r\n${BODY}`,
+  );
+}
+
+/** Reads one HTTP/1.1 response (with Content-Length) from a connection; "" when the connection ends first. */
+async function readResponse(conn: Deno.Conn): Promise<string> {
+  let text = "";
+  const buf = new Uint8Array(65536);
+  for (;;) {
+    const end = text.indexOf("\r\n\r\n");
+    if (end >= 0) {
+      const length = Number(/content-length: *(\d+)/i.exec(text.slice(0, end))?.[1] ?? "0");
+      if (text.length >= end + 4 + length) return text.slice(0, end + 4 + length);
+    }
+    let n: number | null;
+    try {
+      n = await conn.read(buf);
+    } catch (err) {
+      return text === "" ? `(${(err as Error).message})` : text;
+    }
+    if (n === null) return text;
+    text += decoder.decode(buf.subarray(0, n));
+  }
+}
+
+Deno.test("requests arriving on keep-alive connections around SIGTERM are all answered", async () => {
+  const server = await startServerProcess(["--log-info=false"]);
+  const conns: Deno.Conn[] = [];
+  try {
+    for (let i = 0; i < 16; i++) conns.push(await Deno.connect({ hostname: "127.0.0.1", port: server.http }));
+    // One request each, so that every connection is an idle keep-alive connection.
+    for (const c of conns) await c.write(request(server.http));
+    for (const c of conns) assert.match(await readResponse(c), /^HTTP\/1\.1 200 /);
+    // A second request on each: all but its last bytes, SIGTERM, then the rest.
+    const second = request(server.http);
+    const half = second.byteLength - 10;
+    for (const c of conns) await c.write(second.subarray(0, half));
+    await new Promise((r) => setTimeout(r, 100));
+    server.child.kill("SIGTERM");
+    // Longer than a quiet moment: the server waits for the bodies it has started to receive.
+    await new Promise((r) => setTimeout(r, 500));
+    for (const c of conns) await c.write(second.subarray(half)).catch(() => 0);
+    const answers = await Promise.all(conns.map((c) => readResponse(c)));
+    assert.deepEqual(answers.map((a) => a.split("\r\n")[0]), Array(16).fill("HTTP/1.1 200 OK"));
+    const out = await server.output;
+    assert.equal(out.code, 0, decoder.decode(out.stderr));
+  } finally {
+    for (const c of conns) {
+      try {
+        c.close();
+      } catch {
+        // Closed.
+      }
+    }
+    try {
+      server.child.kill("SIGKILL");
+    } catch {
+      // Exited.
+    }
+    await server.output;
+  }
+});
