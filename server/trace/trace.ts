@@ -221,8 +221,13 @@ function parseSettings(
     switch (k) {
       case "trace_level": {
         const level = new Set<"TIMESTAMPS" | "TENSORS">();
-        // As Triton: a level it does not know is skipped.
-        for (const v of values) if (v === "TIMESTAMPS" || v === "TENSORS") level.add(v);
+        // As Triton: values are strings, and a level it does not know is skipped.
+        for (const v of values) {
+          if (typeof v !== "string") {
+            throw invalidArg("Cannot update the trace settings: 'trace_level' values must be strings");
+          }
+          if (v === "TIMESTAMPS" || v === "TENSORS") level.add(v);
+        }
         out.level = level;
         break;
       }

@@ -72,7 +72,7 @@ Deno.test("HTTP: deep nesting, impossible BYTES shapes, NUL in file names and ou
         "inference-header-content-length": String(header.length),
       },
     ),
-    "Cannot read input 'INPUT0': BYTES data holds 1 elements, expected 1000000000000 (length prefix of element 1 is missing)",
+    "Cannot read input 'INPUT0': expected 1000000000000 string elements for inference input 'INPUT0' for model 'identity_string', got 1",
   );
 
   // A file name with NUL: refused before anything is written, without naming a server path.
@@ -87,7 +87,7 @@ Deno.test("HTTP: deep nesting, impossible BYTES shapes, NUL in file names and ou
         },
       }),
     ),
-    `Cannot load 'up': file path "1/mo\\u0000del.onnx" must not contain control characters`,
+    `Cannot load 'up': failed to load 'up': file path "1/mo\\u0000del.onnx" must not contain control characters`,
   );
 
   // Floats beyond their type's range.
@@ -150,7 +150,7 @@ Deno.test("gRPC: a BYTES shape larger than its raw contents is INVALID_ARGUMENT"
     assert.equal(err?.code, grpc.status.INVALID_ARGUMENT);
     assert.equal(
       err?.details,
-      "Cannot read the inference request for 'identity_string', input 'INPUT0': BYTES data holds 1 elements, expected 1000000000000 (length prefix of element 1 is missing)",
+      "Cannot read the inference request for 'identity_string', input 'INPUT0': expected 1000000000000 string elements for inference input 'INPUT0' for model 'identity_string', got 1",
     );
   } finally {
     client.close();

@@ -77,7 +77,7 @@ Deno.test("a load request's config override may not name the program or environm
       assert.equal(r.status, 400, key);
       assert.deepEqual(r.json, {
         error:
-          `Cannot load 'py_upload': parameter '${key}' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line`,
+          `Cannot load 'py_upload': failed to load 'py_upload': parameter '${key}' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line`,
       });
     }
 
@@ -105,7 +105,7 @@ Deno.test("a load request's config override may not name the program or environm
       assert.deepEqual(status, {
         code: grpc.status.INVALID_ARGUMENT,
         details:
-          "Cannot load 'py_upload': parameter 'python_executable' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line",
+          "Cannot load 'py_upload': failed to load 'py_upload': parameter 'python_executable' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line",
       });
     } finally {
       client.close();
@@ -140,7 +140,8 @@ Deno.test("configured file names stay in their folder; outside paths get one ans
     const r = await load(s.url, "identity_fp16", { config: onnxConfig("identity_fp16", extra) });
     assert.equal(r.status, 400, JSON.stringify(extra));
     assert.deepEqual(r.json, {
-      error: `Failed to load 'identity_fp16': Cannot load 'identity_fp16': ${reason}`,
+      error:
+        `Cannot load 'identity_fp16': failed to load 'identity_fp16': Cannot load 'identity_fp16': ${reason}`,
     });
   }
   for (const file of ["../identity_fp32/config.pbtxt", "../../../../../../etc/passwd", "/etc/passwd"]) {
@@ -152,7 +153,7 @@ Deno.test("configured file names stay in their folder; outside paths get one ans
     assert.equal(r.status, 400, file);
     assert.deepEqual(r.json, {
       error:
-        `Failed to load 'identity_fp16': Cannot load 'identity_fp16': output 'OUTPUT0' label_filename '${file}' is not a file name inside the model folder`,
+        `Cannot load 'identity_fp16': failed to load 'identity_fp16': Cannot load 'identity_fp16': output 'OUTPUT0' label_filename '${file}' is not a file name inside the model folder`,
     });
   }
   // A name that stays inside after resolving loads as before.
