@@ -2,7 +2,8 @@
  * The generation benchmark: the bundled `textgen` model (examples/genai_models, Python backend) streamed
  * through the OpenAI API (`/v1/completions`, `stream: true`) and Triton's `generate_stream`, at several
  * concurrencies. Reports what genai-perf reports: time to first token, inter-token latency, output token
- * throughput and request throughput; writes `bench/GENAI_RESULTS.md` (keeping its `## aiperf` section).
+ * throughput and request throughput; writes its section of `bench/RESULTS.md` (between `<!-- genai_bench:start -->`
+ * and `<!-- genai_bench:end -->`; the aiperf section beside it is written by hand from aiperf's reports).
  *
  * Run: `./dinfer deno run -A bench/genai_bench.ts` (the Python of `DINFER_PYTHON`, else `.venv/bin/python`,
  * with numpy). Flags: `--requests=<n>` per point (default 40), `--tokens=<n>` max_tokens (default 64),
@@ -14,7 +15,9 @@ import { fileURLToPath } from "node:url";
 import { startChildServer } from "./child_server.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const OUT = `${ROOT}bench/GENAI_RESULTS.md`;
+const OUT = `${ROOT}bench/RESULTS.md`;
+const START = "<!-- genai_bench:start -->";
+const END = "<!-- genai_bench:end -->";
 
 interface RequestResult {
   ttftMs: number;
@@ -159,7 +162,8 @@ async function main(): Promise<void> {
   ].join("\n");
   console.log(table);
   if (Deno.args.includes("--no-write")) return;
-  const text = `# Generation benchmark (bench/genai_bench.ts)
+  const text = `${START}
+## Generation (bench/genai_bench.ts)
 
 The bundled \`textgen\` model (examples/genai_models: a word-level trigram model in the Python backend, one
 instance, decoupled, one response per token) streamed over HTTP, ${requests} requests per point after one
@@ -172,11 +176,15 @@ Machine: ${navigator.hardwareConcurrency} cores, load average before the run ${l
 with each other only (the machines of this kind differ 3-4x from one session to the next).
 
 ${table}
-`;
-  // The aiperf section (written by hand from its reports) stays.
+${END}`;
   const prior = await Deno.readTextFile(OUT).catch(() => "");
-  const kept = prior.indexOf("\n## aiperf");
-  await Deno.writeTextFile(OUT, kept >= 0 ? text + prior.slice(kept) : text);
+  const a = prior.indexOf(START), b = prior.indexOf(END);
+  await Deno.writeTextFile(
+    OUT,
+    a >= 0 && b > a
+      ? prior.slice(0, a) + text + prior.slice(b + END.length)
+      : `${prior.trimEnd()}\n\n${text}\n`,
+  );
   console.log(`wrote ${OUT}`);
 }
 
