@@ -11,6 +11,7 @@ import type { Backend, InstanceContext } from "../backends/backend.ts";
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
 import { tensorRtBackend } from "../backends/tensorrt.ts";
 import { PythonBackend } from "../backends/python.ts";
+import { TorchBackend } from "../backends/pytorch.ts";
 import {
   applyDefaults,
   readConfigFile,
@@ -136,6 +137,7 @@ export function defaultBackends(): Map<string, Backend> {
     [onnxRuntimeBackend.name, onnxRuntimeBackend],
     [tensorRtBackend.name, tensorRtBackend],
     ["python", new PythonBackend()],
+    ["pytorch", new TorchBackend()],
   ]);
 }
 
