@@ -124,7 +124,9 @@ class TritonPythonModel:
             # KIND_MODEL keeps the devices the model names.
             self.module = torch.jit.load(path, map_location=None if kind == "MODEL" else self.device)
         except Exception as e:  # noqa: BLE001
-            raise TorchScriptError(f"'{path}' is not a TorchScript model: {last_line(e)}") from None
+            # The first sentence: torch's archive errors go on with advice that does not apply here.
+            reason = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else type(e).__name__
+            raise TorchScriptError(f"'{path}' is not a TorchScript model: {reason}") from None
         self.module.eval()
 
         inputs = [i["name"] for i in config["input"]]
