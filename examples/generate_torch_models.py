@@ -17,9 +17,10 @@ Writes two model repositories (a `config.pbtxt` beside numeric version folders h
     add_sub_pt/            forward(a, b) -> (a + b, a - b); inputs named after forward's arguments and
                            listed in another order, outputs OUTPUT__<index> listed in another order
     sub_index_pt/          forward(x, y) -> x - y; inputs INPUT__1, INPUT__0 (<name>__<index>)
-    ordered_pt/            forward(x, y) -> (x * 2, y * 3); names that follow no convention: config order
+    ordered_pt/            forward(x, y) -> (x * 2, y * 3); names that follow no convention: config order;
+                           dynamic batching with a preferred batch of 4 (and a long delay)
     dict_pt/               forward(inputs: Dict[str, Tensor]) -> inputs["scale"] * inputs["value"]
-    identity_<type>_pt/    forward(x) -> x for FP32, FP16, INT64, INT8, UINT8 and BOOL, variable length
+    identity_types_pt/     forward(a, ..., f) -> (a, ..., f) on FP32, FP16, INT64, INT8, UINT8 and BOOL
     add_nobatch_pt/        a + b on [4] FP32 without batching (max_batch_size 0)
     checked_pt/            fails at run time (TorchScript raise) when an input element is negative
     bytes_pt/              a TYPE_STRING input, which the backend refuses at load
@@ -178,6 +179,12 @@ class Identity(torch.nn.Module):
         return x
 
 
+class Identities(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, e: torch.Tensor,
+                f: torch.Tensor):
+        return a, b, c, d, e, f
+
+
 class Add(torch.nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a + b
@@ -224,8 +231,10 @@ def gen_fixtures() -> None:
     write_text(FIXTURES / "ordered_pt" / "config.pbtxt", config(
         "ordered_pt",
         "forward(x, y) -> (x * 2, y * 3) with names that follow no convention: inputs and outputs go to and\n"
-        "come from the model in config order (first -> x, second -> y; doubled <- x * 2, tripled <- y * 3).",
-        8, [("first", f32, [2]), ("second", f32, [2])], [("doubled", f32, [2]), ("tripled", f32, [2])]))
+        "come from the model in config order (first -> x, second -> y; doubled <- x * 2, tripled <- y * 3).\n"
+        "Requests wait (up to 30 s) until 4 of them form one batch.",
+        8, [("first", f32, [2]), ("second", f32, [2])], [("doubled", f32, [2]), ("tripled", f32, [2])],
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 30000000 }\n"))
     a, b = torch.jit.load(str(m))(torch.ones(1, 2), torch.ones(1, 2))
     check("ordered_pt", a.tolist() == [[2, 2]] and b.tolist() == [[3, 3]], "x*2, y*3")
 
@@ -238,15 +247,18 @@ def gen_fixtures() -> None:
     r = torch.jit.load(str(m))({"scale": torch.full((1, 3), 2.0), "value": torch.ones(1, 3)})
     check("dict_pt", r.tolist() == [[2, 2, 2]], "scale * value")
 
+    types = list(IDENTITY_TYPES.items())
+    m = save(torch.jit.script(Identities()), FIXTURES / "identity_types_pt")
+    write_text(FIXTURES / "identity_types_pt" / "config.pbtxt", config(
+        "identity_types_pt",
+        "forward(...) returns its six inputs unchanged: INPUT__i -> OUTPUT__i on "
+        + ", ".join(t for _, (t, _) in types) + ".", 8,
+        [(f"INPUT__{i}", t, [-1]) for i, (_, (t, _)) in enumerate(types)],
+        [(f"OUTPUT__{i}", t, [-1]) for i, (_, (t, _)) in enumerate(types)]))
+    xs = [torch.ones(2, 3, dtype=dt) for _, (_, dt) in types]
+    ys = torch.jit.load(str(m))(*xs)
+    check("identity_types_pt", all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(xs, ys)), "identity")
     ident = torch.jit.script(Identity())
-    for suffix, (cfg_type, dtype) in IDENTITY_TYPES.items():
-        name = f"identity_{suffix}_pt"
-        m = save(ident, FIXTURES / name)
-        write_text(FIXTURES / name / "config.pbtxt", config(
-            name, f"forward(x) -> x on {cfg_type} tensors of any length.", 8,
-            [("INPUT__0", cfg_type, [-1])], [("OUTPUT__0", cfg_type, [-1])]))
-        x = torch.ones(2, 3, dtype=dtype)
-        check(name, torch.equal(torch.jit.load(str(m))(x), x), "identity")
 
     m = save(torch.jit.script(Add()), FIXTURES / "add_nobatch_pt")
     write_text(FIXTURES / "add_nobatch_pt" / "config.pbtxt", config(
