@@ -133,7 +133,10 @@ def gen_digits_torch() -> None:
         64,
         [("INPUT__0", "TYPE_FP32", [64])],
         [("OUTPUT__0", "TYPE_FP32", [10])],
-        "dynamic_batching { }\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n",
+        "dynamic_batching { }\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n"
+        "# One torch thread: the model is small, and the cores serve HTTP too.\n"
+        'parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }\n'
+        'parameters { key: "INTER_OP_THREAD_COUNT" value: { string_value: "1" } }\n',
     ).replace('dims: [ 10 ] }', 'dims: [ 10 ] label_filename: "labels.txt" }'))
 
     loaded = torch.jit.load(str(path))
