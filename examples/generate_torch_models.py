@@ -22,12 +22,14 @@ Writes two model repositories (a `config.pbtxt` beside numeric version folders h
     dict_pt/               forward(inputs: Dict[str, Tensor]) -> inputs["scale"] * inputs["value"]
     identity_types_pt/     forward(a, ..., f) -> (a, ..., f) on FP32, FP16, INT64, INT8, UINT8 and BOOL
     add_nobatch_pt/        a + b on [4] FP32 without batching (max_batch_size 0)
+    sequence_pt/           a running INT32 sum under the sequence batcher; START arrives as forward's argument
     checked_pt/            fails at run time (TorchScript raise) when an input element is negative
     bytes_pt/              a TYPE_STRING input, which the backend refuses at load
     wrong_count_pt/        the config names one input, forward takes two: refused at load
     bad_model_pt/          a model.pt that is not TorchScript
 
-Everything is deterministic (fixed seeds); after writing, each model is loaded back with torch.jit.load and
+Training uses fixed seeds (the archives still differ byte for byte between runs: torch writes a random
+serialization id into each); after writing, each model is loaded back with torch.jit.load and
 checked against expected outputs, and the script exits non-zero if a check fails.
 """
 
@@ -188,6 +190,18 @@ class Identities(torch.nn.Module):
         return a, b, c, d, e, f
 
 
+class Accumulate(torch.nn.Module):
+    """A running sum per sequence: START resets it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = torch.zeros(1, 1, dtype=torch.int32)
+
+    def forward(self, INPUT: torch.Tensor, START: torch.Tensor) -> torch.Tensor:
+        self.total = torch.where(START != 0, torch.zeros_like(INPUT), self.total) + INPUT
+        return self.total
+
+
 class Add(torch.nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a + b
@@ -262,6 +276,19 @@ def gen_fixtures() -> None:
     ys = torch.jit.load(str(m))(*xs)
     check("identity_types_pt", all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(xs, ys)), "identity")
     ident = torch.jit.script(Identity())
+
+    m = save(torch.jit.script(Accumulate()), FIXTURES / "sequence_pt")
+    write_text(FIXTURES / "sequence_pt" / "config.pbtxt", config(
+        "sequence_pt",
+        "A running INT32 sum per sequence (direct strategy, one slot): forward(INPUT, START) where START is the\n"
+        "sequence batcher's control tensor, passed by forward's argument name.", 1,
+        [("INPUT", "TYPE_INT32", [1])], [("OUTPUT__0", "TYPE_INT32", [1])],
+        "sequence_batching {\n  direct { }\n  max_sequence_idle_microseconds: 60000000\n"
+        "  control_input [ { name: \"START\" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]\n}\n"))
+    acc = torch.jit.load(str(m))
+    one = torch.ones(1, 1, dtype=torch.int32)
+    sums = [acc(one * v, one * s).item() for v, s in [(5, 1), (3, 0), (2, 0), (7, 1)]]
+    check("sequence_pt", sums == [5, 8, 10, 7], f"running sums {sums}")
 
     m = save(torch.jit.script(Add()), FIXTURES / "add_nobatch_pt")
     write_text(FIXTURES / "add_nobatch_pt" / "config.pbtxt", config(

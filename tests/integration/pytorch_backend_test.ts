@@ -146,6 +146,25 @@ Deno.test("pytorch backend serves TorchScript models as Triton does", async (t) 
     assert.deepEqual(outputsOf(ok), [fp32("OUTPUT__0", [1, 2], [2, 3])]);
   });
 
+  await t.step("the sequence batcher's START control reaches forward by argument name", async () => {
+    const sums: unknown[] = [];
+    for (
+      const [v, start, end] of [[5, true, false], [3, false, false], [2, false, true], [
+        7,
+        true,
+        true,
+      ]] as const
+    ) {
+      const r = await inferJson(s.url, "sequence_pt", {
+        parameters: { sequence_id: 42, sequence_start: start, sequence_end: end },
+        inputs: [{ name: "INPUT", datatype: "INT32", shape: [1, 1], data: [v] }],
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      sums.push(outputsOf(r)[0]!.data?.[0]);
+    }
+    assert.deepEqual(sums, [5, 8, 10, 7]);
+  });
+
   await t.step("BYTES tensors are refused at load with the reason", async () => {
     assert.deepEqual(await row(s.url, "bytes_pt"), {
       name: "bytes_pt",
@@ -209,22 +228,25 @@ Deno.test("pytorch backend applies its config parameters and refuses bad ones", 
   const load = (parameters: Record<string, string>) =>
     post(s.url, "/v2/repository/models/add_nobatch_pt/load", { parameters: { config: config(parameters) } });
 
-  await t.step("thread counts, inference mode off and unoptimized execution still compute the same", async () => {
-    const r = await load({
-      INTRA_OP_THREAD_COUNT: "1",
-      INTER_OP_THREAD_COUNT: "1",
-      INFERENCE_MODE: "false",
-      DISABLE_OPTIMIZED_EXECUTION: "true",
-      ENABLE_JIT_PROFILING: "false",
-      ENABLE_TENSOR_FUSER: "false",
-    });
-    assert.equal(r.status, 200, JSON.stringify(r.json));
-    const out = await inferJson(s.url, "add_nobatch_pt", {
-      inputs: [fp32("INPUT__0", [4], [1, 2, 3, 4]), fp32("INPUT__1", [4], [0.5, 0.5, 0.5, 0.5])],
-    });
-    assert.equal(out.status, 200, JSON.stringify(out.json));
-    assert.deepEqual(outputsOf(out), [fp32("OUTPUT__0", [4], [1.5, 2.5, 3.5, 4.5])]);
-  });
+  await t.step(
+    "thread counts, inference mode off and unoptimized execution still compute the same",
+    async () => {
+      const r = await load({
+        INTRA_OP_THREAD_COUNT: "1",
+        INTER_OP_THREAD_COUNT: "1",
+        INFERENCE_MODE: "false",
+        DISABLE_OPTIMIZED_EXECUTION: "true",
+        ENABLE_JIT_PROFILING: "false",
+        ENABLE_TENSOR_FUSER: "false",
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      const out = await inferJson(s.url, "add_nobatch_pt", {
+        inputs: [fp32("INPUT__0", [4], [1, 2, 3, 4]), fp32("INPUT__1", [4], [0.5, 0.5, 0.5, 0.5])],
+      });
+      assert.equal(out.status, 200, JSON.stringify(out.json));
+      assert.deepEqual(outputsOf(out), [fp32("OUTPUT__0", [4], [1.5, 2.5, 3.5, 4.5])]);
+    },
+  );
 
   await t.step("a thread count that is not a positive integer fails the load with the reason", async () => {
     const r = await load({ INTRA_OP_THREAD_COUNT: "zero" });

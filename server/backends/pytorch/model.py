@@ -10,6 +10,8 @@ each (already batched) request with the model's outputs:
   single `Dict[str, Tensor]` gets every input in it, keyed by its config name.
 - outputs: by `<name>__<index>` (the position in the returned tuple) when every output follows it; else in
   config order.
+- sequence controls: the sequence batcher's control tensors count as inputs after the config's, by the same
+  rules.
 - parameters: DISABLE_OPTIMIZED_EXECUTION, INFERENCE_MODE (default true), DISABLE_CUDNN, ENABLE_JIT_EXECUTOR,
   ENABLE_JIT_PROFILING, ENABLE_TENSOR_FUSER, ENABLE_CACHE_CLEANING, INTRA_OP_THREAD_COUNT,
   INTER_OP_THREAD_COUNT.
@@ -129,7 +131,9 @@ class TritonPythonModel:
             raise TorchScriptError(f"'{path}' is not a TorchScript model: {reason}") from None
         self.module.eval()
 
-        inputs = [i["name"] for i in config["input"]]
+        # Sequence controls (START, END, READY, CORRID) come after the config's inputs, as further tensors.
+        controls = [c["name"] for c in (config.get("sequence_batching") or {}).get("control_input", [])]
+        inputs = [i["name"] for i in config["input"]] + controls
         outputs = [o["name"] for o in config["output"]]
         self.out_types = {o["name"]: TORCH_TYPES.get(o["data_type"]) for o in config["output"]}
 
