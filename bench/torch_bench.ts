@@ -8,7 +8,9 @@
  * responses checked against the samples' labels) runs in this process, on the same cores.
  *
  * Run: `DINFER_TORCH_PYTHON=.venv-torch/bin/python deno run -A bench/torch_bench.ts [--duration=5]
- * [--no-write]` rewrites the PyTorch section of bench/RESULTS.md.
+ * [--no-write] [--probe=/tmp/libtorchprobe.so]` rewrites the PyTorch section of bench/RESULTS.md; with
+ * `--probe` (a build of bench/torch_ffi_probe/probe.cpp) the section also compares one execution through the
+ * backend's stub with one call into libtorch through Deno.dlopen (bench/torch_ffi_probe/probe_bench.ts).
  * @module
  */
 
@@ -245,6 +247,28 @@ function section(runs: InProcess[], sp: { points: ServerPoint[]; commit: string 
   return lines.join("\n");
 }
 
+/** The stub-versus-FFI table of bench/torch_ffi_probe/probe_bench.ts, or "" without `--probe`. */
+async function probe(): Promise<string> {
+  const lib = args.get("--probe");
+  if (!lib) return "";
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", `${ROOT}bench/torch_ffi_probe/probe_bench.ts`, lib],
+    env: { DINFER_TORCH_PYTHON: python },
+    stdout: "piped",
+    stderr: "inherit",
+  }).output();
+  if (out.code !== 0) throw new Error("bench/torch_ffi_probe/probe_bench.ts failed");
+  return [
+    "**The design measured**: one execution of `digits_torch` without server or HTTP, through the backend as",
+    "built (the Python stub: Unix socket, shared file, Python) against a call into libtorch through Deno.dlopen",
+    "(`bench/torch_ffi_probe/probe.cpp`, the smallest C ABI that runs the model, one torch thread), in one",
+    "process (`bench/torch_ffi_probe/probe_bench.ts`):",
+    "",
+    new TextDecoder().decode(out.stdout).trim(),
+    "",
+  ].join("\n");
+}
+
 const runs = [await inProcess(0), await inProcess(1)];
 for (const r of runs) {
   console.error(
@@ -254,7 +278,7 @@ for (const r of runs) {
   );
 }
 const sp = await serverPoints();
-const text = section(runs, sp);
+const text = section(runs, sp) + await probe();
 console.log(text);
 if (write) {
   const old = await Deno.readTextFile(RESULTS);
