@@ -107,6 +107,7 @@ async function inProcess(threads: number): Promise<InProcess> {
       String(durationS),
       String(threads),
       "1",
+      "8",
       "16",
       "64",
     ],
@@ -278,7 +279,7 @@ for (const r of runs) {
   );
 }
 const sp = await serverPoints();
-const text = section(runs, sp) + await probe();
+const text = section(runs, sp) + "\n" + await probe();
 console.log(text);
 if (write) {
   const old = await Deno.readTextFile(RESULTS);

@@ -52,6 +52,8 @@ async function time(fn: () => unknown): Promise<{ p50Us: number; calls: number }
 }
 
 const rows: string[] = [];
+/** p50 µs per execution by path and batch, for the summary. */
+const p50 = new Map<string, number>();
 
 // The native path.
 const lib = Deno.dlopen(
@@ -84,6 +86,7 @@ for (const batch of BATCHES) {
     lib.symbols.probe_forward_async(handle, x, BigInt(batch), 64n, out, BigInt(out.length))
   );
   rows.push(`| Deno.dlopen, nonblocking call | ${batch} | ${nb.calls} | ${nb.p50Us.toFixed(1)} |`);
+  p50.set(`ffi:${batch}`, nb.p50Us);
 }
 lib.symbols.probe_free(handle);
 lib.close();
@@ -114,9 +117,18 @@ try {
     }]]);
     const r = await time(() => instance.execute(inputs, ["OUTPUT__0"]));
     rows.push(`| PyTorch backend (Python stub) | ${batch} | ${r.calls} | ${r.p50Us.toFixed(1)} |`);
+    p50.set(`stub:${batch}`, r.p50Us);
   }
 } finally {
   await instance.close();
 }
 
 console.log("| path | batch | calls | p50 µs per execution |\n|---|---:|---:|---:|\n" + rows.join("\n"));
+const summary = BATCHES.map((b) => {
+  const stub = p50.get(`stub:${b}`)!, ffi = p50.get(`ffi:${b}`)!;
+  return `at batch ${b} ${(stub / ffi).toFixed(1)}× as long (${(stub - ffi).toFixed(0)} µs more)`;
+});
+console.log(
+  `\nAn execution through the stub takes, against a nonblocking FFI call (the kind a server uses, so that the\n` +
+    `event loop keeps serving), ${summary.join(", ")}.`,
+);
