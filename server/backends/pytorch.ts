@@ -68,13 +68,17 @@ function checkConfig(config: ModelConfig, ctx: InstanceContext): void {
   }
   const sb = config.sequence_batching as { state?: unknown[] } | undefined;
   if (sb?.state && sb.state.length > 0) {
-    throw unsupported(`Cannot load '${name}': implicit sequence state is not supported by the PyTorch backend`);
+    throw unsupported(
+      `Cannot load '${name}': implicit sequence state is not supported by the PyTorch backend`,
+    );
   }
   if ((config.model_transaction_policy as { decoupled?: boolean } | undefined)?.decoupled) {
     throw unsupported(`Cannot load '${name}': the PyTorch backend does not serve decoupled models`);
   }
   if (ctx.kind !== "KIND_CPU" && ctx.kind !== "KIND_GPU" && ctx.kind !== "KIND_MODEL") {
-    throw unsupported(`Cannot load '${name}': instance group kind ${ctx.kind} is not supported by the PyTorch backend`);
+    throw unsupported(
+      `Cannot load '${name}': instance group kind ${ctx.kind} is not supported by the PyTorch backend`,
+    );
   }
 }
 

@@ -240,7 +240,10 @@ Deno.test("resolveBackend refuses unknown platforms and backends", () => {
 });
 
 Deno.test("resolveBackend maps the PyTorch platform and backend to each other", () => {
-  assertEquals(resolve({ platform: "pytorch_libtorch" })[0], { backend: "pytorch", platform: "pytorch_libtorch" });
+  assertEquals(resolve({ platform: "pytorch_libtorch" })[0], {
+    backend: "pytorch",
+    platform: "pytorch_libtorch",
+  });
   assertEquals(resolve({ backend: "pytorch" })[0], { backend: "pytorch", platform: "pytorch_libtorch" });
   resolveFails(
     { platform: "pytorch_libtorch", backend: "python" },
