@@ -267,6 +267,13 @@ async function probe(): Promise<string> {
     "",
     new TextDecoder().decode(out.stdout).trim(),
     "",
+    "What this means for the design: the backend runs TorchScript in a Python backend stub, which reuses the",
+    "Python backend's process, restart and shared-memory machinery, keeps libtorch (and a crash in it) out of",
+    "the server's process, and needs no C++ build. Its price is the stub round trip above, paid once per",
+    "execution (per batch, not per request). A C ABI over libtorch bound with Deno.dlopen, the shape of",
+    "libtrtshim, would cut it to the nonblocking FFI call's cost; building a libtorch translation unit takes",
+    "about a minute on 2 cores. That path is not built yet.",
+    "",
   ].join("\n");
 }
 
