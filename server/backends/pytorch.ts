@@ -14,8 +14,9 @@
  */
 
 import { fileURLToPath } from "node:url";
+import { type TorchModule, TorchShim, torchShimPath } from "../../ffi/torchshim.ts";
 import { fromConfigType } from "../core/dtypes.ts";
-import { invalidArg, ServerError, unavailable, unsupported } from "../core/errors.ts";
+import { internal, invalidArg, ServerError, unavailable, unsupported } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
@@ -99,7 +100,201 @@ class TorchInstance implements BackendInstance {
   }
 }
 
-/** The PyTorch backend: TorchScript models run by torch in stub processes. */
+/** A config parameter's string value ("" when unset). */
+function param(config: ModelConfig, key: string): string {
+  return config.parameters?.[key]?.string_value ?? "";
+}
+
+function boolParam(config: ModelConfig, key: string): boolean | undefined {
+  const v = param(config, key).trim().toLowerCase();
+  if (v === "") return undefined;
+  if (["true", "1", "on", "yes"].includes(v)) return true;
+  if (["false", "0", "off", "no"].includes(v)) return false;
+  throw invalidArg(
+    `Cannot load '${config.name}': parameter '${key}' is '${param(config, key)}', expected true or false`,
+  );
+}
+
+function countParam(config: ModelConfig, key: string): number | undefined {
+  const v = param(config, key);
+  if (v === "") return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) {
+    throw invalidArg(
+      `Cannot load '${config.name}': parameter '${key}' is '${v}', expected a positive integer`,
+    );
+  }
+  return n;
+}
+
+/** The `<name>__<index>` indices of the names, or undefined when one name does not follow the convention. */
+function indexed(names: readonly string[]): number[] | undefined {
+  const out: number[] = [];
+  for (const n of names) {
+    const m = /^.*?__(\d+)$/.exec(n);
+    if (!m) return undefined;
+    out.push(Number(m[1]));
+  }
+  return out;
+}
+
+/** A PyTorch instance in the server's process: libtorch through libtorchshim. */
+class NativeTorchInstance implements BackendInstance {
+  #name: string;
+  #module: TorchModule;
+  #inference: boolean;
+  /** Input names in the order forward (or its dictionary) takes them. */
+  #order: string[];
+  #dict: boolean;
+  #outputSlots: Map<string, number>;
+  #outputTypes: Map<string, string>;
+
+  constructor(config: ModelConfig, module: TorchModule, inference: boolean) {
+    this.#name = config.name;
+    this.#module = module;
+    this.#inference = inference;
+    const fail = (why: string): never => {
+      throw invalidArg(`Cannot load '${config.name}': ${why}`);
+    };
+    const sb = config.sequence_batching as { control_input?: { name: string }[] } | undefined;
+    const inputs = [...config.input.map((i) => i.name), ...(sb?.control_input ?? []).map((c) => c.name)];
+    const args = module.signature();
+    this.#dict = args.length === 1 && args[0]!.kind === "dict";
+    if (this.#dict) {
+      this.#order = inputs;
+    } else {
+      for (const a of args) {
+        if (a.kind !== "tensor") {
+          fail(
+            `forward's argument '${a.name}' has type '${a.type}'; only Tensor arguments or a single Dict[str, Tensor] are supported`,
+          );
+        }
+      }
+      const names = args.map((a) => a.name);
+      if (names.length !== inputs.length) {
+        fail(
+          `the config names ${inputs.length} input(s), forward takes ${names.length} (${names.join(", ")})`,
+        );
+      }
+      const slots = inputs.every((n) => names.includes(n))
+        ? inputs.map((n) => names.indexOf(n))
+        : indexed(inputs) ?? inputs.map((_, i) => i);
+      const order: string[] = new Array(names.length);
+      inputs.forEach((n, i) => {
+        const s = slots[i]!;
+        if (s >= names.length) fail(`input '${n}' names argument ${s}; forward takes ${names.length}`);
+        if (order[s] !== undefined) fail("two inputs name the same forward argument");
+        order[s] = n;
+      });
+      this.#order = order;
+    }
+    const outputs = config.output.map((o) => o.name);
+    const outSlots = indexed(outputs) ?? outputs.map((_, i) => i);
+    this.#outputSlots = new Map(outputs.map((n, i) => [n, outSlots[i]!]));
+    this.#outputTypes = new Map(config.output.map((o) => [o.name, fromConfigType(o.data_type)!]));
+  }
+
+  async execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
+    const fail = (why: string) => internal(`Cannot run '${this.#name}': PyTorch execute failure: ${why}`);
+    const tensors = this.#order.map((n) => {
+      const t = inputs.get(n);
+      if (!t) throw fail(`input '${n}' is missing`);
+      return t;
+    });
+    let results;
+    try {
+      results = await this.#module.forward(tensors, this.#dict ? this.#order : undefined, this.#inference);
+    } catch (err) {
+      if (err instanceof ServerError) throw err;
+      throw fail((err as Error).message);
+    }
+    const out = new Map<string, Tensor>();
+    for (const name of outputNames.length > 0 ? outputNames : [...this.#outputSlots.keys()]) {
+      const slot = this.#outputSlots.get(name)!;
+      const r = results[slot];
+      if (!r) {
+        throw fail(
+          `output '${name}' refers to output ${slot}, the model returned ${results.length} output(s)`,
+        );
+      }
+      const want = this.#outputTypes.get(name)!;
+      if (r.datatype !== want) {
+        throw fail(
+          `the config gives output '${name}' TYPE_${want}, the model returned ${
+            r.datatype ? `TYPE_${r.datatype}` : "a type without a Triton datatype"
+          }`,
+        );
+      }
+      out.set(name, { name, datatype: r.datatype, shape: r.shape, data: r.data });
+    }
+    return out;
+  }
+
+  close(): Promise<void> {
+    this.#module.close();
+    return Promise.resolve();
+  }
+}
+
+/** Creates an in-process instance through libtorchshim. */
+function createNativeInstance(shim: TorchShim, config: ModelConfig, ctx: InstanceContext): BackendInstance {
+  const settings = {
+    jitExecutor: boolParam(config, "ENABLE_JIT_EXECUTOR"),
+    jitProfiling: boolParam(config, "ENABLE_JIT_PROFILING"),
+    texprFuser: boolParam(config, "ENABLE_TENSOR_FUSER"),
+    interThreads: countParam(config, "INTER_OP_THREAD_COUNT"),
+  };
+  const own = {
+    // Set on every call, as Triton does: another model may have turned it off on the same thread.
+    optimized: boolParam(config, "DISABLE_OPTIMIZED_EXECUTION") !== true,
+    intraThreads: countParam(config, "INTRA_OP_THREAD_COUNT"),
+  };
+  const inference = boolParam(config, "INFERENCE_MODE") ?? true;
+  boolParam(config, "DISABLE_CUDNN");
+  boolParam(config, "ENABLE_CACHE_CLEANING");
+  if (ctx.kind === "KIND_GPU") {
+    throw unsupported(
+      `Cannot load '${config.name}': KIND_GPU instances run in the stub runtime (--backend-config=pytorch,runtime=stub) with a CUDA build of torch`,
+    );
+  }
+  shim.configure(settings);
+  let module: TorchModule;
+  try {
+    module = shim.load(ctx.modelPath, ctx.kind === "KIND_MODEL" ? "" : "cpu", own);
+  } catch (err) {
+    throw invalidArg(
+      `Cannot load '${config.name}': '${ctx.modelPath}' is not a TorchScript model: ${
+        (err as Error).message
+      }`,
+    );
+  }
+  try {
+    return new NativeTorchInstance(config, module, inference);
+  } catch (err) {
+    module.close();
+    throw err;
+  }
+}
+
+/** Which runtime runs a model's instances: `--backend-config=pytorch,runtime=native|stub`, else native when
+ * libtorchshim is built, else stub. */
+export function torchRuntime(backendConfig: Record<string, string>): "native" | "stub" {
+  const r = backendConfig["runtime"] ?? "";
+  if (r === "native" || r === "stub") return r;
+  if (r !== "") {
+    throw invalidArg(
+      `Cannot load PyTorch models: --backend-config=pytorch,runtime='${r}', expected native or stub`,
+    );
+  }
+  try {
+    Deno.statSync(torchShimPath(backendConfig));
+    return "native";
+  } catch {
+    return "stub";
+  }
+}
+
+/** The PyTorch backend: TorchScript models run by libtorch in the server (native) or in stub processes. */
 export class TorchBackend implements Backend {
   /** The backend name. */
   readonly name = "pytorch";
@@ -115,7 +310,7 @@ export class TorchBackend implements Backend {
     return Promise.resolve();
   }
 
-  /** Starts a stub with torch for the instance and loads the TorchScript model in it. */
+  /** Loads the TorchScript model in the server (native runtime) or in a stub with torch. */
   async createInstance(config: ModelConfig, ctx: InstanceContext): Promise<BackendInstance> {
     checkConfig(config, ctx);
     try {
@@ -124,6 +319,9 @@ export class TorchBackend implements Backend {
       throw invalidArg(
         `Cannot load '${config.name}': version ${ctx.version} has no model file '${config.default_model_filename}'`,
       );
+    }
+    if (torchRuntime(ctx.backendConfig) === "native") {
+      return createNativeInstance(TorchShim.open(torchShimPath(ctx.backendConfig)), config, ctx);
     }
     const parameters = { ...config.parameters };
     for (const p of INTERPRETER_PARAMETERS) delete parameters[p];
