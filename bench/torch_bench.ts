@@ -1,21 +1,22 @@
 /**
  * The PyTorch backend benchmark: the digits_torch example (examples/pytorch_models, TorchScript MLP
- * 64-64-10) through the server against the same model run in-process by torch (bench/torch_inprocess.py, in
+ * 64-64-10) through the server, in both runtimes (native: libtorch in the server through libtorchshim; stub:
+ * a Python stub running torch), against the same model run in-process by torch (bench/torch_inprocess.py, in
  * the torch venv), reported as ratios; the ONNX digits example (same shapes) through the same server beside
- * it, so that the cost of the stub round trip shows.
+ * it. A second part times one backend execution without server or HTTP in each runtime.
  *
  * The server runs as a child process; the load (closed loop over raw TCP, single-sample binary requests,
  * responses checked against the samples' labels) runs in this process, on the same cores.
  *
- * Run: `DINFER_TORCH_PYTHON=.venv-torch/bin/python deno run -A bench/torch_bench.ts [--duration=5]
- * [--no-write] [--probe=/tmp/libtorchprobe.so]` rewrites the PyTorch section of bench/RESULTS.md; with
- * `--probe` (a build of bench/torch_ffi_probe/probe.cpp) the section also compares one execution through the
- * backend's stub with one call into libtorch through Deno.dlopen (bench/torch_ffi_probe/probe_bench.ts).
+ * Run (after `./dinfer setup-torch`): `DINFER_TORCH_PYTHON=.venv-torch/bin/python deno run -A
+ * bench/torch_bench.ts [--duration=5] [--no-write]` rewrites the PyTorch section of bench/RESULTS.md.
  * @module
  */
 
 import { fileURLToPath } from "node:url";
 import { startChildServer } from "./child_server.ts";
+import { TorchBackend } from "../server/backends/pytorch.ts";
+import { applyDefaults, readConfigFile, resolveBackend, toModelConfig } from "../server/repository/config.ts";
 import { httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -47,6 +48,7 @@ interface InProcessPoint {
 interface ServerPoint extends LoadResult {
   model: string;
   backend: string;
+  runtime: string;
   /** Inferences per model execution over the point (warm-up included). */
   meanBatch: number;
 }
@@ -119,18 +121,21 @@ async function inProcess(threads: number): Promise<InProcess> {
   return JSON.parse(text.trim().split("\n").at(-1)!);
 }
 
-async function serverPoints(): Promise<{ points: ServerPoint[]; commit: string }> {
+async function serverPoints(runtime: string, withOnnx: boolean): Promise<ServerPoint[]> {
   const server = await startChildServer([], [
     `--model-repository=${ROOT}examples/models`,
     `--model-repository=${ROOT}examples/pytorch_models`,
     `--backend-config=pytorch,python-executable=${python}`,
+    `--backend-config=pytorch,runtime=${runtime}`,
   ]);
   const points: ServerPoint[] = [];
   try {
     const host = `127.0.0.1:${server.port}`;
     const models = [
       { model: "digits_torch", backend: "pytorch", input: "INPUT__0", output: "OUTPUT__0" },
-      { model: "digits", backend: "onnxruntime", input: "input", output: "probabilities" },
+      ...(withOnnx
+        ? [{ model: "digits", backend: "onnxruntime", input: "input", output: "probabilities" }]
+        : []),
     ];
     for (const m of models) {
       for (const connections of CONNECTIONS) {
@@ -144,14 +149,16 @@ async function serverPoints(): Promise<{ points: ServerPoint[]; commit: string }
           checkEvery: 500,
         });
         const [i1, e1] = await counts(server.port, m.model);
+        const rt = m.backend === "pytorch" ? runtime : "";
         points.push({
           ...r,
           model: m.model,
           backend: m.backend,
+          runtime: rt,
           meanBatch: (i1 - i0) / Math.max(1, e1 - e0),
         });
         console.error(
-          `${m.model} ${connections} conn: ${r.rate.toFixed(0)}/s p50 ${
+          `${m.model} ${rt} ${connections} conn: ${r.rate.toFixed(0)}/s p50 ${
             r.p50Us.toFixed(0)
           } µs errors ${r.errors}`,
         );
@@ -160,8 +167,55 @@ async function serverPoints(): Promise<{ points: ServerPoint[]; commit: string }
   } finally {
     await server.stop();
   }
+  return points;
+}
+
+/** One backend execution of digits_torch in a runtime, without server or HTTP: median µs per execute. */
+async function executions(runtime: string): Promise<{ batch: number; p50Us: number; calls: number }[]> {
+  const dir = `${ROOT}examples/pytorch_models/digits_torch`;
+  const config = toModelConfig(await readConfigFile(dir, "digits_torch"), "digits_torch");
+  resolveBackend(config, ["model.pt"]);
+  applyDefaults(config, "model.pt");
+  const instance = await new TorchBackend().createInstance(config, {
+    modelDir: dir,
+    versionDir: `${dir}/1`,
+    version: 1,
+    modelPath: `${dir}/1/model.pt`,
+    instanceName: "digits_torch_0",
+    kind: "KIND_CPU",
+    deviceId: 0,
+    backendConfig: { runtime, "python-executable": python },
+  });
+  const out = [];
+  try {
+    for (const batch of [1, 16]) {
+      const x = Float32Array.from(Array.from({ length: batch }, (_, i) => samples.inputs[i % 8]!).flat());
+      const inputs = new Map([["INPUT__0", {
+        name: "INPUT__0",
+        datatype: "FP32" as const,
+        shape: [batch, 64],
+        data: new Uint8Array(x.buffer),
+      }]]);
+      for (let i = 0; i < 50; i++) await instance.execute(inputs, ["OUTPUT__0"]);
+      const times: number[] = [];
+      const end = performance.now() + Math.min(durationS, 3) * 1000;
+      while (performance.now() < end) {
+        const a = performance.now();
+        await instance.execute(inputs, ["OUTPUT__0"]);
+        times.push(performance.now() - a);
+      }
+      times.sort((a, b) => a - b);
+      out.push({ batch, p50Us: times[times.length >> 1]! * 1000, calls: times.length });
+    }
+  } finally {
+    await instance.close();
+  }
+  return out;
+}
+
+async function commit(): Promise<string> {
   const git = await new Deno.Command("git", { args: ["rev-parse", "--short", "HEAD"], cwd: ROOT }).output();
-  return { points, commit: new TextDecoder().decode(git.stdout).trim() };
+  return new TextDecoder().decode(git.stdout).trim();
 }
 
 /** The best in-process row at the measured batch size nearest `batch`. */
@@ -174,20 +228,44 @@ function fmt(n: number): string {
   return Math.round(n).toLocaleString("en-US");
 }
 
-function section(runs: InProcess[], sp: { points: ServerPoint[]; commit: string }): string {
+interface Execution {
+  runtime: string;
+  batch: number;
+  p50Us: number;
+  calls: number;
+}
+
+function section(runs: InProcess[], points: ServerPoint[], execs: Execution[], code: string): string {
   const cores = navigator.hardwareConcurrency;
   const all = runs.flatMap((r) => r.points.map((p) => ({ ...p, threads: r.threads })));
   const one = all.filter((p) => p.batch === 1).reduce((a, b) => (b.rate > a.rate ? b : a));
   const best = all.reduce((a, b) => (b.rate > a.rate ? b : a));
-  const t1 = sp.points.find((p) => p.model === "digits_torch" && p.connections === 1)!;
-  const tN = sp.points.find((p) => p.model === "digits_torch" && p.connections === CONNECTIONS.at(-1))!;
-  const o1 = sp.points.find((p) => p.model === "digits" && p.connections === 1)!;
+  const onnx1 = points.find((p) => p.model === "digits" && p.connections === 1)!;
+  const last = CONNECTIONS.at(-1)!;
+  const ratios = ["native", "stub"].flatMap((rt) => {
+    const p1 = points.find((p) => p.runtime === rt && p.connections === 1)!;
+    const pN = points.find((p) => p.runtime === rt && p.connections === last)!;
+    const nearN = near(all, pN.meanBatch);
+    return [
+      `- ${rt}, one request at a time: ${fmt(p1.rate)} vs ${
+        fmt(one.rate)
+      } inferences/s in-process at batch 1 (${one.threads} thread(s)), **${
+        (p1.rate / one.rate).toFixed(3)
+      }×**; latency p50 ${fmt(p1.p50Us)} µs vs ${one.p50Us.toFixed(1)} µs per forward call.`,
+      `- ${rt}, ${last} connections with dynamic batching: ${fmt(pN.rate)} vs the best in-process ${
+        fmt(best.rate)
+      } (batch ${best.batch}), **${
+        (pN.rate / best.rate).toFixed(3)
+      }×**; against in-process at the batch size nearest the mean the server formed (${
+        pN.meanBatch.toFixed(1)
+      }, batch ${nearN.batch}): ${fmt(nearN.rate)}, **${(pN.rate / nearN.rate).toFixed(3)}×**.`,
+    ];
+  });
+  const ex = (rt: string, b: number) => execs.find((e) => e.runtime === rt && e.batch === b)!;
   const lines = [
     HEADING,
     "",
-    `Measured ${
-      new Date().toISOString().replace(/\.\d+Z$/, "Z")
-    } on ${cores} cores, server code ${sp.commit};`,
+    `Measured ${new Date().toISOString().replace(/\.\d+Z$/, "Z")} on ${cores} cores, server code ${code};`,
     "`deno run -A bench/torch_bench.ts` rewrites this section alone. Only ratios within one run compare (see",
     "Machine).",
     "",
@@ -206,75 +284,44 @@ function section(runs: InProcess[], sp: { points: ServerPoint[]; commit: string 
       } | ${p.cpuUsPerInference.toFixed(1)} |`
     ),
     "",
-    "**Server**: `digits_torch` (PyTorch backend, dynamic batching, one KIND_CPU instance: a stub process",
-    "running torch on one intra-op thread, as its config sets) and, for comparison, `digits` (ONNX Runtime, same shapes, no dynamic batching) in one",
-    "server; single-sample binary HTTP requests from a closed loop in the benchmark's process, responses",
-    "checked against the sample's label.",
+    "**Server**: `digits_torch` (dynamic batching, one KIND_CPU instance on one intra-op thread, as its config",
+    "sets) in each runtime, native (libtorch in the server through libtorchshim, nonblocking FFI calls) and",
+    "stub (a Python backend stub process running torch), each in a server of its own; `digits` (ONNX Runtime,",
+    "same shapes, no dynamic batching) beside the native one for comparison. Single-sample binary HTTP requests",
+    "from a closed loop in the benchmark's process, responses checked against the sample's label.",
     "",
-    "| model | backend | connections | infer/s | p50 µs | p99 µs | mean batch | errors | checked (wrong) |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ...sp.points.map((p) =>
-      `| ${p.model} | ${p.backend} | ${p.connections} | ${fmt(p.rate)} | ${fmt(p.p50Us)} | ${
-        fmt(p.p99Us)
-      } | ${p.meanBatch.toFixed(1)} | ${p.errors} | ${p.checked} (${p.mismatches}) |`
+    "| model | backend | runtime | connections | infer/s | p50 µs | p99 µs | mean batch | errors | checked (wrong) |",
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ...points.map((p) =>
+      `| ${p.model} | ${p.backend} | ${p.runtime || "-"} | ${p.connections} | ${fmt(p.rate)} | ${
+        fmt(p.p50Us)
+      } | ${fmt(p.p99Us)} | ${p.meanBatch.toFixed(1)} | ${p.errors} | ${p.checked} (${p.mismatches}) |`
     ),
     "",
     "**Ratios** (server / in-process):",
     "",
-    `- One request at a time: ${fmt(t1.rate)} vs ${
-      fmt(one.rate)
-    } inferences/s at batch 1 (${one.threads} thread(s)), **${
-      (t1.rate / one.rate).toFixed(3)
-    }×**; latency p50 ${fmt(t1.p50Us)} µs vs ${one.p50Us.toFixed(1)} µs per forward call (${
-      (t1.p50Us / one.p50Us).toFixed(0)
-    }× as long).`,
-    `- ${CONNECTIONS.at(-1)} connections with dynamic batching: ${fmt(tN.rate)} vs the best in-process ${
-      fmt(best.rate)
-    } (batch ${best.batch}, ${best.threads} thread(s)), **${(tN.rate / best.rate).toFixed(3)}×**; against`,
-    `  in-process at the batch size nearest the mean the server formed (${tN.meanBatch.toFixed(1)}): ${
-      fmt(near(all, tN.meanBatch).rate)
-    } inferences/s, **${(tN.rate / near(all, tN.meanBatch).rate).toFixed(3)}×**.`,
-    `- The HTTP path bounds both: ONNX digits through the same server answers ${
-      fmt(Math.max(...sp.points.filter((p) => p.model === "digits").map((p) => p.rate)))
-    } inferences/s at best here.`,
-    `- The stub round trip: at one connection digits_torch's p50 is ${fmt(t1.p50Us)} µs, ONNX digits' ${
-      fmt(o1.p50Us)
-    } µs through the same HTTP path; the difference, ${fmt(t1.p50Us - o1.p50Us)} µs, is the Unix-socket`,
-    `  and shared-file exchange with the stub plus the Python side of the call (the forward itself takes ${
-      one.p50Us.toFixed(0)
-    } µs).`,
+    ...ratios,
+    `- For scale, ONNX digits through the same HTTP path: p50 ${fmt(onnx1.p50Us)} µs at one connection.`,
+    "",
+    "**One backend execution** (no server, no HTTP; `TorchBackend` instances in the benchmark's process, median",
+    "of sequential `execute` calls):",
+    "",
+    "| runtime | batch | calls | p50 µs per execution |",
+    "|---|---:|---:|---:|",
+    ...execs.map((e) => `| ${e.runtime} | ${e.batch} | ${fmt(e.calls)} | ${e.p50Us.toFixed(1)} |`),
+    "",
+    `The stub runtime's execution takes ${
+      (ex("stub", 1).p50Us / ex("native", 1).p50Us).toFixed(1)
+    }× as long as the native one at batch 1 (${
+      fmt(ex("stub", 1).p50Us - ex("native", 1).p50Us)
+    } µs more: Unix socket, shared file and Python per execution) and ${
+      (ex("stub", 16).p50Us / ex("native", 16).p50Us).toFixed(1)
+    }× at batch 16. The native runtime is therefore the default wherever libtorchshim is built (\`./dinfer\``,
+    "builds it against `.venv-torch`, about a minute on 2 cores); the stub runtime remains for KIND_GPU with a",
+    "CUDA build of torch in another interpreter, and as `--backend-config=pytorch,runtime=stub`.",
     "",
   ];
   return lines.join("\n");
-}
-
-/** The stub-versus-FFI table of bench/torch_ffi_probe/probe_bench.ts, or "" without `--probe`. */
-async function probe(): Promise<string> {
-  const lib = args.get("--probe");
-  if (!lib) return "";
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", `${ROOT}bench/torch_ffi_probe/probe_bench.ts`, lib],
-    env: { DINFER_TORCH_PYTHON: python },
-    stdout: "piped",
-    stderr: "inherit",
-  }).output();
-  if (out.code !== 0) throw new Error("bench/torch_ffi_probe/probe_bench.ts failed");
-  return [
-    "**The design measured**: one execution of `digits_torch` without server or HTTP, through the backend as",
-    "built (the Python stub: Unix socket, shared file, Python) against a call into libtorch through Deno.dlopen",
-    "(`bench/torch_ffi_probe/probe.cpp`, the smallest C ABI that runs the model, one torch thread), in one",
-    "process (`bench/torch_ffi_probe/probe_bench.ts`):",
-    "",
-    new TextDecoder().decode(out.stdout).trim(),
-    "",
-    "What this means for the design: the backend runs TorchScript in a Python backend stub, which reuses the",
-    "Python backend's process, restart and shared-memory machinery, keeps libtorch (and a crash in it) out of",
-    "the server's process, and needs no C++ build. Its price is the stub round trip above, paid once per",
-    "execution (per batch, not per request). A C ABI over libtorch bound with Deno.dlopen, the shape of",
-    "libtrtshim, would cut it to the nonblocking FFI call's cost; building a libtorch translation unit takes",
-    "about a minute on 2 cores. That path is not built yet.",
-    "",
-  ].join("\n");
 }
 
 const runs = [await inProcess(0), await inProcess(1)];
@@ -285,8 +332,12 @@ for (const r of runs) {
     }`,
   );
 }
-const sp = await serverPoints();
-const text = section(runs, sp) + "\n" + await probe();
+const points = [...await serverPoints("native", true), ...await serverPoints("stub", false)];
+const execs: Execution[] = [];
+for (const runtime of ["native", "stub"]) {
+  for (const e of await executions(runtime)) execs.push({ runtime, ...e });
+}
+const text = section(runs, points, execs, await commit());
 console.log(text);
 if (write) {
   const old = await Deno.readTextFile(RESULTS);

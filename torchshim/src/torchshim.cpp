@@ -148,8 +148,14 @@ int32_t torchshim_signature(const torchshim_module* module, char* buf, size_t bu
       const char* kind = a.type()->kind() == c10::TypeKind::TensorType ? "tensor"
                          : a.type()->kind() == c10::TypeKind::DictType ? "dict"
                                                                        : "other";
-      json += (first ? "" : ",") + std::string("{\"name\":") + json_string(a.name()) + ",\"kind\":\"" + kind +
-              "\",\"type\":" + json_string(a.type()->str()) + "}";
+      if (!first) json += ",";
+      json += "{\"name\":";
+      json += json_string(a.name());
+      json += ",\"kind\":\"";
+      json += kind;
+      json += "\",\"type\":";
+      json += json_string(a.type()->str());
+      json += "}";
       first = false;
     }
     json += "]";
