@@ -1,15 +1,16 @@
 /**
  * The PyTorch backend (`platform: "pytorch_libtorch"` / `backend: "pytorch"`, `<version>/model.pt`): serves
- * TorchScript models as Triton's PyTorch backend does. Each instance is a Python backend stub
- * (server/backends/python.ts) running server/backends/pytorch/model.py, which loads the model with
- * `torch.jit.load` and maps the config's tensors onto `forward` (forward's argument names, `<name>__<index>`,
- * or config order; a single `Dict[str, Tensor]` argument). Batches are concatenated by the scheduler and run
- * as one forward call.
+ * TorchScript models as Triton's PyTorch backend does, mapping the config's tensors onto `forward` (forward's
+ * argument names, `<name>__<index>`, or config order; a single `Dict[str, Tensor]` argument). Batches are
+ * concatenated by the scheduler and run as one forward call.
  *
- * The interpreter needs `torch`: `--backend-config=pytorch,python-executable=<python>`, else the
- * `DINFER_TORCH_PYTHON` environment variable (the launcher sets it to its torch environment), else the Python
- * backend's interpreter (`DINFER_PYTHON`, else `python3`). The config's own `python_executable` and
- * `EXECUTION_ENV_PATH` parameters are not used for PyTorch models.
+ * Two runtimes (`--backend-config=pytorch,runtime=native|stub`; by default native when libtorchshim is built):
+ * - native: libtorch in the server's process through libtorchshim (torchshim/, ffi/torchshim.ts), forward in
+ *   nonblocking FFI calls; `--backend-config=pytorch,shim-path=` (or `DINFER_TORCHSHIM`) names the library.
+ * - stub: each instance is a Python backend stub (server/backends/python.ts) running
+ *   server/backends/pytorch/model.py with torch. The interpreter: `--backend-config=pytorch,python-executable=`,
+ *   else `DINFER_TORCH_PYTHON` (the launcher's torch environment), else the Python backend's (`DINFER_PYTHON`,
+ *   else `python3`). The config's own `python_executable` and `EXECUTION_ENV_PATH` parameters are not used.
  * @module
  */
 
