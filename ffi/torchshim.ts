@@ -219,6 +219,9 @@ export interface TorchOutput {
 export class TorchModule {
   readonly #lib: Lib;
   #ptr: Deno.PointerObject | null;
+  /** Forward calls running on worker threads; the module is freed only after the last returns. */
+  #inflight = 0;
+  #closing = false;
 
   constructor(lib: Lib, ptr: Deno.PointerObject) {
     this.#lib = lib;
@@ -226,7 +229,7 @@ export class TorchModule {
   }
 
   #handle(): Deno.PointerObject {
-    if (!this.#ptr) throw internal("Cannot use a TorchScript module: it is closed");
+    if (!this.#ptr || this.#closing) throw internal("Cannot use a TorchScript module: it is closed");
     return this.#ptr;
   }
 
@@ -279,20 +282,28 @@ export class TorchModule {
     const names = cstring((dictNames ?? []).join("\0"));
     const out = new BigUint64Array(1);
     const err = new Uint8Array(ERR_LEN);
-    const rc = await this.#lib.symbols.torchshim_forward(
-      this.#handle(),
-      n,
-      dtypes,
-      ranks,
-      shapes,
-      data,
-      names,
-      dictNames ? 1 : 0,
-      inferenceMode ? 1 : 0,
-      out,
-      err,
-      BigInt(ERR_LEN),
-    );
+    const handle = this.#handle();
+    this.#inflight++;
+    let rc: number;
+    try {
+      rc = await this.#lib.symbols.torchshim_forward(
+        handle,
+        n,
+        dtypes,
+        ranks,
+        shapes,
+        data,
+        names,
+        dictNames ? 1 : 0,
+        inferenceMode ? 1 : 0,
+        out,
+        err,
+        BigInt(ERR_LEN),
+      );
+    } finally {
+      this.#inflight--;
+      if (this.#closing && this.#inflight === 0) this.#free();
+    }
     // The inputs' bytes must live until the call returns.
     void tensors;
     if (rc !== 0) throw new Error(errText(err));
@@ -338,8 +349,13 @@ export class TorchModule {
     }
   }
 
-  /** Frees the module. */
+  /** Frees the module, once the forward calls in flight have returned. */
   close(): void {
+    this.#closing = true;
+    if (this.#inflight === 0) this.#free();
+  }
+
+  #free(): void {
     if (this.#ptr) this.#lib.symbols.torchshim_module_free(this.#ptr);
     this.#ptr = null;
   }
