@@ -158,6 +158,11 @@ export function pythonPath(): string {
   return Deno.env.get("DINFER_PYTHON") ?? `${ROOT}.venv/bin/python`;
 }
 
+/** The Python interpreter with torch for PyTorch models (`DINFER_TORCH_PYTHON`, else `.venv-torch/bin/python`). */
+export function torchPythonPath(): string {
+  return Deno.env.get("DINFER_TORCH_PYTHON") ?? `${ROOT}.venv-torch/bin/python`;
+}
+
 /**
  * Runs a Python script of the compatibility tests and returns its exit code and output.
  * @param script path relative to the repository root

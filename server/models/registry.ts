@@ -11,6 +11,7 @@ import type { Backend, InstanceContext, ServerAccess } from "../backends/backend
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
 import { tensorRtBackend } from "../backends/tensorrt.ts";
 import { PythonBackend } from "../backends/python.ts";
+import { TorchBackend } from "../backends/pytorch.ts";
 import {
   applyDefaults,
   checkFileNames,
@@ -218,6 +219,7 @@ export function defaultBackends(): Map<string, Backend> {
     [onnxRuntimeBackend.name, onnxRuntimeBackend],
     [tensorRtBackend.name, tensorRtBackend],
     ["python", new PythonBackend()],
+    ["pytorch", new TorchBackend()],
   ]);
 }
 

@@ -14,7 +14,7 @@ import { parseTextFormat, TextFormatError } from "./text_format.ts";
 
 /** What a platform or backend name resolves to. */
 export interface BackendChoice {
-  /** The backend name (`onnxruntime`, `tensorrt`, `python`, `ensemble`). */
+  /** The backend name (`onnxruntime`, `tensorrt`, `python`, `pytorch`, `ensemble`). */
   backend: string;
   /** The platform name reported in metadata ("" where the backend has none). */
   platform: string;
@@ -23,6 +23,7 @@ export interface BackendChoice {
 const PLATFORMS: Record<string, string> = {
   onnxruntime_onnx: "onnxruntime",
   tensorrt_plan: "tensorrt",
+  pytorch_libtorch: "pytorch",
   ensemble: "ensemble",
 };
 
@@ -30,6 +31,7 @@ const BACKEND_PLATFORM: Record<string, string> = {
   onnxruntime: "onnxruntime_onnx",
   tensorrt: "tensorrt_plan",
   python: "",
+  pytorch: "pytorch_libtorch",
 };
 
 /** Triton platforms and backends that dinfer knows of but does not run. */
@@ -37,8 +39,6 @@ const FOREIGN = new Set([
   "tensorflow_graphdef",
   "tensorflow_savedmodel",
   "tensorflow",
-  "pytorch_libtorch",
-  "pytorch",
   "openvino",
   "dali",
   "fil",
@@ -138,7 +138,7 @@ export function resolveBackend(config: ModelConfig, files: readonly string[]): B
     const found = Object.entries(MODEL_FILE_EXTENSIONS).find(([f]) => files.includes(f))?.[1];
     if (!found) {
       throw invalidArg(
-        `Cannot load '${name}': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py)`,
+        `Cannot load '${name}': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py, model.pt)`,
       );
     }
     backend = found;

@@ -188,14 +188,19 @@ Deno.test("resolveBackend without platform or backend looks at the model files",
   assertEquals(resolve({}, ["model.onnx"])[0], { backend: "onnxruntime", platform: "onnxruntime_onnx" });
   assertEquals(resolve({}, ["model.plan"])[0], { backend: "tensorrt", platform: "tensorrt_plan" });
   assertEquals(resolve({}, ["model.py"])[0], { backend: "python", platform: "" });
+  assertEquals(resolve({}, ["model.pt"])[0], { backend: "pytorch", platform: "pytorch_libtorch" });
   assertEquals(resolve({}, ["labels.txt", "model.onnx"])[0], {
     backend: "onnxruntime",
     platform: "onnxruntime_onnx",
   });
-  // A model file dinfer runs wins over one it does not, whatever the listing order.
+  // The lookup order decides, whatever the listing order.
   assertEquals(resolve({}, ["model.pt", "model.onnx"])[0], {
     backend: "onnxruntime",
     platform: "onnxruntime_onnx",
+  });
+  assertEquals(resolve({}, ["model.savedmodel", "model.pt"])[0], {
+    backend: "pytorch",
+    platform: "pytorch_libtorch",
   });
 });
 
@@ -204,13 +209,13 @@ Deno.test("resolveBackend without platform, backend or model file is refused", (
     {},
     ["weights.bin"],
     "INVALID_ARG",
-    "Cannot load 'm': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py)",
+    "Cannot load 'm': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py, model.pt)",
   );
   resolveFails(
     {},
     [],
     "INVALID_ARG",
-    "Cannot load 'm': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py)",
+    "Cannot load 'm': the config names no platform or backend and no version folder holds a model file (model.onnx, model.plan, model.py, model.pt)",
   );
 });
 
@@ -234,8 +239,22 @@ Deno.test("resolveBackend refuses unknown platforms and backends", () => {
   resolveFails({ backend: "caffe" }, [], "INVALID_ARG", "Cannot load 'm': unknown backend 'caffe'");
 });
 
+Deno.test("resolveBackend maps the PyTorch platform and backend to each other", () => {
+  assertEquals(resolve({ platform: "pytorch_libtorch" })[0], {
+    backend: "pytorch",
+    platform: "pytorch_libtorch",
+  });
+  assertEquals(resolve({ backend: "pytorch" })[0], { backend: "pytorch", platform: "pytorch_libtorch" });
+  resolveFails(
+    { platform: "pytorch_libtorch", backend: "python" },
+    [],
+    "INVALID_ARG",
+    "Cannot load 'm': platform 'pytorch_libtorch' does not match backend 'python'",
+  );
+});
+
 Deno.test("resolveBackend answers UNSUPPORTED for Triton platforms and backends dinfer does not run", () => {
-  for (const platform of ["tensorflow_graphdef", "tensorflow_savedmodel", "pytorch_libtorch"]) {
+  for (const platform of ["tensorflow_graphdef", "tensorflow_savedmodel"]) {
     resolveFails(
       { platform },
       [],
@@ -243,7 +262,7 @@ Deno.test("resolveBackend answers UNSUPPORTED for Triton platforms and backends 
       `Cannot load 'm': '${platform}' models are not supported by dinfer`,
     );
   }
-  for (const backend of ["tensorflow", "pytorch", "openvino", "dali", "fil", "vllm", "tensorrtllm"]) {
+  for (const backend of ["tensorflow", "openvino", "dali", "fil", "vllm", "tensorrtllm"]) {
     resolveFails(
       { backend },
       [],
@@ -251,12 +270,6 @@ Deno.test("resolveBackend answers UNSUPPORTED for Triton platforms and backends 
       `Cannot load 'm': '${backend}' models are not supported by dinfer`,
     );
   }
-  resolveFails(
-    {},
-    ["model.pt"],
-    "UNSUPPORTED",
-    "Cannot load 'm': 'pytorch' models are not supported by dinfer",
-  );
   resolveFails(
     {},
     ["model.savedmodel"],
