@@ -279,7 +279,8 @@ for (const runtime of RUNTIMES) {
       const r = await load({ INTRA_OP_THREAD_COUNT: "zero" });
       assert.equal(r.status, 400);
       assert.deepEqual(r.json, {
-        error: "Failed to load 'add_nobatch_pt', the previous versions keep serving: " +
+        error:
+          "Cannot load 'add_nobatch_pt': failed to load 'add_nobatch_pt', the previous versions keep serving: " +
           loadFailure(
             runtime,
             "add_nobatch_pt",
@@ -296,7 +297,8 @@ for (const runtime of RUNTIMES) {
       });
       assert.equal(r.status, 400);
       assert.deepEqual(r.json, {
-        error: "Failed to load 'add_nobatch_pt', the previous versions keep serving: " +
+        error:
+          "Cannot load 'add_nobatch_pt': failed to load 'add_nobatch_pt', the previous versions keep serving: " +
           (runtime === "native"
             ? "Cannot load 'add_nobatch_pt': KIND_GPU instances run in the stub runtime (--backend-config=pytorch,runtime=stub) with a CUDA build of torch"
             : loadFailure(
