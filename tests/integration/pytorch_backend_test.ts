@@ -32,10 +32,14 @@ function startTorchServer(runtime: Runtime, flags: string[] = []): Promise<TestS
 }
 
 /** How a load failure of the model's first instance reads in each runtime. */
-function loadFailure(runtime: Runtime, model: string, reason: string): string {
+/**
+ * A load failure's message. The stub runtime names the instance: `<model>_0` in the default instance group,
+ * `<model>_0_0` in the first group a config declares (the group is named `<model>_0`, as in Triton).
+ */
+function loadFailure(runtime: Runtime, model: string, reason: string, instance = `${model}_0`): string {
   return runtime === "native"
     ? `Cannot load '${model}': ${reason}`
-    : `Cannot load '${model}' instance '${model}_0': initialize failed: TorchScriptError: ${reason}`;
+    : `Cannot load '${model}' instance '${instance}': initialize failed: TorchScriptError: ${reason}`;
 }
 
 function fp32(name: string, shape: number[], data: number[]) {
@@ -305,6 +309,7 @@ for (const runtime of RUNTIMES) {
               runtime,
               "add_nobatch_pt",
               "KIND_GPU needs a CUDA build of torch and a GPU; this torch sees none",
+              "add_nobatch_pt_0_0",
             )),
       });
     });
