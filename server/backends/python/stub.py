@@ -3,12 +3,19 @@
     stub.py serve <socket> <model.py> <shm file>     one model instance, controlled by the server
     stub.py autocomplete <model.py> <in.json> <out.json>
 
-Control messages travel over the Unix socket as a 4-byte little-endian length and a JSON body. Tensor bytes
-travel through the shared-memory file: the server writes the inputs at the offsets it names, the stub
-builds numpy views over them, and writes the outputs after them (growing the file when needed).
+Messages travel over the Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length
+of the JSON header, the header, then the payload. Small tensors travel inline in the payload (their
+description says `inline` and gives the offset in the payload); larger ones through the shared-memory file:
+the server writes the inputs at the offsets it names, the stub builds numpy views over them, and writes the
+outputs after them (growing the file when needed).
+
+One thread at a time reads the socket: whichever thread waits for something (the main thread for the next
+command, a model's thread for a BLS answer) takes the reading role while no other thread holds it, so that
+a request reaches the model with no hand-over between threads.
 """
 
 import asyncio
+import collections
 import concurrent.futures
 import importlib.util
 import inspect
@@ -29,6 +36,9 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 ALIGN = 64
+# Tensors of a message travel inline up to this many bytes in all; larger ones through shared memory.
+INLINE_MAX = 64 * 1024
+HEAD = struct.Struct("<II")
 
 
 def align(n):
@@ -72,6 +82,11 @@ class SharedFile:
         os.close(self.fd)
 
 
+def tensor_source(desc, payload, mm):
+    """The buffer a tensor's bytes are in: the message's payload when inline, else the shared file."""
+    return payload if desc.get("inline") else mm
+
+
 def read_tensor(mm, desc, copy=False):
     dt = desc["datatype"]
     shape = tuple(desc["shape"])
@@ -103,10 +118,10 @@ def serialize_bytes(arr):
     return b"".join(parts)
 
 
-def write_tensors(shared, start, tensors):
-    """Writes tensors from `start` on; returns their descriptions."""
+def prepare_tensors(tensors):
+    """Each tensor with its datatype, shape and contiguous bytes (BYTES serialized)."""
     prepared = []
-    offset = align(start)
+    total = 0
     for t in tensors:
         arr = t.as_numpy()
         dt = t.triton_dtype()
@@ -116,66 +131,146 @@ def write_tensors(shared, start, tensors):
         else:
             data = np.ascontiguousarray(arr)
             nbytes = data.nbytes
-        prepared.append((t, dt, list(arr.shape), offset, nbytes, data))
+        prepared.append((t.name(), dt, list(arr.shape), nbytes, data))
+        total += align(nbytes)
+    return prepared, total
+
+
+def inline_tensors(prepared, parts, size):
+    """Appends tensors to a message's payload parts (`size` bytes so far, 8-aligned); returns their
+    descriptions and the new size."""
+    descs = []
+    for name, dt, shape, nbytes, data in prepared:
+        descs.append({"name": name, "datatype": dt, "shape": shape, "offset": size, "nbytes": nbytes, "inline": True})
+        if nbytes:
+            parts.append(data if dt == "BYTES" else data.reshape(-1).view(np.uint8).data)
+            pad = -nbytes % 8
+            if pad:
+                parts.append(b"\0" * pad)
+            size += nbytes + pad
+    return descs, size
+
+
+def write_tensors(shared, start, prepared):
+    """Writes prepared tensors (see `prepare_tensors`) into the shared file from `start` on; returns their
+    descriptions."""
+    offset = align(start)
+    placed = []
+    for name, dt, shape, nbytes, data in prepared:
+        placed.append((name, dt, shape, offset, nbytes, data))
         offset = align(offset + nbytes)
     mm = shared.ensure(offset)
     descs = []
-    for t, dt, shape, off, nbytes, data in prepared:
+    for name, dt, shape, off, nbytes, data in placed:
         if nbytes:
             if dt == "BYTES":
                 mm[off : off + nbytes] = data
             else:
                 np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=off)[:] = data.reshape(-1).view(np.uint8)
-        descs.append({"name": t.name(), "datatype": dt, "shape": shape, "offset": off, "nbytes": nbytes})
+        descs.append({"name": name, "datatype": dt, "shape": shape, "offset": off, "nbytes": nbytes})
     return descs
 
 
 class Connection:
-    """The control socket: a reader thread, a write lock, BLS futures."""
+    """The control socket: framed messages, a write lock, BLS futures; the reading role goes to whichever
+    thread waits (see the module doc)."""
 
     def __init__(self, sock, shm_dir):
         self.sock = sock
         self.shm_dir = shm_dir
         self.write_lock = threading.Lock()
-        self.commands = queue.Queue()
+        self.cond = threading.Condition()
+        self.reading = False
+        self.closed = False
+        self.buf = bytearray()
+        self.commands = collections.deque()
         self.pending = {}
         self.pending_lock = threading.Lock()
         self.next_id = 0
-        threading.Thread(target=self._read_loop, daemon=True).start()
 
-    def send(self, msg):
-        body = json.dumps(msg).encode("utf-8")
+    def send(self, msg, parts=(), size=0):
+        """Sends one frame: the header `msg` and the payload `parts` (`size` bytes in all)."""
+        head = json.dumps(msg, separators=(",", ":")).encode("utf-8")
+        frame = [HEAD.pack(4 + len(head) + size, len(head)), head, *parts]
+        data = b"".join(frame)
         with self.write_lock:
-            self.sock.sendall(struct.pack("<I", len(body)) + body)
+            self.sock.sendall(data)
 
-    def _recv_exact(self, n):
-        chunks = []
-        while n > 0:
-            chunk = self.sock.recv(n)
+    def _recv_frame(self):
+        """Reads one frame; returns its header and payload, or None when the socket closed."""
+        buf = self.buf
+        while True:
+            need = 4 + int.from_bytes(buf[:4], "little") if len(buf) >= 4 else 4
+            if len(buf) >= need and need >= 8:
+                break
+            chunk = self.sock.recv(max(1 << 16, need - len(buf)))
             if not chunk:
                 return None
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            buf += chunk
+        n, h = HEAD.unpack_from(buf)
+        frame = buf[: 4 + n]
+        del buf[: 4 + n]
+        msg = json.loads(bytes(frame[8 : 8 + h]))
+        return msg, memoryview(frame)[8 + h :]
 
-    def _read_loop(self):
-        try:
-            while True:
-                head = self._recv_exact(4)
-                if head is None:
-                    break
-                body = self._recv_exact(struct.unpack("<I", head)[0])
-                if body is None:
-                    break
-                msg = json.loads(body)
-                if msg.get("op") == "bls_result":
-                    self._finish_bls(msg)
-                elif msg.get("op") == "bls_stream":
-                    self._stream_bls(msg)
+    def wait_for(self, ready):
+        """Returns once `ready()` holds (checked under the lock) or the socket closed; reads the socket
+        meanwhile when no other thread does."""
+        while True:
+            with self.cond:
+                while not (ready() or self.closed):
+                    if not self.reading:
+                        self.reading = True
+                        break
+                    self.cond.wait()
                 else:
-                    self.commands.put(msg)
-        finally:
-            self.commands.put(None)
+                    return
+            frame = None
+            try:
+                frame = self._recv_frame()
+            except OSError:
+                frame = None
+            finally:
+                with self.cond:
+                    self.reading = False
+                    if frame is None:
+                        self.closed = True
+                    else:
+                        try:
+                            self._dispatch(*frame)
+                        except Exception:  # noqa: BLE001
+                            traceback.print_exc()
+                    self.cond.notify_all()
+
+    def next_command(self):
+        """The next command from the server, or None when the socket closed."""
+        self.wait_for(lambda: self.commands)
+        with self.cond:
+            return self.commands.popleft() if self.commands else None
+
+    def result(self, future):
+        """Waits for a BLS future (reading the socket meanwhile) and returns its response."""
+        self.wait_for(future.done)
+        if not future.done():
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError("Cannot run BLS: the server closed the connection"))
+        return future.result()
+
+    def next_response(self, responses):
+        """Waits for the next response of a decoupled BLS call (None after the last)."""
+        self.wait_for(lambda: responses)
+        if not responses:
+            return None
+        return responses.popleft()
+
+    def _dispatch(self, msg, payload):
+        op = msg.get("op")
+        if op == "bls_result":
+            self._finish_bls(msg, payload)
+        elif op == "bls_stream":
+            self._stream_bls(msg, payload)
+        else:
+            msg["_payload"] = payload
+            self.commands.append(msg)
 
     def _new_file(self, prefix):
         with self.pending_lock:
@@ -184,41 +279,58 @@ class Connection:
         return os.path.join(self.shm_dir, f"{prefix}-{os.getpid()}-{n}-{threading.get_ident()}")
 
     def bls(self, request, decoupled=False):
-        """Sends a BLS request; returns a Future of its response, or for `decoupled` a queue of responses that
-        ends with None."""
-        future = queue.Queue() if decoupled else concurrent.futures.Future()
+        """Sends a BLS request; returns a Future of its response, or for `decoupled` a deque of responses that
+        ends with None (wait on either through `result` / `next_response`)."""
+        future = collections.deque() if decoupled else concurrent.futures.Future()
         with self.pending_lock:
             self.next_id += 1
             call_id = self.next_id
-        path = os.path.join(self.shm_dir, f"dinfer-bls-{os.getpid()}-{call_id}")
-        shared = SharedFile(path, create=True)
-        try:
-            descs = write_tensors(shared, 0, request.inputs())
-        except Exception:
-            shared.close()
-            os.unlink(path)
-            raise
+        prepared, total = prepare_tensors(request.inputs())
+        parts, size, shared = [], 0, None
+        if total <= INLINE_MAX:
+            descs, size = inline_tensors(prepared, parts, 0)
+            path = None
+        else:
+            path = os.path.join(self.shm_dir, f"dinfer-bls-{os.getpid()}-{call_id}")
+            shared = SharedFile(path, create=True)
+            try:
+                descs = write_tensors(shared, 0, prepared)
+            except Exception:
+                shared.close()
+                os.unlink(path)
+                raise
         with self.pending_lock:
             self.pending[call_id] = (future, shared)
         version = request.model_version()
-        self.send(
-            {
-                "op": "bls",
-                "id": call_id,
-                "model": request.model_name(),
-                "version": "" if version in (None, -1, "") else str(version),
-                "request_id": request.request_id(),
-                "correlation_id": request.correlation_id(),
-                "parameters": json.loads(request.parameters()),
-                "outputs": list(request.requested_output_names()),
-                "inputs": descs,
-                "file": path,
-                "decoupled": decoupled,
-            }
-        )
+        msg = {
+            "op": "bls",
+            "id": call_id,
+            "model": request.model_name(),
+            "version": "" if version in (None, -1, "") else str(version),
+            "request_id": request.request_id(),
+            "correlation_id": request.correlation_id(),
+            "parameters": json.loads(request.parameters()),
+            "outputs": list(request.requested_output_names()),
+            "inputs": descs,
+            "decoupled": decoupled,
+        }
+        if path is not None:
+            msg["file"] = path
+        self.send(msg, parts, size)
         return future
 
-    def _stream_bls(self, msg):
+    @staticmethod
+    def _release(shared):
+        if shared is None:
+            return
+        shared.mm = None
+        shared.close()
+        try:
+            os.unlink(shared.path)
+        except OSError:
+            pass
+
+    def _stream_bls(self, msg, payload):
         with self.pending_lock:
             if msg.get("final"):
                 responses, shared = self.pending.pop(msg["id"], (None, None))
@@ -226,17 +338,13 @@ class Connection:
                 responses, shared = self.pending.get(msg["id"], (None, None))
         if responses is None:
             return
-        if shared is not None and msg.get("final"):
-            shared.close()
-            try:
-                os.unlink(shared.path)
-            except OSError:
-                pass
+        if msg.get("final"):
+            self._release(shared)
         try:
             if msg.get("error"):
                 err = msg["error"]
                 code = getattr(pb_utils.TritonError, err.get("code", "INTERNAL"), pb_utils.TritonError.INTERNAL)
-                responses.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(err["message"], code)))
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(err["message"], code)))
             elif msg.get("file"):
                 path = msg["file"]
                 base = os.path.basename(path)
@@ -248,16 +356,19 @@ class Connection:
                 finally:
                     os.unlink(path)
                 tensors = [pb_utils.Tensor(d["name"], read_tensor(data, d, copy=True), d["datatype"]) for d in msg["outputs"]]
-                responses.put(pb_utils.InferenceResponse(output_tensors=tensors))
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            elif msg.get("outputs") is not None:
+                tensors = [pb_utils.Tensor(d["name"], read_tensor(payload, d), d["datatype"]) for d in msg["outputs"]]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             elif msg.get("final"):
                 # A final flag alone: an empty response, as for any decoupled model.
-                responses.put(pb_utils.InferenceResponse())
+                responses.append(pb_utils.InferenceResponse())
         except Exception as e:  # noqa: BLE001
-            responses.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
         if msg.get("final"):
-            responses.put(None)
+            responses.append(None)
 
-    def _finish_bls(self, msg):
+    def _finish_bls(self, msg, payload):
         with self.pending_lock:
             future, shared = self.pending.pop(msg["id"], (None, None))
         if future is None:
@@ -268,45 +379,47 @@ class Connection:
                 code = getattr(pb_utils.TritonError, err.get("code", "INTERNAL"), pb_utils.TritonError.INTERNAL)
                 future.set_result(pb_utils.InferenceResponse(error=pb_utils.TritonError(err["message"], code)))
                 return
-            mm = shared.ensure(0)
+            mm = shared.ensure(0) if shared is not None and not all(d.get("inline") for d in msg["outputs"]) else None
             tensors = [
-                pb_utils.Tensor(d["name"], read_tensor(mm, d, copy=True), d["datatype"]) for d in msg["outputs"]
+                pb_utils.Tensor(d["name"], read_tensor(tensor_source(d, payload, mm), d, copy=mm is not None), d["datatype"])
+                for d in msg["outputs"]
             ]
             future.set_result(pb_utils.InferenceResponse(output_tensors=tensors))
         except Exception as e:  # noqa: BLE001
             future.set_result(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
         finally:
-            shared.mm = None
-            shared.close()
-            try:
-                os.unlink(shared.path)
-            except OSError:
-                pass
+            self._release(shared)
 
     def send_response(self, request, response, flags):
-        """Sends one response of a decoupled request; its tensors go in a file of their own."""
+        """Sends one response of a decoupled request; small tensors inline, larger ones in a file of their
+        own."""
         if request._key is None:
             raise pb_utils.TritonModelException("Cannot send a response: the request did not come from the server")
         exec_id, index = request._key
         msg = {"op": "response", "id": exec_id, "index": index, "flags": int(flags)}
+        parts, size = [], 0
         if response is not None:
             if response.has_error():
                 msg["error"] = error_of(response.error())
             elif response.output_tensors():
-                path = self._new_file("dinfer-resp")
-                shared = SharedFile(path, create=True)
-                try:
-                    msg["outputs"] = write_tensors(shared, 0, response.output_tensors())
-                except Exception:
+                prepared, total = prepare_tensors(response.output_tensors())
+                if total <= INLINE_MAX:
+                    msg["outputs"], size = inline_tensors(prepared, parts, 0)
+                else:
+                    path = self._new_file("dinfer-resp")
+                    shared = SharedFile(path, create=True)
+                    try:
+                        msg["outputs"] = write_tensors(shared, 0, prepared)
+                    except Exception:
+                        shared.close()
+                        os.unlink(path)
+                        raise
+                    shared.mm = None
                     shared.close()
-                    os.unlink(path)
-                    raise
-                shared.mm = None
-                shared.close()
-                msg["file"] = path
+                    msg["file"] = path
             else:
                 msg["outputs"] = []
-        self.send(msg)
+        self.send(msg, parts, size)
 
     def log(self, level, message):
         self.send({"op": "log", "level": int(level), "message": str(message)})
@@ -330,7 +443,7 @@ def serve(socket_path, model_path, shm_path):
     loop = asyncio.new_event_loop()
 
     while True:
-        msg = conn.commands.get()
+        msg = conn.next_command()
         if msg is None:
             return
         op = msg["op"]
@@ -354,7 +467,8 @@ def serve(socket_path, model_path, shm_path):
                 return
         elif op == "execute":
             try:
-                conn.send({"op": "result", "id": msg["id"], "responses": execute(model, loop, shared, msg, decoupled)})
+                responses, parts, size = execute(model, loop, shared, msg, decoupled)
+                conn.send({"op": "result", "id": msg["id"], "responses": responses}, parts, size)
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
                     raise
@@ -379,12 +493,24 @@ def serve(socket_path, model_path, shm_path):
 
 
 def execute(model, loop, shared, msg, decoupled):
-    mm = shared.ensure(msg["shm_size"])
+    """Runs one execute call; returns the responses' descriptions and the payload parts and size of the
+    answer."""
+    payload = msg["_payload"]
+    mm = None
     requests = []
     for index, r in enumerate(msg["requests"]):
-        # A decoupled model may read its inputs after execute returns, when the server reuses the shared
-        # file for the next call: its inputs are copies.
-        inputs = [pb_utils.Tensor(d["name"], read_tensor(mm, d, copy=decoupled), d["datatype"]) for d in r["inputs"]]
+        inputs = []
+        for d in r["inputs"]:
+            if d.get("inline"):
+                # The payload belongs to this message alone: views stay valid after execute returns.
+                arr = read_tensor(payload, d)
+            else:
+                if mm is None:
+                    mm = shared.ensure(msg["shm_size"])
+                # A decoupled model may read its inputs after execute returns, when the server reuses the
+                # shared file for the next call: its inputs are copies.
+                arr = read_tensor(mm, d, copy=decoupled)
+            inputs.append(pb_utils.Tensor(d["name"], arr, d["datatype"]))
         request = pb_utils.InferenceRequest(
             inputs=inputs,
             requested_output_names=r["outputs"],
@@ -405,23 +531,41 @@ def execute(model, loop, shared, msg, decoupled):
                 "the model is decoupled: execute() must return None and send responses through "
                 "request.get_response_sender()"
             )
-        return [{} for _ in requests]
+        return [{} for _ in requests], [], 0
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")
-    answers = []
-    offset = msg["out_offset"]
+    prepared = []
+    total = 0
     for response in result:
         if response is None or not isinstance(response, pb_utils.InferenceResponse):
             raise pb_utils.TritonModelException(f"execute returned {type(response).__name__}, not an InferenceResponse")
         if response.has_error():
+            prepared.append(None)
+            continue
+        tensors, nbytes = prepare_tensors(response.output_tensors())
+        prepared.append(tensors)
+        total += nbytes
+    answers = []
+    parts = []
+    size = 0
+    offset = msg["out_offset"]
+    for response, tensors in zip(result, prepared):
+        if tensors is None:
             answers.append({"error": error_of(response.error())})
             continue
-        descs = write_tensors(shared, offset, response.output_tensors())
-        if descs:
-            offset = descs[-1]["offset"] + descs[-1]["nbytes"]
-        answers.append({"outputs": descs, "parameters": json.loads(response.parameters())})
-    return answers
+        if total <= INLINE_MAX:
+            descs, size = inline_tensors(tensors, parts, size)
+        else:
+            descs = write_tensors(shared, offset, tensors)
+            if descs:
+                offset = descs[-1]["offset"] + descs[-1]["nbytes"]
+        answer = {"outputs": descs}
+        params = response.parameters()
+        if params not in ("{}", "", None):
+            answer["parameters"] = json.loads(params)
+        answers.append(answer)
+    return answers, parts, size
 
 
 def autocomplete(model_path, in_path, out_path):

@@ -296,7 +296,7 @@ class InferenceRequest:
             raise TritonModelException("Cannot exec: BLS calls need the server")
         if decoupled:
             return _ResponseIterator(_server.bls(self, decoupled=True))
-        return _server.bls(self).result()
+        return _server.result(_server.bls(self))
 
     def async_exec(self, decoupled=False):
         """Like exec, as an awaitable, so that several calls run at the same time."""
@@ -309,7 +309,13 @@ class InferenceRequest:
                 return responses
 
             return started()
-        return asyncio.wrap_future(_server.bls(self))
+        future = _server.bls(self)
+
+        async def answered():
+            # A worker thread waits, reading the server's messages meanwhile; the event loop stays free.
+            return await asyncio.get_running_loop().run_in_executor(None, _server.result, future)
+
+        return answered()
 
 
 class _ResponseIterator:
@@ -325,7 +331,7 @@ class _ResponseIterator:
     def __next__(self):
         if self._done:
             raise StopIteration
-        response = self._responses.get()
+        response = _server.next_response(self._responses)
         if response is None:
             self._done = True
             raise StopIteration
@@ -337,7 +343,7 @@ class _ResponseIterator:
     async def __anext__(self):
         if self._done:
             raise StopAsyncIteration
-        response = await asyncio.get_running_loop().run_in_executor(None, self._responses.get)
+        response = await asyncio.get_running_loop().run_in_executor(None, _server.next_response, self._responses)
         if response is None:
             self._done = True
             raise StopAsyncIteration
