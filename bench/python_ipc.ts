@@ -48,7 +48,7 @@ for (const inflight of points) {
       const [out] = await instance.executeRequests!([{ inputs, outputNames: names, id: "", parameters: {} }]);
       lat.push((performance.now() - t0) * 1000);
       const o = out instanceof Map ? out.get("OUTPUT1") : undefined;
-      if (!o || new Int32Array(o.data.slice().buffer)[3] !== 2) wrong++;
+      if (!o || new Int32Array((o.data as Uint8Array).slice().buffer)[3] !== 2) wrong++;
     }
   }));
   lat.sort((x, y) => x - y);
