@@ -1,6 +1,7 @@
 /**
  * The Python backend's IPC alone: one stub running bench/python_models/add_sub_py, driven straight through
- * the backend (no HTTP, no scheduler), N execute calls in flight. Prints calls/s and p50 per point.
+ * the backend (no HTTP, no scheduler), N execute calls in flight. Prints calls/s, p50 and the CPU time per
+ * call of this process (the server side) and of the stub.
  *
  * `DINFER_PYTHON=.venv/bin/python deno run -A bench/python_ipc.ts [seconds] [in-flight,...]`
  * @module
@@ -10,6 +11,17 @@ import { fileURLToPath } from "node:url";
 import { PythonBackend } from "../server/backends/python.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
 import type { Tensor } from "../server/core/types.ts";
+import { cpuSeconds } from "./cpu_usage.ts";
+
+/** The stub: this process's child. */
+function children(): number[] {
+  const out: number[] = [];
+  for (const t of Deno.readDirSync("/proc/self/task")) {
+    const text = Deno.readTextFileSync(`/proc/self/task/${t.name}/children`).trim();
+    if (text) out.push(...text.split(" ").map(Number));
+  }
+  return out;
+}
 
 const DIR = fileURLToPath(new URL("./python_models/add_sub_py", import.meta.url));
 const seconds = Number(Deno.args[0] ?? 3);
@@ -40,6 +52,8 @@ const names = ["OUTPUT0", "OUTPUT1"];
 
 for (const inflight of points) {
   const lat: number[] = [];
+  const [stub] = children();
+  const d0 = cpuSeconds("self"), s0 = stub ? cpuSeconds(stub) : NaN;
   const end = performance.now() + seconds * 1000;
   let wrong = 0;
   await Promise.all(Array.from({ length: inflight }, async () => {
@@ -51,11 +65,14 @@ for (const inflight of points) {
       if (!o || new Int32Array((o.data as Uint8Array).slice().buffer)[3] !== 2) wrong++;
     }
   }));
+  const d1 = cpuSeconds("self"), s1 = stub ? cpuSeconds(stub) : NaN;
   lat.sort((x, y) => x - y);
   console.log(JSON.stringify({
     inflight,
     rate: Math.round(lat.length / seconds),
     p50Us: Math.round(lat[Math.floor(lat.length / 2)]!),
+    denoCpuUs: Math.round(((d1 - d0) * 1e6) / lat.length),
+    stubCpuUs: Math.round(((s1 - s0) * 1e6) / lat.length),
     wrong,
   }));
 }

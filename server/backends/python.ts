@@ -364,6 +364,8 @@ class Stub {
   #conn: Deno.Conn | undefined;
   #child: Deno.ChildProcess | undefined;
   #writes: Promise<void> = Promise.resolve();
+  /** Frames being written or waiting to be. */
+  #writing = 0;
   #nextId = 0;
   #pending = new Map<number, Pending>();
   /** The response senders of decoupled requests that have not sent their final flag, by `<execute>:<index>`. */
@@ -511,12 +513,16 @@ class Stub {
     view.setUint32(4, h, true);
     const bytes = frame.subarray(0, at);
     const conn = this.#conn;
-    const write = this.#writes.then(async () => {
+    const writeAll = async () => {
       if (!conn) throw internal(`Cannot run ${this.#what}: the Python stub is not connected`);
       let done = 0;
       while (done < bytes.byteLength) done += await conn.write(bytes.subarray(done));
-    });
-    this.#writes = write.catch(() => {});
+    };
+    // With no write in flight the frame is written at once; otherwise after the frames before it.
+    const write = this.#writing === 0 ? writeAll() : this.#writes.then(writeAll);
+    this.#writing++;
+    const settled = write.catch(() => {}).finally(() => this.#writing--);
+    this.#writes = settled;
     return write;
   }
 
@@ -929,7 +935,9 @@ class PythonInstance implements BackendInstance {
 
   async executeRequests(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]> {
     if (this.#closed) throw unavailable(`Cannot run '${this.#opts.config.name}': the instance is closed`);
-    const stub = await this.#ready();
+    // A running stub gets the request in this same turn (no await before the write): answers that were
+    // resolved just before are encoded after the stub already has its next request.
+    const stub = this.#stub && !this.#stub.dead ? this.#stub : await this.#ready();
     // Decoupled responses get the same datatype check as the others.
     requests = requests.map((r) => {
       const send = r.send;

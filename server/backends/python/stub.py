@@ -20,6 +20,7 @@ import concurrent.futures
 import importlib.util
 import inspect
 import json
+import math
 import mmap
 import os
 import queue
@@ -91,7 +92,7 @@ def read_tensor(mm, desc, copy=False):
     dt = desc["datatype"]
     shape = tuple(desc["shape"])
     offset = desc["offset"]
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)
     if dt == "BYTES":
         items = []
         pos = offset
@@ -561,9 +562,9 @@ def execute(model, loop, shared, msg, decoupled):
             if descs:
                 offset = descs[-1]["offset"] + descs[-1]["nbytes"]
         answer = {"outputs": descs}
-        params = response.parameters()
-        if params not in ("{}", "", None):
-            answer["parameters"] = json.loads(params)
+        params = response._parameters if isinstance(response, pb_utils.InferenceResponse) else None
+        if params:
+            answer["parameters"] = params
         answers.append(answer)
     return answers, parts, size
 

@@ -39,6 +39,9 @@ _server = None
 
 def triton_string_to_numpy(triton_type_string):
     """The numpy dtype of a config data type (`TYPE_FP32`) or a protocol datatype (`FP32`)."""
+    found = _NUMPY.get(triton_type_string)
+    if found is not None:
+        return found
     name = triton_type_string
     if name.startswith("TYPE_"):
         name = name[5:]
@@ -49,8 +52,18 @@ def triton_string_to_numpy(triton_type_string):
     return _NUMPY[name]
 
 
+# Protocol datatypes by numpy dtype (native byte order), for the common case of numpy_to_triton_type.
+_TRITON_OF = {np.dtype(t): name for name, t in _NUMPY.items() if name != "BYTES"}
+
+
 def numpy_to_triton_type(dtype):
     """The protocol datatype of a numpy dtype (`np.float32` -> `FP32`)."""
+    try:
+        found = _TRITON_OF.get(dtype)
+    except TypeError:  # an unhashable dtype description
+        found = None
+    if found is not None:
+        return found
     dtype = np.dtype(dtype)
     if dtype.kind in ("O", "S", "U"):
         return "BYTES"
