@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ChildServer, startChildServer } from "./child_server.ts";
-import { waitQuiet } from "./cpu_usage.ts";
+import { cpuSeconds, waitQuiet } from "./cpu_usage.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const RESULTS = `${ROOT}bench/RESULTS.md`;
@@ -314,6 +314,8 @@ interface Point {
   round: number;
   rate: number;
   p50Us: number;
+  /** CPU of the server and its stub processes per inference, in µs (see the method). */
+  cpuUs: number;
   errors: number;
   mismatches: number;
   firstError?: string;
@@ -389,7 +391,10 @@ async function measurePoint(
   flags: Flags,
 ): Promise<Point> {
   await waitQuiet(2, { ours: [s.pid] });
+  const tree = processTree(s.pid);
+  const cpu0 = treeCpu(tree);
   const r = protocol === "grpc" ? await grpcPoint(s, c, flags) : await httpPoint(s, protocol, c, flags);
+  const cpuUs = ((treeCpu(tree) - cpu0) * 1e6) / (r.rate * (flags.durationS + flags.warmupS));
   const p: Point = {
     server: s.name,
     protocol,
@@ -397,6 +402,7 @@ async function measurePoint(
     round,
     rate: r.rate,
     p50Us: r.p50Us,
+    cpuUs,
     errors: r.errors,
     mismatches: r.mismatches,
     ...(r.firstError ? { firstError: r.firstError } : {}),
@@ -404,11 +410,31 @@ async function measurePoint(
   console.log(
     `  round ${round} ${s.name.padEnd(6)} ${protocol.padEnd(6)} c=${String(c).padEnd(2)} ${
       fmt(p.rate).padStart(6)
-    } infer/s  p50 ${fmt(p.p50Us).padStart(5)} µs${
+    } infer/s  p50 ${fmt(p.p50Us).padStart(5)} µs  cpu ${fmt(p.cpuUs).padStart(4)} µs/infer${
       p.errors || p.mismatches ? `  ERRORS ${p.errors}/${p.mismatches}: ${p.firstError}` : ""
     }`,
   );
   return p;
+}
+
+/** A process and its descendants (the server and its Python stubs). */
+function processTree(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) {
+    try {
+      for (const t of Deno.readDirSync(`/proc/${out[i]}/task`)) {
+        const kids = Deno.readTextFileSync(`/proc/${out[i]}/task/${t.name}/children`).trim();
+        if (kids) out.push(...kids.split(" ").map(Number));
+      }
+    } catch {
+      // Exited.
+    }
+  }
+  return out;
+}
+
+function treeCpu(pids: number[]): number {
+  return pids.reduce((sum, pid) => sum + (cpuSeconds(pid) || 0), 0);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -463,8 +489,10 @@ function markdown(
       const wrong = [...d, ...t].some((p) => p.errors || p.mismatches);
       rows.push(
         `| ${PROTOCOL_NAMES[protocol]} | ${c} | ${fmt(dr)} | ${fmt(median(d.map((p) => p.p50Us)))} | ${
-          t.length ? fmt(tr) : "skipped"
-        } | ${t.length ? fmt(median(t.map((p) => p.p50Us))) : "-"} | ${
+          fmt(median(d.map((p) => p.cpuUs)))
+        } | ${t.length ? fmt(tr) : "skipped"} | ${t.length ? fmt(median(t.map((p) => p.p50Us))) : "-"} | ${
+          t.length ? fmt(median(t.map((p) => p.cpuUs))) : "-"
+        } | ${
           Number.isFinite(ratio) ? `${fmt(ratio, 2)}${ratio >= TARGET_RATIO ? "" : " (below 1.5)"}` : "-"
         }${wrong ? " **errors**" : ""} |`,
       );
@@ -490,11 +518,13 @@ gRPC with raw contents; ${flags.connections.join(" and ")} connections), the ser
 one round to the next. HTTP load: \`bench/loadgen.ts\` (closed loop, one request in flight per keep-alive
 connection); gRPC: \`bench/grpc_load.ts\` (@grpc/grpc-js, N calls in flight on one channel). ${flags.warmupS} s
 warm-up and ${flags.durationS} s measured per point; every 500th answer is checked against the expected
-values. The table shows medians over the rounds; the ratio is dinfer's rate over Triton's (target ≥
+values. CPU per inference: user + system time of the server process and its descendants (the Python stubs)
+over the whole point, warm-up included, divided by the measured rate times the point's length (an
+estimate). The table shows medians over the rounds; the ratio is dinfer's rate over Triton's (target ≥
 ${TARGET_RATIO}).${info.skipped ? `\n\n**Triton skipped**: ${info.skipped}` : ""}
 
-| protocol | connections | dinfer infer/s | dinfer p50 µs | Triton infer/s | Triton p50 µs | dinfer / Triton |
-|---|---:|---:|---:|---:|---:|---:|
+| protocol | connections | dinfer infer/s | dinfer p50 µs | dinfer CPU µs/infer | Triton infer/s | Triton p50 µs | Triton CPU µs/infer | dinfer / Triton |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
 ${rows.join("\n")}
 
 Target (≥ ${TARGET_RATIO}x Triton at every point): **${
@@ -503,13 +533,13 @@ Target (≥ ${TARGET_RATIO}x Triton at every point): **${
 
 <details><summary>Every round</summary>
 
-| round | server | protocol | connections | infer/s | p50 µs | errors |
-|---:|---|---|---:|---:|---:|---:|
+| round | server | protocol | connections | infer/s | p50 µs | CPU µs/infer | errors |
+|---:|---|---|---:|---:|---:|---:|---:|
 ${
     points.map((p) =>
       `| ${p.round} | ${p.server} | ${PROTOCOL_NAMES[p.protocol]} | ${p.connections} | ${fmt(p.rate)} | ${
         fmt(p.p50Us)
-      } | ${p.errors + p.mismatches} |`
+      } | ${fmt(p.cpuUs)} | ${p.errors + p.mismatches} |`
     ).join("\n")
   }
 

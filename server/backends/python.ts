@@ -1,8 +1,8 @@
 /**
  * The Python backend (`backend: "python"`, `<version>/model.py`): runs Triton-style `TritonPythonModel`
  * classes unchanged, one stub process per model instance (server/backends/python/stub.py). Messages go over
- * a Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length of the JSON header, the
- * header, then the payload. Small tensors (up to 64 KiB per message in all) travel inline in the payload, so
+ * a Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length of the JSON header, a
+ * 4-byte tag (an execute call's id, also on its result; else 0), the header, then the payload. Small tensors (up to 64 KiB per message in all) travel inline in the payload, so
  * that a request costs one write and one read each way; larger ones go through a shared-memory file per
  * instance, which the stub maps so that its numpy inputs are views, not copies.
  *
@@ -144,8 +144,8 @@ interface StubResponse {
 type StubMessage =
   | { op: "ready" }
   | { op: "init_error"; message: string; trace: string }
-  | { op: "result"; id: number; responses: StubResponse[] }
-  | { op: "error"; id: number; message: string; trace: string }
+  | { op: "result"; responses: StubResponse[] }
+  | { op: "error"; message: string; trace: string }
   | { op: "finalized" }
   | StubStreamResponse
   | { op: "log"; level: number; message: string }
@@ -366,7 +366,8 @@ class Stub {
   #writes: Promise<void> = Promise.resolve();
   /** Frames being written or waiting to be. */
   #writing = 0;
-  #nextId = 0;
+  /** Execute ids start at 1: a frame's tag 0 means none. */
+  #nextId = 1;
   #pending = new Map<number, Pending>();
   /** The response senders of decoupled requests that have not sent their final flag, by `<execute>:<index>`. */
   #senders = new Map<string, NonNullable<BackendRequest["send"]>>();
@@ -493,24 +494,26 @@ class Stub {
    * Sends one frame: the header `msg` and the payload `packed` (inline tensors), in one write.
    * @param msg the header
    * @param packed the payload parts and their size
+   * @param tag the frame's tag: an execute call's id, else 0
    */
-  #send(msg: unknown, packed?: Packed): Promise<void> {
+  #send(msg: unknown, packed?: Packed, tag = 0): Promise<void> {
     const head = JSON.stringify(msg);
-    // The header is padded with spaces so that the payload starts 8-aligned in the frame.
+    // The header is padded with spaces so that the payload starts 8-aligned in the frame (12 + h).
     const headMax = head.length * 3;
     const size = packed?.size ?? 0;
-    const frame = new Uint8Array(8 + headMax + 8 + size);
-    const written = encoder.encodeInto(head, frame.subarray(8, 8 + headMax)).written;
-    const h = (written + 7) & ~7;
-    frame.fill(0x20, 8 + written, 8 + h);
-    let at = 8 + h;
+    const frame = new Uint8Array(12 + headMax + 8 + size);
+    const written = encoder.encodeInto(head, frame.subarray(12, 12 + headMax)).written;
+    const h = ((written + 4 + 7) & ~7) - 4;
+    frame.fill(0x20, 12 + written, 12 + h);
+    let at = 12 + h;
     for (const part of packed?.parts ?? []) {
       frame.set(part, at);
       at += part.byteLength;
     }
     const view = new DataView(frame.buffer);
-    view.setUint32(0, 4 + h + size, true);
+    view.setUint32(0, 8 + h + size, true);
     view.setUint32(4, h, true);
+    view.setUint32(8, tag, true);
     const bytes = frame.subarray(0, at);
     const conn = this.#conn;
     const writeAll = async () => {
@@ -542,16 +545,17 @@ class Stub {
           buf.set(chunk.subarray(0, n), rest.byteLength);
         }
         let at = 0;
-        while (buf.byteLength - at >= 8) {
+        while (buf.byteLength - at >= 12) {
           const view = new DataView(buf.buffer, buf.byteOffset + at);
           const len = view.getUint32(0, true);
           if (buf.byteLength - at < 4 + len) break;
           const h = view.getUint32(4, true);
-          const msg = JSON.parse(decoder.decode(buf.subarray(at + 8, at + 8 + h))) as StubMessage;
-          const payload = buf.subarray(at + 8 + h, at + 4 + len);
+          const tag = view.getUint32(8, true);
+          const msg = JSON.parse(decoder.decode(buf.subarray(at + 12, at + 12 + h))) as StubMessage;
+          const payload = buf.subarray(at + 12 + h, at + 4 + len);
           at += 4 + len;
           try {
-            this.#onMessage(msg, payload);
+            this.#onMessage(msg, payload, tag);
           } catch (err) {
             // One message that cannot be handled must not stop the stub's other requests.
             this.#log(2, `cannot handle a '${msg.op}' message from the stub: ${(err as Error).message}`);
@@ -566,10 +570,10 @@ class Stub {
   }
 
   /** Handles a message; its payload is only valid during the call (tensors are copied out of it). */
-  #onMessage(msg: StubMessage, payload: Uint8Array): void {
+  #onMessage(msg: StubMessage, payload: Uint8Array, tag: number): void {
     if (msg.op === "result" || msg.op === "error") {
-      const p = this.#pending.get(msg.id);
-      this.#pending.delete(msg.id);
+      const p = this.#pending.get(tag);
+      this.#pending.delete(tag);
       p?.resolve(msg, payload);
     } else if (msg.op === "response") {
       this.#response(msg, payload);
@@ -804,15 +808,16 @@ class Stub {
         }, timeoutMs);
       }
     });
+    // No id in the header (it is the frame's tag): calls of the same form have the same header.
     this.#send(
-      inline ? { op: "execute", id, out_offset: 0, requests: wire } : {
+      inline ? { op: "execute", out_offset: 0, requests: wire } : {
         op: "execute",
-        id,
         shm_size: this.#shmSize,
         out_offset: end,
         requests: wire,
       },
       packed,
+      id,
     ).catch((e) => this.#pending.get(id)?.reject(e));
     let msg: StubMessage;
     try {

@@ -4,7 +4,9 @@
     stub.py autocomplete <model.py> <in.json> <out.json>
 
 Messages travel over the Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length
-of the JSON header, the header, then the payload. Small tensors travel inline in the payload (their
+of the JSON header, a 4-byte tag (the id of an execute call and of its result, else 0), the header, then the
+payload. The header of an execute call carries no id, so that calls of the same form have the same header:
+the stub parses each such header once, and encodes the header of a result of a given form once. Small tensors travel inline in the payload (their
 description says `inline` and gives the offset in the payload); larger ones through the shared-memory file:
 the server writes the inputs at the offsets it names, the stub builds numpy views over them, and writes the
 outputs after them (growing the file when needed).
@@ -39,7 +41,9 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 ALIGN = 64
 # Tensors of a message travel inline up to this many bytes in all; larger ones through shared memory.
 INLINE_MAX = 64 * 1024
-HEAD = struct.Struct("<II")
+HEAD = struct.Struct("<III")
+# Parsed execute headers by their bytes, and encoded result headers by the form of their outputs.
+CACHE_MAX = 64
 
 
 def align(n):
@@ -137,6 +141,19 @@ def prepare_tensors(tensors):
     return prepared, total
 
 
+def inline_parts(prepared, parts, size):
+    """Appends tensors' bytes to a message's payload parts (`size` bytes so far, 8-aligned); returns the new
+    size. `inline_tensors` describes them."""
+    for _, dt, _, nbytes, data in prepared:
+        if nbytes:
+            parts.append(data if dt == "BYTES" else data.reshape(-1).view(np.uint8).data)
+            pad = -nbytes % 8
+            if pad:
+                parts.append(b"\0" * pad)
+            size += nbytes + pad
+    return size
+
+
 def inline_tensors(prepared, parts, size):
     """Appends tensors to a message's payload parts (`size` bytes so far, 8-aligned); returns their
     descriptions and the new size."""
@@ -184,16 +201,17 @@ class Connection:
         self.reading = False
         self.closed = False
         self.buf = bytearray()
+        self.headers = {}
         self.commands = collections.deque()
         self.pending = {}
         self.pending_lock = threading.Lock()
         self.next_id = 0
 
-    def send(self, msg, parts=(), size=0):
-        """Sends one frame: the header `msg` and the payload `parts` (`size` bytes in all)."""
-        head = json.dumps(msg, separators=(",", ":")).encode("utf-8")
-        frame = [HEAD.pack(4 + len(head) + size, len(head)), head, *parts]
-        data = b"".join(frame)
+    def send(self, msg, parts=(), size=0, tag=0):
+        """Sends one frame: the header `msg` (a dict, or its encoded bytes) and the payload `parts` (`size`
+        bytes in all)."""
+        head = msg if isinstance(msg, bytes) else _encode(msg).encode("utf-8")
+        data = b"".join([HEAD.pack(8 + len(head) + size, len(head), tag), head, *parts])
         with self.write_lock:
             self.sock.sendall(data)
 
@@ -202,17 +220,22 @@ class Connection:
         buf = self.buf
         while True:
             need = 4 + int.from_bytes(buf[:4], "little") if len(buf) >= 4 else 4
-            if len(buf) >= need and need >= 8:
+            if len(buf) >= need and need >= 12:
                 break
             chunk = self.sock.recv(max(1 << 16, need - len(buf)))
             if not chunk:
                 return None
             buf += chunk
-        n, h = HEAD.unpack_from(buf)
+        n, h, tag = HEAD.unpack_from(buf)
         frame = buf[: 4 + n]
         del buf[: 4 + n]
-        msg = json.loads(bytes(frame[8 : 8 + h]))
-        return msg, memoryview(frame)[8 + h :]
+        key = bytes(frame[12 : 12 + h])
+        msg = self.headers.get(key)
+        if msg is None:
+            msg = json.loads(key)
+            if msg.get("op") == "execute" and len(self.headers) < CACHE_MAX:
+                self.headers[key] = msg  # read-only from here on: every call of this form shares it
+        return msg, memoryview(frame)[12 + h :], tag
 
     def wait_for(self, ready):
         """Returns once `ready()` holds (checked under the lock) or the socket closed; reads the socket
@@ -244,7 +267,7 @@ class Connection:
                     self.cond.notify_all()
 
     def next_command(self):
-        """The next command from the server, or None when the socket closed."""
+        """The next command from the server as (header, payload, tag), or None when the socket closed."""
         self.wait_for(lambda: self.commands)
         with self.cond:
             return self.commands.popleft() if self.commands else None
@@ -263,15 +286,14 @@ class Connection:
             return None
         return responses.popleft()
 
-    def _dispatch(self, msg, payload):
+    def _dispatch(self, msg, payload, tag):
         op = msg.get("op")
         if op == "bls_result":
             self._finish_bls(msg, payload)
         elif op == "bls_stream":
             self._stream_bls(msg, payload)
         else:
-            msg["_payload"] = payload
-            self.commands.append(msg)
+            self.commands.append((msg, payload, tag))
 
     def _new_file(self, prefix):
         with self.pending_lock:
@@ -444,9 +466,10 @@ def serve(socket_path, model_path, shm_path):
     loop = asyncio.new_event_loop()
 
     while True:
-        msg = conn.next_command()
-        if msg is None:
+        command = conn.next_command()
+        if command is None:
             return
+        msg, payload, tag = command
         op = msg["op"]
         if op == "init":
             args = msg["args"]
@@ -468,19 +491,15 @@ def serve(socket_path, model_path, shm_path):
                 return
         elif op == "execute":
             try:
-                responses, parts, size = execute(model, loop, shared, msg, decoupled)
-                conn.send({"op": "result", "id": msg["id"], "responses": responses}, parts, size)
+                head, parts, size = execute(model, loop, shared, msg, payload, tag, decoupled)
+                conn.send(head, parts, size, tag)
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
                     raise
                 message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
                 conn.send(
-                    {
-                        "op": "error",
-                        "id": msg["id"],
-                        "message": f"{type(e).__name__}: {message}",
-                        "trace": traceback.format_exc(),
-                    }
+                    {"op": "error", "message": f"{type(e).__name__}: {message}", "trace": traceback.format_exc()},
+                    tag=tag,
                 )
         elif op == "finalize":
             try:
@@ -493,10 +512,13 @@ def serve(socket_path, model_path, shm_path):
             return
 
 
-def execute(model, loop, shared, msg, decoupled):
-    """Runs one execute call; returns the responses' descriptions and the payload parts and size of the
-    answer."""
-    payload = msg["_payload"]
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+# Encoded result headers by the form of the outputs (names, datatypes, shapes, sizes), see the module doc.
+_result_heads = {}
+
+
+def execute(model, loop, shared, msg, payload, tag, decoupled):
+    """Runs one execute call; returns the answer's header (encoded), payload parts and payload size."""
     mm = None
     requests = []
     for index, r in enumerate(msg["requests"]):
@@ -521,7 +543,7 @@ def execute(model, loop, shared, msg, decoupled):
             parameters=r["parameters"],
         )
         request._decoupled = decoupled
-        request._key = (msg["id"], index)
+        request._key = (tag, index)
         requests.append(request)
     result = model.execute(requests)
     if inspect.isawaitable(result):
@@ -532,24 +554,37 @@ def execute(model, loop, shared, msg, decoupled):
                 "the model is decoupled: execute() must return None and send responses through "
                 "request.get_response_sender()"
             )
-        return [{} for _ in requests], [], 0
+        return _encode({"op": "result", "responses": [{} for _ in requests]}).encode(), [], 0
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")
     prepared = []
     total = 0
+    plain = True  # no errors, no parameters: the header depends on the outputs' form alone
     for response in result:
         if response is None or not isinstance(response, pb_utils.InferenceResponse):
             raise pb_utils.TritonModelException(f"execute returned {type(response).__name__}, not an InferenceResponse")
         if response.has_error():
             prepared.append(None)
+            plain = False
             continue
+        if response._parameters:
+            plain = False
         tensors, nbytes = prepare_tensors(response.output_tensors())
         prepared.append(tensors)
         total += nbytes
-    answers = []
     parts = []
     size = 0
+    if total <= INLINE_MAX and plain:
+        form = tuple(tuple((name, dt, tuple(shape), nbytes) for name, dt, shape, nbytes, _ in t) for t in prepared)
+        head = _result_heads.get(form)
+        if head is not None:
+            for tensors in prepared:
+                size = inline_parts(tensors, parts, size)
+            return head, parts, size
+    else:
+        form = None
+    answers = []
     offset = msg["out_offset"]
     for response, tensors in zip(result, prepared):
         if tensors is None:
@@ -562,11 +597,13 @@ def execute(model, loop, shared, msg, decoupled):
             if descs:
                 offset = descs[-1]["offset"] + descs[-1]["nbytes"]
         answer = {"outputs": descs}
-        params = response._parameters if isinstance(response, pb_utils.InferenceResponse) else None
-        if params:
-            answer["parameters"] = params
+        if response._parameters:
+            answer["parameters"] = response._parameters
         answers.append(answer)
-    return answers, parts, size
+    head = _encode({"op": "result", "responses": answers}).encode()
+    if form is not None and len(_result_heads) < CACHE_MAX:
+        _result_heads[form] = head
+    return head, parts, size
 
 
 def autocomplete(model_path, in_path, out_path):
