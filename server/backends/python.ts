@@ -360,6 +360,8 @@ class Stub {
   readonly #shmPath: string;
   readonly #shm: Deno.FsFile;
   #shmSize = INITIAL_SHM_BYTES;
+  /** Whether an execute call in flight may use the shared file (see `execute`). */
+  #shmHeld = false;
   #listener: Deno.Listener | undefined;
   #conn: Deno.Conn | undefined;
   #child: Deno.ChildProcess | undefined;
@@ -535,6 +537,23 @@ class Stub {
     const chunk = new Uint8Array(1 << 16);
     try {
       while (true) {
+        if (rest.byteLength >= 4) {
+          // A frame larger than the chunk is read straight into a buffer of its own size.
+          const len = new DataView(rest.buffer, rest.byteOffset).getUint32(0, true);
+          if (4 + len > chunk.byteLength) {
+            const whole = new Uint8Array(4 + len);
+            whole.set(rest);
+            let filled = rest.byteLength;
+            while (filled < whole.byteLength) {
+              const n = await conn.read(whole.subarray(filled));
+              if (n === null) return;
+              filled += n;
+            }
+            this.#frames(whole);
+            rest = new Uint8Array(0);
+            continue;
+          }
+        }
         const n = await conn.read(chunk);
         if (n === null) break;
         let buf: Uint8Array;
@@ -544,29 +563,34 @@ class Stub {
           buf.set(rest);
           buf.set(chunk.subarray(0, n), rest.byteLength);
         }
-        let at = 0;
-        while (buf.byteLength - at >= 12) {
-          const view = new DataView(buf.buffer, buf.byteOffset + at);
-          const len = view.getUint32(0, true);
-          if (buf.byteLength - at < 4 + len) break;
-          const h = view.getUint32(4, true);
-          const tag = view.getUint32(8, true);
-          const msg = JSON.parse(decoder.decode(buf.subarray(at + 12, at + 12 + h))) as StubMessage;
-          const payload = buf.subarray(at + 12 + h, at + 4 + len);
-          at += 4 + len;
-          try {
-            this.#onMessage(msg, payload, tag);
-          } catch (err) {
-            // One message that cannot be handled must not stop the stub's other requests.
-            this.#log(2, `cannot handle a '${msg.op}' message from the stub: ${(err as Error).message}`);
-          }
-        }
         // What remains is copied: the chunk is read into again.
-        rest = buf.slice(at);
+        rest = buf.slice(this.#frames(buf));
       }
     } catch {
       // The connection closed under us: the exit handler fails what is pending.
     }
+  }
+
+  /** Handles the complete frames at the start of `buf`; returns how many bytes they took. */
+  #frames(buf: Uint8Array): number {
+    let at = 0;
+    while (buf.byteLength - at >= 12) {
+      const view = new DataView(buf.buffer, buf.byteOffset + at);
+      const len = view.getUint32(0, true);
+      if (buf.byteLength - at < 4 + len) break;
+      const h = view.getUint32(4, true);
+      const tag = view.getUint32(8, true);
+      const msg = JSON.parse(decoder.decode(buf.subarray(at + 12, at + 12 + h))) as StubMessage;
+      const payload = buf.subarray(at + 12 + h, at + 4 + len);
+      at += 4 + len;
+      try {
+        this.#onMessage(msg, payload, tag);
+      } catch (err) {
+        // One message that cannot be handled must not stop the stub's other requests.
+        this.#log(2, `cannot handle a '${msg.op}' message from the stub: ${(err as Error).message}`);
+      }
+    }
+    return at;
   }
 
   /** Handles a message; its payload is only valid during the call (tensors are copied out of it). */
@@ -747,7 +771,11 @@ class Stub {
       throw internal(`Cannot run ${this.#what}: the Python stub ${this.exitReason ?? "was killed"}`);
     }
     const items = requests.map((r) => tensorBytes(r.inputs.values()));
-    const inline = items.reduce((n, i) => n + inlineSize(i), 0) <= INLINE_MAX;
+    // One call at a time may use the shared file (the instance may send the next call before this one is
+    // answered): it holds the file until its answer has been read. The others send everything inline.
+    const shm = !this.#shmHeld;
+    const inline = !shm || items.reduce((n, i) => n + inlineSize(i), 0) <= INLINE_MAX;
+    if (shm) this.#shmHeld = true;
     const packed: Packed = { descs: [], parts: [], size: 0 };
     let end = 0;
     const wire = requests.map((r, i) => {
@@ -810,8 +838,9 @@ class Stub {
     });
     // No id in the header (it is the frame's tag): calls of the same form have the same header.
     this.#send(
-      inline ? { op: "execute", out_offset: 0, requests: wire } : {
+      !shm ? { op: "execute", requests: wire } : {
         op: "execute",
+        shm: true,
         shm_size: this.#shmSize,
         out_offset: end,
         requests: wire,
@@ -827,6 +856,7 @@ class Stub {
       throw err;
     } finally {
       clearTimeout(timer);
+      if (shm) this.#shmHeld = false;
     }
     if (msg.op !== "result" || !results) {
       // The request failed as a whole: its senders take nothing more.
@@ -909,10 +939,20 @@ class PythonInstance implements BackendInstance {
   #closed = false;
   #types: Map<string, Datatype>;
 
+  /**
+   * Two batches at a time: the stub runs them one after another, and finds the next one already in its
+   * socket when it finishes one, instead of waiting for the server's answer to go out and the next request to
+   * come in. Not with dynamic or sequence batching (batches form while the instance is busy), nor with an
+   * execute timeout (it counts from the moment a batch is sent).
+   */
+  readonly pipelineDepth: number;
+
   constructor(opts: StubOptions, stub: Stub, timeoutMs: number) {
     this.#opts = opts;
     this.#stub = stub;
     this.#timeoutMs = timeoutMs;
+    const c = opts.config;
+    this.pipelineDepth = !c.dynamic_batching && !c.sequence_batching && timeoutMs === 0 ? 2 : 1;
     this.#types = new Map(opts.config.output.map((o) => [o.name, fromConfigType(o.data_type)!]));
   }
 

@@ -172,6 +172,27 @@ Deno.test("python backend runs Triton-style model.py files", async (t) => {
     },
   );
 
+  await t.step("concurrent large and small requests to one stub each get their own answer", async () => {
+    // The instance takes a second request before the first is answered; only one of them may use the shared
+    // file at a time, the other sends its tensors inline whatever their size.
+    const sizes = [40_000, 40_000, 3, 70_000, 5, 40_000];
+    const answers = await Promise.all(sizes.map(async (n, k) => {
+      const input = Float32Array.from({ length: n }, (_, i) => k * 1000 + (i % 997));
+      const r = await inferBinary(s.url, "scale_py", {
+        inputs: [{ name: "IN", datatype: "FP32", shape: [n], parameters: { binary_data_size: n * 4 } }],
+        outputs: [{ name: "OUT", parameters: { binary_data: true } }],
+      }, [bytesOf(input)]);
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      return { input, out: new Float32Array(binaryOutputs(r).get("OUT")!.slice().buffer) };
+    }));
+    for (const { input, out } of answers) {
+      assert.equal(out.length, input.length);
+      for (let i = 0; i < input.length; i++) {
+        if (out[i] !== input[i]! * 2) assert.fail(`OUT[${i}] is ${out[i]}, expected ${input[i]! * 2}`);
+      }
+    }
+  });
+
   await t.step("auto_complete_config fills inputs, outputs and batching", async () => {
     const meta = await get(s.url, "/v2/models/auto_complete_py");
     assert.deepEqual(meta.json?.inputs, [{ name: "IN", datatype: "INT64", shape: [-1, 3] }]);

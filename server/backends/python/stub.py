@@ -575,7 +575,9 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
         total += nbytes
     parts = []
     size = 0
-    if total <= INLINE_MAX and plain:
+    # Large outputs go to the shared file when this call holds it, else inline too.
+    inline = total <= INLINE_MAX or not msg.get("shm")
+    if inline and plain:
         form = tuple(tuple((name, dt, tuple(shape), nbytes) for name, dt, shape, nbytes, _ in t) for t in prepared)
         head = _result_heads.get(form)
         if head is not None:
@@ -585,12 +587,12 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
     else:
         form = None
     answers = []
-    offset = msg["out_offset"]
+    offset = msg.get("out_offset", 0)
     for response, tensors in zip(result, prepared):
         if tensors is None:
             answers.append({"error": error_of(response.error())})
             continue
-        if total <= INLINE_MAX:
+        if inline:
             descs, size = inline_tensors(tensors, parts, size)
         else:
             descs = write_tensors(shared, offset, tensors)
