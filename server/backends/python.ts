@@ -360,6 +360,8 @@ class Stub {
   readonly #shmPath: string;
   readonly #shm: Deno.FsFile;
   #shmSize = INITIAL_SHM_BYTES;
+  /** Parsed result headers by their text (see `#frames`). */
+  #resultHeads = new Map<string, StubMessage>();
   /** Whether an execute call in flight may use the shared file (see `execute`). */
   #shmHeld = false;
   #listener: Deno.Listener | undefined;
@@ -580,7 +582,13 @@ class Stub {
       if (buf.byteLength - at < 4 + len) break;
       const h = view.getUint32(4, true);
       const tag = view.getUint32(8, true);
-      const msg = JSON.parse(decoder.decode(buf.subarray(at + 12, at + 12 + h))) as StubMessage;
+      const text = decoder.decode(buf.subarray(at + 12, at + 12 + h));
+      // Results of one form have one header (the id is the tag): parsed once, then shared read-only.
+      let msg = this.#resultHeads.get(text);
+      if (!msg) {
+        msg = JSON.parse(text) as StubMessage;
+        if (msg.op === "result" && this.#resultHeads.size < 64) this.#resultHeads.set(text, msg);
+      }
       const payload = buf.subarray(at + 12 + h, at + 4 + len);
       at += 4 + len;
       try {

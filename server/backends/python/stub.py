@@ -268,6 +268,9 @@ class Connection:
 
     def next_command(self):
         """The next command from the server as (header, payload, tag), or None when the socket closed."""
+        with self.cond:
+            if self.commands:
+                return self.commands.popleft()
         self.wait_for(lambda: self.commands)
         with self.cond:
             return self.commands.popleft() if self.commands else None
