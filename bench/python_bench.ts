@@ -19,6 +19,8 @@ import { join } from "node:path";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ChildServer, startChildServer } from "./child_server.ts";
 import { cpuSeconds, waitQuiet } from "./cpu_usage.ts";
+import { findH2load, runH2load } from "./h2load.ts";
+import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const RESULTS = `${ROOT}bench/RESULTS.md`;
@@ -37,7 +39,7 @@ const EXPECTED: Record<string, Int32Array> = {
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-type Protocol = "json" | "binary" | "grpc";
+type Protocol = "json" | "binary" | "grpc" | "grpc-h2load";
 type ServerName = "dinfer" | "triton";
 
 interface Flags {
@@ -383,6 +385,75 @@ async function grpcPoint(s: Server, c: number, flags: Flags): Promise<LoadResult
   return JSON.parse(text.split("\n").at(-1)!) as LoadResult;
 }
 
+/** Checks one gRPC call with the bytes h2load sends (h2load does not read the gRPC status). */
+async function checkGrpcOnce(s: Server, message: Uint8Array): Promise<string | undefined> {
+  try {
+    const outputs = await grpcInferOnce(`127.0.0.1:${s.grpc}`, message);
+    if (outputs.length !== 2) return `${outputs.length} outputs, expected 2`;
+    for (const o of outputs) {
+      const why = compare(o, new Int32Array(Uint8Array.prototype.slice.call(o.contents).buffer));
+      if (why) return why;
+    }
+    return undefined;
+  } catch (err) {
+    return `the call failed: ${(err as Error).message}`;
+  }
+}
+
+/** The model's success and failure counts (both servers answer Triton's statistics extension). */
+async function successCount(s: Server): Promise<{ success: number; fail: number }> {
+  const body = await fetch(`http://127.0.0.1:${s.http}/v2/models/${MODEL}/stats`).then((r) => r.json()) as {
+    model_stats: { inference_stats: Record<string, { count: number }> }[];
+  };
+  const stats = body.model_stats[0]?.inference_stats ?? {};
+  return { success: Number(stats.success?.count ?? NaN), fail: Number(stats.fail?.count ?? NaN) };
+}
+
+/**
+ * gRPC through h2load (a C client: one HTTP/2 connection, N streams in flight): a warm-up run, then a
+ * measured one. The server's statistics must count at least h2load's successes and no failure.
+ */
+async function h2loadPoint(s: Server, c: number, flags: Flags, h2load: string): Promise<LoadResult> {
+  const message = simpleInferRequest(INPUT0, INPUT1, MODEL);
+  const file = await Deno.makeTempFile({ prefix: "dinfer-pybench-grpc-" });
+  try {
+    await Deno.writeFile(file, grpcFrame(message));
+    const args = [
+      ...["-c", "1", "-m", String(c), "-d", file],
+      ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
+      `http://127.0.0.1:${s.grpc}/inference.GRPCInferenceService/ModelInfer`,
+    ];
+    const ms = (x: number) => `${Math.max(1, Math.round(x * 1000))}ms`;
+    await runH2load(["-D", ms(flags.warmupS), ...args], { path: h2load });
+    const before = await successCount(s);
+    const r = await runH2load(["-D", ms(flags.durationS), ...args], { path: h2load });
+    // Calls still in flight when h2load stops are answered after it counted.
+    await new Promise((done) => setTimeout(done, 200));
+    const after = await successCount(s);
+    const why = after.fail !== before.fail
+      ? `the server counted ${after.fail - before.fail} failures`
+      : after.success - before.success < r.succeeded
+      ? `the server counted ${after.success - before.success} successes, h2load ${r.succeeded}`
+      : await checkGrpcOnce(s, message);
+    return {
+      connections: c,
+      count: r.succeeded,
+      seconds: r.seconds,
+      rate: r.succeeded / r.seconds,
+      p50Us: r.meanUs, // h2load prints no percentiles: the mean stands in
+      p90Us: NaN,
+      p99Us: NaN,
+      meanUs: r.meanUs,
+      errors: r.failed + r.errored + r.timeout,
+      checked: 1,
+      mismatches: why ? 1 : 0,
+      ...(why ? { firstError: why } : {}),
+    };
+  } finally {
+    await Deno.remove(file).catch(() => {});
+  }
+}
+
 async function measurePoint(
   s: Server,
   protocol: Protocol,
@@ -393,7 +464,11 @@ async function measurePoint(
   await waitQuiet(2, { ours: [s.pid] });
   const tree = processTree(s.pid);
   const cpu0 = treeCpu(tree);
-  const r = protocol === "grpc" ? await grpcPoint(s, c, flags) : await httpPoint(s, protocol, c, flags);
+  const r = protocol === "grpc"
+    ? await grpcPoint(s, c, flags)
+    : protocol === "grpc-h2load"
+    ? await h2loadPoint(s, c, flags, findH2load()!)
+    : await httpPoint(s, protocol, c, flags);
   const cpuUs = ((treeCpu(tree) - cpu0) * 1e6) / (r.rate * (flags.durationS + flags.warmupS));
   const p: Point = {
     server: s.name,
@@ -464,10 +539,13 @@ async function machine(): Promise<string> {
     `Linux ${Deno.osRelease()}, Deno ${Deno.version.deno}, dinfer's stubs on ${py}`;
 }
 
+const PROTOCOLS: Protocol[] = ["json", "binary", "grpc", "grpc-h2load"];
+
 const PROTOCOL_NAMES: Record<Protocol, string> = {
   json: "HTTP JSON",
   binary: "HTTP binary",
   grpc: "gRPC",
+  "grpc-h2load": "gRPC, h2load (mean µs)",
 };
 
 function markdown(
@@ -475,7 +553,7 @@ function markdown(
   flags: Flags,
   info: { machine: string; triton: string; skipped?: string },
 ) {
-  const protocols: Protocol[] = ["json", "binary", "grpc"];
+  const protocols = PROTOCOLS.filter((p) => points.some((x) => x.protocol === p));
   const rows: string[] = [];
   const ratios: number[] = [];
   for (const protocol of protocols) {
@@ -516,7 +594,11 @@ that both servers load unchanged.
 every server is measured at every point (${rounds} points: HTTP JSON, HTTP binary as tritonclient sends it,
 gRPC with raw contents; ${flags.connections.join(" and ")} connections), the servers' order alternating from
 one round to the next. HTTP load: \`bench/loadgen.ts\` (closed loop, one request in flight per keep-alive
-connection); gRPC: \`bench/grpc_load.ts\` (@grpc/grpc-js, N calls in flight on one channel). ${flags.warmupS} s
+connection); gRPC: \`bench/grpc_load.ts\` (@grpc/grpc-js, N calls in flight on one channel, in a Deno process
+of its own on the same cores) and, when h2load is installed, h2load (a C client: one HTTP/2 connection, N
+streams; its rows give the mean latency, as h2load prints no percentiles; each such point is checked by the
+model's statistics, which must count at least h2load's successes and no failure, and by one decoded call
+with the same bytes). ${flags.warmupS} s
 warm-up and ${flags.durationS} s measured per point; every 500th answer is checked against the expected
 values. CPU per inference: user + system time of the server process and its descendants (the Python stubs)
 over the whole point, warm-up included, divided by the measured rate times the point's length (an
@@ -585,7 +667,11 @@ async function main(args: string[]): Promise<void> {
       `Python backend benchmark: ${servers.map((s) => `${s.name} http ${s.http} grpc ${s.grpc}`).join("; ")}`,
     );
     const points: Point[] = [];
-    const protocols: Protocol[] = ["json", "binary", "grpc"];
+    const h2load = findH2load();
+    const protocols = PROTOCOLS.filter((p) => p !== "grpc-h2load" || h2load);
+    if (!h2load) {
+      console.log("h2load is not on PATH (Debian package nghttp2-client): no gRPC points through it");
+    }
     for (let round = 1; round <= flags.rounds; round++) {
       const order = round % 2 ? servers : [...servers].reverse();
       for (const s of order) {
