@@ -30,6 +30,33 @@ const SECTION_START = "<!-- python_bench:start -->";
 const SECTION_END = "<!-- python_bench:end -->";
 const TARGET_RATIO = 1.5;
 
+/** What profiles of the Python backend showed; measured by hand, not by this run. */
+const FINDINGS =
+  `**Where a Python call's time went** (profiles taken by hand on this machine on 2026-11-24, add_sub_py,
+not by this run; the machine's load varied from 5 to 18, so the figures are indicative):
+
+- *Before the redesign*, per call the server wrote each input and read each output in the instance's
+  shared file with a seek each (strace -c: 4 lseek, 2 read, 2 write besides one sendto and one recvfrom),
+  and sent a JSON message; the stub's reader thread read it (2 recvfrom: length, then body) and handed it to
+  the main thread through a queue (5.6 futex calls per call, a thread wake-up and GIL hand-over), plus an
+  fstat per call. py-spy: the stub's main thread spent half its time waiting on that queue. The server
+  answered the next request only after earlier answers' continuations had run (two microtask hops before the
+  write), and an instance took one batch at a time, so the stub sat idle while the server encoded the
+  previous answer and read the next request. The backend alone (\`bench/python_ipc.ts\`): 1.7k calls/s,
+  p50 400 µs at 1 in flight; 1.9k/s at 8.
+- *Now*: one frame per direction (length, header length, tag, JSON header, tensor bytes inline up to 64 KiB;
+  larger tensors still through the shared file), one sendto and usually one recvfrom per call in the stub,
+  no futex on the path (the thread that waits reads the socket itself), an execute header of a repeated
+  form parsed once and a result header encoded once (they were 18 µs of the stub's 60 µs of Python per call,
+  thread CPU time), the write issued in the same turn, and two batches in flight per instance (the stub
+  finds the next one waiting). py-spy of the stub at 8 in flight: sendall 25 %, recv 13 % (the kernel's
+  wake-ups of the other process), the model's own execute about 9 %, the rest spread thin. Deno's
+  --cpu-prof of the backend alone at 8 in flight: reading frames 3.8 %, building them 2.9 %, the socket
+  write 2.7 % of wall time; the JS thread is idle 73 % of it.
+- *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
+  the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
+  \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
+
 const INPUT0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
 const INPUT1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
 const EXPECTED: Record<string, Int32Array> = {
@@ -551,7 +578,7 @@ const PROTOCOL_NAMES: Record<Protocol, string> = {
 function markdown(
   points: Point[],
   flags: Flags,
-  info: { machine: string; triton: string; skipped?: string },
+  info: { machine: string; triton: string; skipped?: string; ipc: string },
 ) {
   const protocols = PROTOCOLS.filter((p) => points.some((x) => x.protocol === p));
   const rows: string[] = [];
@@ -613,6 +640,10 @@ Target (≥ ${TARGET_RATIO}x Triton at every point): **${
     info.skipped ? "not measured" : met ? "met" : "not met"
   }**.
 
+${info.ipc}
+
+${FINDINGS}
+
 <details><summary>Every round</summary>
 
 | round | server | protocol | connections | infer/s | p50 µs | CPU µs/infer | errors |
@@ -627,6 +658,49 @@ ${
 
 </details>
 ${SECTION_END}`;
+}
+
+/** Runs one of the IPC benchmarks and returns the JSON lines it printed. */
+async function ipcLines(script: string, args: string[]): Promise<Record<string, number>[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "--quiet", `${ROOT}${script}`, ...args],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (out.code !== 0) {
+    console.log(`${script} failed (exit ${out.code}): ${decoder.decode(out.stderr).slice(-1000)}`);
+    return [];
+  }
+  const lines = decoder.decode(out.stdout).trim().split("\n").filter((l) => l.startsWith("{"));
+  for (const l of lines) console.log(`  ${l}`);
+  return lines.map((l) => JSON.parse(l) as Record<string, number>);
+}
+
+function ipcMarkdown(ipc: Record<string, number>[], floor: Record<string, number>[]): string {
+  const rows = ipc.map((r) =>
+    `| backend alone, ${r.inflight} in flight | ${fmt(r.rate ?? NaN)} | ${fmt(r.p50Us ?? NaN)} (p50) | ${
+      fmt(r.denoCpuUs ?? NaN)
+    } | ${fmt(r.stubCpuUs ?? NaN)} |`
+  );
+  const f = [...floor].sort((a, b) => (a.meanUs ?? 0) - (b.meanUs ?? 0))[Math.floor(floor.length / 2)];
+  if (f) {
+    rows.push(
+      `| floor: a Python echo of one 512-byte frame (median of ${floor.length} runs) | ${
+        fmt(f.roundTripsPerS ?? NaN)
+      } | ${fmt(f.meanUs ?? NaN)} (mean) | ${fmt(f.denoCpuUs ?? NaN)} | ${fmt(f.pythonCpuUs ?? NaN)} |`,
+    );
+  }
+  return `**The Python backend's messages alone**, after the rounds, with the servers stopped:
+\`bench/python_ipc.ts\` drives one add_sub_py stub straight through the backend (no HTTP, no scheduler; with N
+in flight the stub finds the next call waiting, as the server's pipeline depth of 2 lets it), and
+\`bench/python_ipc_floor.ts\` is the least any such design costs: a minimal Python process that echoes
+length-prefixed frames over the same kind of Unix socket, driven with the same Deno calls (one write, reads
+until the frame is back). CPU is per call, from /proc.
+
+| what | calls/s | µs | Deno CPU µs/call | Python CPU µs/call |
+|---|---:|---:|---:|---:|
+${rows.join("\n")}`;
 }
 
 /** Replaces this benchmark's section of the results file (or appends it), keeping everything else. */
@@ -680,7 +754,22 @@ async function main(args: string[]): Promise<void> {
         }
       }
     }
-    const section = markdown(points, flags, { machine: await machine(), triton: tritonInfo, skipped });
+    for (const s of servers) await s.stop();
+    servers.length = 0;
+    console.log(
+      "The backend's messages alone (bench/python_ipc.ts) and their floor (bench/python_ipc_floor.ts)",
+    );
+    const ipc = await ipcLines("bench/python_ipc.ts", [String(flags.durationS), "1,8"]);
+    const floor = await ipcLines("bench/python_ipc_floor.ts", [
+      Deno.env.get("DINFER_PYTHON") ?? "python3",
+      String(flags.durationS),
+    ]);
+    const section = markdown(points, flags, {
+      machine: await machine(),
+      triton: tritonInfo,
+      skipped,
+      ipc: ipcMarkdown(ipc, floor),
+    });
     console.log(`\n${section}`);
     if (flags.write) {
       await writeSection(flags.out, section);
