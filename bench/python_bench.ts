@@ -204,6 +204,8 @@ interface Server {
   pid: number;
   stop(): Promise<void>;
   log(): string;
+  /** How the process ended, or undefined while it runs. */
+  exited(): string | undefined;
 }
 
 async function makeRepository(): Promise<string> {
@@ -225,7 +227,15 @@ async function startDinfer(repo: string): Promise<Server> {
     }
   }
   const s: ChildServer = await startChildServer([], [`--model-repository=${repo}`, `--grpc-port=${grpc}`]);
-  return { name: "dinfer", http: s.port, grpc, pid: s.pid, stop: () => s.stop(), log: () => s.log() };
+  return {
+    name: "dinfer",
+    http: s.port,
+    grpc,
+    pid: s.pid,
+    stop: () => s.stop(),
+    log: () => s.log(),
+    exited: () => s.exitCode() === undefined ? undefined : `exited with code ${s.exitCode()}`,
+  };
 }
 
 /** Where the Triton of the venv lives, or why it cannot run. */
@@ -302,8 +312,10 @@ async function startTriton(t: TritonInstall, repo: string): Promise<Server> {
   };
   const drained = Promise.all([drain(child.stdout), drain(child.stderr)]);
   let exited = false;
+  let how: string | undefined;
   const status = child.status.then((s) => {
     exited = true;
+    how = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
     return s;
   });
   const server: Server = {
@@ -319,6 +331,7 @@ async function startTriton(t: TritonInstall, repo: string): Promise<Server> {
       await drained;
     },
     log: () => output,
+    exited: () => how,
   };
   const deadline = performance.now() + 120_000;
   while (performance.now() < deadline && !exited) {
@@ -491,11 +504,31 @@ async function measurePoint(
   await waitQuiet(2, { ours: [s.pid] });
   const tree = processTree(s.pid);
   const cpu0 = treeCpu(tree);
-  const r = protocol === "grpc"
-    ? await grpcPoint(s, c, flags)
-    : protocol === "grpc-h2load"
-    ? await h2loadPoint(s, c, flags, findH2load()!)
-    : await httpPoint(s, protocol, c, flags);
+  let r: LoadResult;
+  try {
+    r = protocol === "grpc"
+      ? await grpcPoint(s, c, flags)
+      : protocol === "grpc-h2load"
+      ? await h2loadPoint(s, c, flags, findH2load()!)
+      : await httpPoint(s, protocol, c, flags);
+  } catch (err) {
+    // A point that could not be measured counts as an error, never as a rate.
+    const why = (err as Error).message;
+    r = {
+      connections: c,
+      count: 0,
+      seconds: 0,
+      rate: NaN,
+      p50Us: NaN,
+      p90Us: NaN,
+      p99Us: NaN,
+      meanUs: NaN,
+      errors: 1,
+      checked: 0,
+      mismatches: 0,
+      firstError: why,
+    };
+  }
   const cpuUs = ((treeCpu(tree) - cpu0) * 1e6) / (r.rate * (flags.durationS + flags.warmupS));
   const p: Point = {
     server: s.name,
@@ -546,9 +579,10 @@ function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : "-";
 }
 
+/** The median of the finite values (NaN when there are none). */
 function median(values: number[]): number {
-  if (values.length === 0) return NaN;
-  const s = [...values].sort((a, b) => a - b);
+  const s = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
   const m = Math.floor(s.length / 2);
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
@@ -578,7 +612,7 @@ const PROTOCOL_NAMES: Record<Protocol, string> = {
 function markdown(
   points: Point[],
   flags: Flags,
-  info: { machine: string; triton: string; skipped?: string; ipc: string },
+  info: { machine: string; triton: string; skipped?: string; ipc: string; notes: string[] },
 ) {
   const protocols = PROTOCOLS.filter((p) => points.some((x) => x.protocol === p));
   const rows: string[] = [];
@@ -630,7 +664,9 @@ warm-up and ${flags.durationS} s measured per point; every 500th answer is check
 values. CPU per inference: user + system time of the server process and its descendants (the Python stubs)
 over the whole point, warm-up included, divided by the measured rate times the point's length (an
 estimate). The table shows medians over the rounds; the ratio is dinfer's rate over Triton's (target ≥
-${TARGET_RATIO}).${info.skipped ? `\n\n**Triton skipped**: ${info.skipped}` : ""}
+${TARGET_RATIO}).${info.skipped ? `\n\n**Triton skipped**: ${info.skipped}` : ""}${
+    info.notes.map((n) => `\n\n**Note**: ${n}.`).join("")
+  }
 
 | protocol | connections | dinfer infer/s | dinfer p50 µs | dinfer CPU µs/infer | Triton infer/s | Triton p50 µs | Triton CPU µs/infer | dinfer / Triton |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|
@@ -741,6 +777,7 @@ async function main(args: string[]): Promise<void> {
       `Python backend benchmark: ${servers.map((s) => `${s.name} http ${s.http} grpc ${s.grpc}`).join("; ")}`,
     );
     const points: Point[] = [];
+    const notes: string[] = [];
     const h2load = findH2load();
     const protocols = PROTOCOLS.filter((p) => p !== "grpc-h2load" || h2load);
     if (!h2load) {
@@ -749,6 +786,16 @@ async function main(args: string[]): Promise<void> {
     for (let round = 1; round <= flags.rounds; round++) {
       const order = round % 2 ? servers : [...servers].reverse();
       for (const s of order) {
+        const gone = s.exited();
+        if (gone) {
+          // A server that ended (or was ended) between points: its remaining points are not measured.
+          const note = `${s.name} ${gone} before round ${round}; its later points were not measured`;
+          if (!notes.includes(note)) {
+            notes.push(note);
+            console.log(`\n${note}. Its last output:\n${s.log().slice(-3000)}\n`);
+          }
+          continue;
+        }
         for (const protocol of protocols) {
           for (const c of flags.connections) points.push(await measurePoint(s, protocol, c, round, flags));
         }
@@ -769,6 +816,7 @@ async function main(args: string[]): Promise<void> {
       triton: tritonInfo,
       skipped,
       ipc: ipcMarkdown(ipc, floor),
+      notes,
     });
     console.log(`\n${section}`);
     if (flags.write) {
