@@ -199,6 +199,7 @@ class Connection:
         self.write_lock = threading.Lock()
         self.cond = threading.Condition()
         self.reading = False
+        self.waiting = 0  # threads waiting on `cond`
         self.closed = False
         self.buf = bytearray()
         self.headers = {}
@@ -246,7 +247,11 @@ class Connection:
                     if not self.reading:
                         self.reading = True
                         break
-                    self.cond.wait()
+                    self.waiting += 1
+                    try:
+                        self.cond.wait()
+                    finally:
+                        self.waiting -= 1
                 else:
                     return
             frame = None
@@ -264,7 +269,8 @@ class Connection:
                             self._dispatch(*frame)
                         except Exception:  # noqa: BLE001
                             traceback.print_exc()
-                    self.cond.notify_all()
+                    if self.waiting:
+                        self.cond.notify_all()
 
     def next_command(self):
         """The next command from the server as (header, payload, tag), or None when the socket closed."""
@@ -529,7 +535,12 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
         for d in r["inputs"]:
             if d.get("inline"):
                 # The payload belongs to this message alone: views stay valid after execute returns.
-                arr = read_tensor(payload, d)
+                dtype = pb_utils._NUMPY.get(d["datatype"])
+                if dtype is not None and dtype is not np.object_ and d["nbytes"]:
+                    arr = np.frombuffer(payload, dtype, d["nbytes"] // np.dtype(dtype).itemsize, d["offset"])
+                    arr = arr.reshape(d["shape"])
+                else:
+                    arr = read_tensor(payload, d)
             else:
                 if mm is None:
                     mm = shared.ensure(msg["shm_size"])
@@ -549,7 +560,8 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
         request._key = (tag, index)
         requests.append(request)
     result = model.execute(requests)
-    if inspect.isawaitable(result):
+    # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
+    if type(result) is not list and inspect.isawaitable(result):
         result = loop.run_until_complete(result)
     if decoupled:
         if result is not None:
