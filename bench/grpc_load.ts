@@ -3,7 +3,9 @@
  * `simple` with raw contents over one @grpc/grpc-js channel, N calls in flight, latencies per call; the first
  * answer and every 1000th are checked. Prints one JSON line per point. One channel serves every point.
  *
- * `deno run -A bench/grpc_load.ts <host:port> <in-flight,in-flight,...> <duration s> <warm-up s>`
+ * `deno run -A bench/grpc_load.ts <host:port> <in-flight,in-flight,...> <duration s> <warm-up s> [model]`
+ * (the model defaults to `simple`; any model with INT32 [1,16] INPUT0/INPUT1 and their sum and difference as
+ * OUTPUT0/OUTPUT1 serves)
  * @module
  */
 
@@ -11,7 +13,8 @@ import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import { lookupType } from "../server/core/protos.ts";
 
-const [target = "127.0.0.1:8001", inflightArg = "1", durationArg = "5", warmupArg = "1"] = Deno.args;
+const [target = "127.0.0.1:8001", inflightArg = "1", durationArg = "5", warmupArg = "1", model = "simple"] =
+  Deno.args;
 const points = inflightArg.split(",").map(Number);
 const durationMs = Number(durationArg) * 1000;
 const warmupMs = Number(warmupArg) * 1000;
@@ -23,7 +26,7 @@ const b = new Int32Array(16).fill(1);
 const bytes = (v: Int32Array) => new Uint8Array(v.buffer.slice(0));
 const request = Buffer.from(
   reqType.encode(reqType.fromObject({
-    model_name: "simple",
+    model_name: model,
     inputs: [
       { name: "INPUT0", datatype: "INT32", shape: [1, 16] },
       { name: "INPUT1", datatype: "INT32", shape: [1, 16] },

@@ -26,13 +26,14 @@ export interface GrpcOutput {
  * Encodes a ModelInferRequest for `simple`: INPUT0 and INPUT1 as INT32 [1,16] in `raw_input_contents`.
  * @param input0 INPUT0's 16 values
  * @param input1 INPUT1's 16 values
+ * @param model the model to name (default `simple`; any with the same inputs serves)
  * @returns the protobuf bytes
  */
-export function simpleInferRequest(input0: Int32Array, input1: Int32Array): Uint8Array {
+export function simpleInferRequest(input0: Int32Array, input1: Int32Array, model = "simple"): Uint8Array {
   const type = lookupType("ModelInferRequest");
   const bytes = (v: Int32Array) => new Uint8Array(v.buffer.slice(v.byteOffset, v.byteOffset + v.byteLength));
   return type.encode(type.fromObject({
-    model_name: "simple",
+    model_name: model,
     inputs: [
       { name: "INPUT0", datatype: "INT32", shape: [1, 16] },
       { name: "INPUT1", datatype: "INT32", shape: [1, 16] },

@@ -64,6 +64,12 @@ export interface BackendInstance {
    *   with `send` (decoupled models) an empty map says the model took it, and its responses go to `send`
    */
   executeRequests?(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]>;
+  /**
+   * Optional: how many batches the scheduler may hand this instance before the first is answered (default
+   * 1). An instance that runs its batches one after another anyway (a Python stub reads them in order) takes
+   * the next one early, so that it finds it waiting when it finishes the one before.
+   */
+  readonly pipelineDepth?: number;
   /** Frees the instance's runtime resources. */
   close(): Promise<void>;
 }

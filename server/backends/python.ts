@@ -1,8 +1,10 @@
 /**
  * The Python backend (`backend: "python"`, `<version>/model.py`): runs Triton-style `TritonPythonModel`
- * classes unchanged, one stub process per model instance (server/backends/python/stub.py). Control messages
- * go over a Unix socket (4-byte little-endian length, JSON body); tensor bytes go through a shared-memory
- * file per instance, which the stub maps so that its numpy inputs are views, not copies.
+ * classes unchanged, one stub process per model instance (server/backends/python/stub.py). Messages go over
+ * a Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length of the JSON header, a
+ * 4-byte tag (an execute call's id, also on its result; else 0), the header, then the payload. Small tensors (up to 64 KiB per message in all) travel inline in the payload, so
+ * that a request costs one write and one read each way; larger ones go through a shared-memory file per
+ * instance, which the stub maps so that its numpy inputs are views, not copies.
  *
  * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
  * folder whose `bin/python3` is used), else `--backend-config=python,python-executable=...`, else the
@@ -45,6 +47,8 @@ export type InferStreamFn = (request: InferRequest, sink: ResponseSink) => Promi
 const STUB_PATH = fileURLToPath(new URL("./python/stub.py", import.meta.url));
 const ALIGN = 64;
 const INITIAL_SHM_BYTES = 1 << 20;
+/** Tensors of one message travel inline up to this many bytes in all (the stub uses the same limit). */
+const INLINE_MAX = 64 * 1024;
 const START_TIMEOUT_MS = 120_000;
 const FINALIZE_TIMEOUT_MS = 10_000;
 const ERROR_CODES = new Set<string>([
@@ -57,6 +61,9 @@ const ERROR_CODES = new Set<string>([
   "CANCELLED",
   "UNKNOWN",
 ]);
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 
 function align(n: number): number {
   return Math.ceil(n / ALIGN) * ALIGN;
@@ -106,13 +113,17 @@ function shmDir(): string {
   return Deno.env.get("TMPDIR") || "/tmp";
 }
 
-/** A tensor's place in a shared file, as the stub and the server describe it to each other. */
+/**
+ * A tensor's place, as the stub and the server describe it to each other: in the message's payload when
+ * `inline`, else in a shared file.
+ */
 interface TensorDesc {
   name: string;
   datatype: Datatype;
   shape: number[];
   offset: number;
   nbytes: number;
+  inline?: boolean;
 }
 
 /** One response of a decoupled request, sent by the stub whenever the model sends it. */
@@ -136,8 +147,8 @@ interface StubResponse {
 type StubMessage =
   | { op: "ready" }
   | { op: "init_error"; message: string; trace: string }
-  | { op: "result"; id: number; responses: StubResponse[] }
-  | { op: "error"; id: number; message: string; trace: string }
+  | { op: "result"; responses: StubResponse[] }
+  | { op: "error"; message: string; trace: string }
   | { op: "finalized" }
   | StubStreamResponse
   | { op: "log"; level: number; message: string }
@@ -151,7 +162,8 @@ type StubMessage =
     parameters: Record<string, ParamValue>;
     outputs: string[];
     inputs: TensorDesc[];
-    file: string;
+    /** The shared file of large inputs; absent when they are inline. */
+    file?: string;
   };
 
 function writeAt(file: Deno.FsFile, offset: number, bytes: Uint8Array): void {
@@ -201,8 +213,75 @@ function writeTensors(
   return { descs, end: offset, size };
 }
 
-function readTensor(file: Deno.FsFile, d: TensorDesc, what: string): Tensor {
-  const bytes = readAt(file, d.offset, d.nbytes);
+/** Tensors laid out for a message's payload: their descriptions, the parts and the payload size. */
+interface Packed {
+  descs: TensorDesc[];
+  parts: Uint8Array[];
+  size: number;
+}
+
+/** The bytes of tensors as they travel (BYTES serialized), with their total size rounded up to 8 each. */
+function tensorBytes(tensors: Iterable<Tensor>): { t: Tensor; bytes: Uint8Array }[] {
+  const out: { t: Tensor; bytes: Uint8Array }[] = [];
+  for (const t of tensors) {
+    out.push({
+      t,
+      bytes: t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : t.data as Uint8Array,
+    });
+  }
+  return out;
+}
+
+function inlineSize(items: readonly { bytes: Uint8Array }[]): number {
+  let n = 0;
+  for (const i of items) n += (i.bytes.byteLength + 7) & ~7;
+  return n;
+}
+
+/** Lays tensors out inline, after `packed.size` bytes of payload (8-aligned each). */
+function packInline(items: readonly { t: Tensor; bytes: Uint8Array }[], packed: Packed): TensorDesc[] {
+  const descs: TensorDesc[] = [];
+  for (const { t, bytes } of items) {
+    descs.push({
+      name: t.name,
+      datatype: t.datatype,
+      shape: t.shape,
+      offset: packed.size,
+      nbytes: bytes.byteLength,
+      inline: true,
+    });
+    packed.parts.push(bytes);
+    packed.size += bytes.byteLength;
+    const pad = -bytes.byteLength & 7;
+    if (pad) {
+      packed.parts.push(new Uint8Array(pad));
+      packed.size += pad;
+    }
+  }
+  packed.descs.push(...descs);
+  return descs;
+}
+
+/**
+ * Reads a tensor the other side described: from the payload when inline (copied, so that the tensor owns
+ * aligned bytes), else from the file.
+ */
+function readTensor(
+  file: Deno.FsFile | undefined,
+  d: TensorDesc,
+  what: string,
+  payload?: Uint8Array,
+): Tensor {
+  let bytes: Uint8Array;
+  if (d.inline) {
+    if (!payload || d.offset < 0 || d.offset + d.nbytes > payload.byteLength) {
+      throw internal(`Cannot read ${what}: its bytes lie outside the message`);
+    }
+    bytes = payload.slice(d.offset, d.offset + d.nbytes);
+  } else {
+    if (!file) throw internal(`Cannot read ${what}: the message names no shared file`);
+    bytes = readAt(file, d.offset, d.nbytes);
+  }
   const data = d.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(d.shape), what) : bytes;
   return { name: d.name, datatype: d.datatype, shape: d.shape, data };
 }
@@ -272,7 +351,8 @@ function takeTensors(path: string, descs: readonly TensorDesc[], what: string): 
 }
 
 interface Pending {
-  resolve: (m: StubMessage) => void;
+  /** Takes the answer; its payload is only valid during the call. */
+  resolve: (m: StubMessage, payload: Uint8Array) => void;
   reject: (e: Error) => void;
 }
 
@@ -283,11 +363,18 @@ class Stub {
   readonly #shmPath: string;
   readonly #shm: Deno.FsFile;
   #shmSize = INITIAL_SHM_BYTES;
+  /** Parsed result headers by their text (see `#frames`). */
+  #resultHeads = new Map<string, StubMessage>();
+  /** Whether an execute call in flight may use the shared file (see `execute`). */
+  #shmHeld = false;
   #listener: Deno.Listener | undefined;
   #conn: Deno.Conn | undefined;
   #child: Deno.ChildProcess | undefined;
   #writes: Promise<void> = Promise.resolve();
-  #nextId = 0;
+  /** Frames being written or waiting to be. */
+  #writing = 0;
+  /** Execute ids start at 1: a frame's tag 0 means none. */
+  #nextId = 1;
   #pending = new Map<number, Pending>();
   /** The response senders of decoupled requests that have not sent their final flag, by `<execute>:<index>`. */
   #senders = new Map<string, NonNullable<BackendRequest["send"]>>();
@@ -417,17 +504,37 @@ class Stub {
     this.#control = undefined;
   }
 
-  #send(msg: unknown): Promise<void> {
-    const body = new TextEncoder().encode(JSON.stringify(msg));
-    const frame = new Uint8Array(4 + body.byteLength);
-    new DataView(frame.buffer).setUint32(0, body.byteLength, true);
-    frame.set(body, 4);
+  /**
+   * Sends one frame: the header `msg` and the payload `packed` (inline tensors), in one write.
+   * @param msg the header
+   * @param packed the payload parts and their size
+   * @param tag the frame's tag: an execute call's id, else 0
+   */
+  #send(msg: unknown, packed?: Packed, tag = 0): Promise<void> {
+    const head = JSON.stringify(msg);
+    // The header is padded with spaces so that the payload starts 8-aligned in the frame (12 + h).
+    const headMax = head.length * 3;
+    const size = packed?.size ?? 0;
+    const frame = new Uint8Array(12 + headMax + 8 + size);
+    const written = encoder.encodeInto(head, frame.subarray(12, 12 + headMax)).written;
+    const h = ((written + 4 + 7) & ~7) - 4;
+    frame.fill(0x20, 12 + written, 12 + h);
+    let at = 12 + h;
+    for (const part of packed?.parts ?? []) {
+      frame.set(part, at);
+      at += part.byteLength;
+    }
+    const view = new DataView(frame.buffer);
+    view.setUint32(0, 8 + h + size, true);
+    view.setUint32(4, h, true);
+    view.setUint32(8, tag, true);
+    const bytes = frame.subarray(0, at);
     const conn = this.#conn;
-    const write = this.#writes.then(async () => {
+    const writeAll = async () => {
       if (!conn) throw internal(`Cannot run ${this.#what}: the Python stub is not connected`);
       let done = 0;
       try {
-        while (done < frame.byteLength) done += await conn.write(frame.subarray(done));
+        while (done < bytes.byteLength) done += await conn.write(bytes.subarray(done));
       } catch (err) {
         // The stub's end of the socket is gone: the process died (its exit status may not be known yet).
         if (err instanceof Deno.errors.BrokenPipe || err instanceof Deno.errors.ConnectionReset) {
@@ -435,61 +542,110 @@ class Stub {
         }
         throw err;
       }
-    });
-    this.#writes = write.catch(() => {});
+    };
+    // With no write in flight the frame is written at once; otherwise after the frames before it.
+    const write = this.#writing === 0 ? writeAll() : this.#writes.then(writeAll);
+    this.#writing++;
+    const settled = write.catch(() => {}).finally(() => this.#writing--);
+    this.#writes = settled;
     return write;
   }
 
   async #readLoop(conn: Deno.Conn): Promise<void> {
-    let buf = new Uint8Array(0);
+    // Bytes of an incomplete frame, carried over to the next read.
+    let rest = new Uint8Array(0);
     const chunk = new Uint8Array(1 << 16);
-    const decoder = new TextDecoder();
     try {
       while (true) {
-        const n = await conn.read(chunk);
-        if (n === null) break;
-        const next = new Uint8Array(buf.byteLength + n);
-        next.set(buf);
-        next.set(chunk.subarray(0, n), buf.byteLength);
-        buf = next;
-        while (buf.byteLength >= 4) {
-          const len = new DataView(buf.buffer, buf.byteOffset).getUint32(0, true);
-          if (buf.byteLength < 4 + len) break;
-          const msg = JSON.parse(decoder.decode(buf.subarray(4, 4 + len))) as StubMessage;
-          buf = buf.subarray(4 + len);
-          try {
-            this.#onMessage(msg);
-          } catch (err) {
-            // One message that cannot be handled must not stop the stub's other requests.
-            this.#log(2, `cannot handle a '${msg.op}' message from the stub: ${(err as Error).message}`);
+        if (rest.byteLength >= 4) {
+          // A frame larger than the chunk is read straight into a buffer of its own size.
+          const len = new DataView(rest.buffer, rest.byteOffset).getUint32(0, true);
+          if (4 + len > chunk.byteLength) {
+            const whole = new Uint8Array(4 + len);
+            whole.set(rest);
+            let filled = rest.byteLength;
+            while (filled < whole.byteLength) {
+              const n = await conn.read(whole.subarray(filled));
+              if (n === null) return;
+              filled += n;
+            }
+            this.#frames(whole);
+            rest = new Uint8Array(0);
+            continue;
           }
         }
+        const n = await conn.read(chunk);
+        if (n === null) break;
+        let buf: Uint8Array;
+        if (rest.byteLength === 0) buf = chunk.subarray(0, n);
+        else {
+          buf = new Uint8Array(rest.byteLength + n);
+          buf.set(rest);
+          buf.set(chunk.subarray(0, n), rest.byteLength);
+        }
+        // What remains is copied: the chunk is read into again.
+        rest = buf.slice(this.#frames(buf));
       }
     } catch {
       // The connection closed under us: the exit handler fails what is pending.
     }
   }
 
-  #onMessage(msg: StubMessage): void {
+  /** Handles the complete frames at the start of `buf`; returns how many bytes they took. */
+  #frames(buf: Uint8Array): number {
+    let at = 0;
+    while (buf.byteLength - at >= 12) {
+      const view = new DataView(buf.buffer, buf.byteOffset + at);
+      const len = view.getUint32(0, true);
+      if (buf.byteLength - at < 4 + len) break;
+      const h = view.getUint32(4, true);
+      const tag = view.getUint32(8, true);
+      const text = decoder.decode(buf.subarray(at + 12, at + 12 + h));
+      // Results of one form have one header (the id is the tag): parsed once, then shared read-only.
+      let msg = this.#resultHeads.get(text);
+      if (!msg) {
+        msg = JSON.parse(text) as StubMessage;
+        if (msg.op === "result" && this.#resultHeads.size < 64) this.#resultHeads.set(text, msg);
+      }
+      const payload = buf.subarray(at + 12 + h, at + 4 + len);
+      at += 4 + len;
+      try {
+        this.#onMessage(msg, payload, tag);
+      } catch (err) {
+        // One message that cannot be handled must not stop the stub's other requests.
+        this.#log(2, `cannot handle a '${msg.op}' message from the stub: ${(err as Error).message}`);
+      }
+    }
+    return at;
+  }
+
+  /** Handles a message; its payload is only valid during the call (tensors are copied out of it). */
+  #onMessage(msg: StubMessage, payload: Uint8Array, tag: number): void {
     if (msg.op === "result" || msg.op === "error") {
-      const p = this.#pending.get(msg.id);
-      this.#pending.delete(msg.id);
-      p?.resolve(msg);
+      const p = this.#pending.get(tag);
+      this.#pending.delete(tag);
+      p?.resolve(msg, payload);
     } else if (msg.op === "response") {
-      this.#response(msg);
+      this.#response(msg, payload);
     } else if (msg.op === "log") {
       this.#log(msg.level, msg.message);
     } else if (msg.op === "bls") {
-      (msg.decoupled ? this.#blsStream(msg) : this.#bls(msg)).catch(() => {});
+      let request: InferRequest | Error;
+      try {
+        request = this.#blsRequest(msg, payload);
+      } catch (err) {
+        request = err as Error;
+      }
+      (msg.decoupled ? this.#blsStream(msg, request) : this.#bls(msg, request)).catch(() => {});
     } else {
       const c = this.#control;
       this.#control = undefined;
-      c?.resolve(msg);
+      c?.resolve(msg, payload);
     }
   }
 
   /** A response of a decoupled request: read its tensors and hand it to the request's sender. */
-  #response(msg: StubStreamResponse): void {
+  #response(msg: StubStreamResponse, payload: Uint8Array): void {
     const key = `${msg.id}:${msg.index}`;
     const send = this.#senders.get(key);
     const final = (msg.flags & 1) !== 0;
@@ -500,6 +656,11 @@ class Stub {
       else if (msg.file !== undefined) {
         if (!stubFile(msg.file, "dinfer-resp-")) throw internal(`bad response file '${msg.file}'`);
         out = takeTensors(msg.file, msg.outputs ?? [], this.#what);
+      } else if (msg.outputs !== undefined) {
+        out = new Map();
+        for (const d of msg.outputs) {
+          out.set(d.name, readTensor(undefined, d, `output '${d.name}' of ${this.#what}`, payload));
+        }
       }
     } catch (err) {
       out = internal(`Cannot read a response of ${this.#what}: ${(err as Error).message}`);
@@ -518,38 +679,41 @@ class Stub {
     else log.info(line);
   }
 
-  /** The request a BLS message describes, with its inputs read from the stub's file. */
-  #blsRequest(msg: Extract<StubMessage, { op: "bls" }>, file: Deno.FsFile): InferRequest {
-    const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`));
-    const parameters: Record<string, ParamValue> = {};
-    for (const [k, v] of Object.entries(msg.parameters ?? {})) {
-      if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
+  /**
+   * The request a BLS message describes, its inputs read from the payload or the stub's file (which must be
+   * one the stub made in the shared-memory folder).
+   */
+  #blsRequest(msg: Extract<StubMessage, { op: "bls" }>, payload: Uint8Array): InferRequest {
+    let file: Deno.FsFile | undefined;
+    if (msg.file !== undefined) {
+      if (!stubFile(msg.file, "dinfer-bls-")) throw invalidArg(`Cannot run BLS: bad file '${msg.file}'`);
+      file = Deno.openSync(msg.file, { read: true });
     }
-    return {
-      model: msg.model,
-      version: msg.version,
-      id: msg.request_id,
-      inputs,
-      outputs: msg.outputs.map((name) => ({ name, classification: 0, parameters: {} })),
-      parameters,
-    };
+    try {
+      const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`, payload));
+      const parameters: Record<string, ParamValue> = {};
+      for (const [k, v] of Object.entries(msg.parameters ?? {})) {
+        if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
+      }
+      return {
+        model: msg.model,
+        version: msg.version,
+        id: msg.request_id,
+        inputs,
+        outputs: msg.outputs.map((name) => ({ name, classification: 0, parameters: {} })),
+        parameters,
+      };
+    } finally {
+      file?.close();
+    }
   }
 
-  /** A decoupled BLS call: each response goes back in its own file, the last one flagged final. */
-  async #blsStream(msg: Extract<StubMessage, { op: "bls" }>): Promise<void> {
+  /** A decoupled BLS call: each response goes back inline (or, when large, in its own file), the last one flagged final. */
+  async #blsStream(msg: Extract<StubMessage, { op: "bls" }>, request: InferRequest | Error): Promise<void> {
     const reply = (extra: Record<string, unknown>) => this.#send({ op: "bls_stream", id: msg.id, ...extra });
-    if (!stubFile(msg.file, "dinfer-bls-")) {
-      await reply({
-        final: true,
-        error: { code: "INVALID_ARG", message: `Cannot run BLS: bad file '${msg.file}'` },
-      });
-      return;
-    }
-    let request: InferRequest;
     try {
+      if (request instanceof Error) throw request;
       if (!this.#opts.inferStream) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
-      using file = Deno.openSync(msg.file, { read: true });
-      request = this.#blsRequest(msg, file);
     } catch (err) {
       await reply({ final: true, error: wireError(err) });
       return;
@@ -565,6 +729,13 @@ class Stub {
         } else if (response instanceof Error) {
           this.#send({ op: "bls_stream", id: msg.id, final, error: wireError(response) }).catch(() => {});
         } else {
+          const items = tensorBytes(response.outputs);
+          if (inlineSize(items) <= INLINE_MAX) {
+            const packed: Packed = { descs: [], parts: [], size: 0 };
+            const outputs = packInline(items, packed);
+            this.#send({ op: "bls_stream", id: msg.id, final, outputs }, packed).catch(() => {});
+            return;
+          }
           const path = join(
             shmDir(),
             `dinfer-blsr-${this.#child?.pid}-${msg.id}-${n++}-${crypto.randomUUID()}`,
@@ -593,18 +764,23 @@ class Stub {
     if (!finalSent) await reply({ final: true });
   }
 
-  async #bls(msg: Extract<StubMessage, { op: "bls" }>): Promise<void> {
-    const reply = (extra: Record<string, unknown>) => this.#send({ op: "bls_result", id: msg.id, ...extra });
+  /** A BLS call: the outputs go back inline, or into the stub's file when large and it sent one. */
+  async #bls(msg: Extract<StubMessage, { op: "bls" }>, request: InferRequest | Error): Promise<void> {
+    const reply = (extra: Record<string, unknown>, packed?: Packed) =>
+      this.#send({ op: "bls_result", id: msg.id, ...extra }, packed);
     const infer = this.#opts.infer;
-    // The stub names a file it created beside our shared file; refuse anything else.
-    if (!stubFile(msg.file, "dinfer-bls-")) {
-      await reply({ error: { code: "INVALID_ARG", message: `Cannot run BLS: bad file '${msg.file}'` } });
-      return;
-    }
     try {
+      if (request instanceof Error) throw request;
       if (!infer) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
+      const response = await infer(request);
+      const items = tensorBytes(response.outputs);
+      if (msg.file === undefined || inlineSize(items) <= INLINE_MAX) {
+        const packed: Packed = { descs: [], parts: [], size: 0 };
+        const outputs = packInline(items, packed);
+        await reply({ outputs }, packed);
+        return;
+      }
       using file = await Deno.open(msg.file, { read: true, write: true });
-      const response = await infer(this.#blsRequest(msg, file));
       const size = (await file.stat()).size;
       const { descs } = writeTensors(file, 0, response.outputs, size);
       await reply({ outputs: descs });
@@ -626,22 +802,43 @@ class Stub {
     if (this.dead) {
       throw internal(`Cannot run ${this.#what}: the Python stub ${this.exitReason ?? "was killed"}`);
     }
+    const items = requests.map((r) => tensorBytes(r.inputs.values()));
+    // One call at a time may use the shared file (the instance may send the next call before this one is
+    // answered): it holds the file until its answer has been read. The others send everything inline.
+    const shm = !this.#shmHeld;
+    const inline = !shm || items.reduce((n, i) => n + inlineSize(i), 0) <= INLINE_MAX;
+    if (shm) this.#shmHeld = true;
+    const packed: Packed = { descs: [], parts: [], size: 0 };
     let end = 0;
-    const wire = requests.map((r) => {
-      const written = writeTensors(this.#shm, end, r.inputs.values(), this.#shmSize);
-      this.#shmSize = written.size;
-      end = written.end;
-      const corr = r.parameters.sequence_id;
+    const wire = requests.map((r, i) => {
+      let inputs: TensorDesc[];
+      if (inline) inputs = packInline(items[i]!, packed);
+      else {
+        const written = writeTensors(this.#shm, end, r.inputs.values(), this.#shmSize);
+        this.#shmSize = written.size;
+        end = written.end;
+        inputs = written.descs;
+      }
+      const p = r.parameters;
+      const corr = p.sequence_id;
+      // The server's own parameters stay out of the model's view (as Triton), 64-bit integers go as text.
+      let parameters: Record<string, unknown> = p;
+      for (const [k, v] of Object.entries(p)) {
+        if (typeof v === "bigint" || SERVER_PARAMETERS.has(k)) {
+          parameters = Object.fromEntries(
+            Object.entries(p).filter(([k]) => !SERVER_PARAMETERS.has(k)).map((
+              [k, v],
+            ) => [k, typeof v === "bigint" ? v.toString() : v]),
+          );
+          break;
+        }
+      }
       return {
         id: r.id,
         correlation_id: typeof corr === "bigint" ? corr.toString() : corr ?? 0,
-        flags: (r.parameters.sequence_start === true ? 1 : 0) | (r.parameters.sequence_end === true ? 2 : 0),
-        parameters: Object.fromEntries(
-          Object.entries(r.parameters).filter(([k]) => !SERVER_PARAMETERS.has(k)).map((
-            [k, v],
-          ) => [k, typeof v === "bigint" ? v.toString() : v]),
-        ),
-        inputs: written.descs,
+        flags: (p.sequence_start === true ? 1 : 0) | (p.sequence_end === true ? 2 : 0),
+        parameters,
+        inputs,
         outputs: r.outputNames,
       };
     });
@@ -650,8 +847,23 @@ class Stub {
       if (r.send) this.#senders.set(`${id}:${i}`, r.send);
     });
     let timer: ReturnType<typeof setTimeout> | undefined;
+    let results: (Map<string, Tensor> | Error)[] | undefined;
     const answer = new Promise<StubMessage>((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
+      this.#pending.set(id, {
+        resolve: (msg, payload) => {
+          // The payload is only valid now: the outputs are read before the promise settles.
+          if (msg.op === "result") {
+            try {
+              results = this.#results(requests, id, msg, payload);
+            } catch (err) {
+              reject(err);
+              return;
+            }
+          }
+          resolve(msg);
+        },
+        reject,
+      });
       if (timeoutMs > 0) {
         timer = setTimeout(() => {
           this.#failAll(`the Python stub did not answer within ${timeoutMs} ms and was killed`);
@@ -660,8 +872,18 @@ class Stub {
       }
     });
     requests.forEach((r, i) => r.signal && this.#watchCancel(r.signal, id, i));
-    this.#send({ op: "execute", id, shm_size: this.#shmSize, out_offset: end, requests: wire })
-      .catch((e) => this.#pending.get(id)?.reject(e));
+    // No id in the header (it is the frame's tag): calls of the same form have the same header.
+    this.#send(
+      !shm ? { op: "execute", requests: wire } : {
+        op: "execute",
+        shm: true,
+        shm_size: this.#shmSize,
+        out_offset: end,
+        requests: wire,
+      },
+      packed,
+      id,
+    ).catch((e) => this.#pending.get(id)?.reject(e));
     let msg: StubMessage;
     try {
       msg = await answer;
@@ -670,13 +892,24 @@ class Stub {
       throw err;
     } finally {
       clearTimeout(timer);
+      if (shm) this.#shmHeld = false;
     }
-    if (msg.op !== "result") {
+    if (msg.op !== "result" || !results) {
       // The request failed as a whole: its senders take nothing more.
       requests.forEach((_, i) => this.#senders.delete(`${id}:${i}`));
       if (msg.op === "error") throw internal(`Cannot run ${this.#what}: ${msg.message}`);
       throw internal(`Cannot run ${this.#what}: unexpected stub answer '${msg.op}'`);
     }
+    return results;
+  }
+
+  /** Each request's outputs (inline in the payload or in the shared file) or its own error. */
+  #results(
+    requests: readonly BackendRequest[],
+    id: number,
+    msg: Extract<StubMessage, { op: "result" }>,
+    payload: Uint8Array,
+  ): (Map<string, Tensor> | Error)[] {
     return requests.map((_, i) => {
       const response = msg.responses[i];
       if (!response) {
@@ -689,7 +922,7 @@ class Stub {
       }
       const out = new Map<string, Tensor>();
       for (const d of response.outputs ?? []) {
-        out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`));
+        out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`, payload));
       }
       return out;
     });
@@ -757,10 +990,20 @@ class PythonInstance implements BackendInstance {
   #closed = false;
   #types: Map<string, Datatype>;
 
+  /**
+   * Two batches at a time: the stub runs them one after another, and finds the next one already in its
+   * socket when it finishes one, instead of waiting for the server's answer to go out and the next request to
+   * come in. Not with dynamic or sequence batching (batches form while the instance is busy), nor with an
+   * execute timeout (it counts from the moment a batch is sent).
+   */
+  readonly pipelineDepth: number;
+
   constructor(opts: StubOptions, stub: Stub, timeoutMs: number) {
     this.#opts = opts;
     this.#stub = stub;
     this.#timeoutMs = timeoutMs;
+    const c = opts.config;
+    this.pipelineDepth = !c.dynamic_batching && !c.sequence_batching && timeoutMs === 0 ? 2 : 1;
     this.#types = new Map(opts.config.output.map((o) => [o.name, fromConfigType(o.data_type)!]));
   }
 
@@ -788,7 +1031,9 @@ class PythonInstance implements BackendInstance {
 
   async executeRequests(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]> {
     if (this.#closed) throw unavailable(`Cannot run '${this.#opts.config.name}': the instance is closed`);
-    const stub = await this.#ready();
+    // A running stub gets the request in this same turn (no await before the write): answers that were
+    // resolved just before are encoded after the stub already has its next request.
+    const stub = this.#stub && !this.#stub.dead ? this.#stub : await this.#ready();
     // Decoupled responses get the same datatype check as the others.
     requests = requests.map((r) => {
       const send = r.send;

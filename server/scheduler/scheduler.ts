@@ -157,7 +157,8 @@ export class PoolScheduler implements Scheduler {
   ) {
     this.#model = model;
     this.#stats = stats;
-    this.#free = [...instances];
+    // An instance with a pipeline depth of N is free N times over (see BackendInstance.pipelineDepth).
+    this.#free = instances.flatMap((i) => Array<BackendInstance>(Math.max(1, i.pipelineDepth ?? 1)).fill(i));
     const levels = Math.max(1, options?.priorityLevels ?? 0);
     this.#options = {
       maxBatchSize: options?.maxBatchSize ?? 0,

@@ -141,6 +141,58 @@ Deno.test("python backend runs Triton-style model.py files", async (t) => {
     assert.deepEqual(outputsOf(r), [int32("OUTPUT0", [4], [4, 6, 8, 10])]);
   });
 
+  await t.step(
+    "small tensors travel inline and large ones through shared memory, in BLS and decoupled calls alike",
+    async () => {
+      // 4 elements travel inline in the messages; 40000 (160 kB) through shared-memory files.
+      for (const n of [4, 40_000]) {
+        const input = Float32Array.from({ length: n }, (_, i) => (i % 1000) - 500);
+        const r = await inferBinary(s.url, "bls_large_py", {
+          inputs: [{ name: "IN", datatype: "FP32", shape: [n], parameters: { binary_data_size: n * 4 } }],
+          outputs: [{ name: "OUT", parameters: { binary_data: true } }],
+        }, [bytesOf(input)]);
+        assert.equal(r.status, 200, JSON.stringify(r.json));
+        const out = new Float32Array(binaryOutputs(r).get("OUT")!.slice().buffer);
+        assert.equal(out.length, n);
+        for (let i = 0; i < n; i++) {
+          if (out[i] !== input[i]! * 5) assert.fail(`OUT[${i}] is ${out[i]}, expected ${input[i]! * 5}`);
+        }
+      }
+      // Every file made for one call is gone once the call is answered.
+      const stubs = new Set<string>();
+      for (const task of Deno.readDirSync("/proc/self/task")) {
+        const kids = Deno.readTextFileSync(`/proc/self/task/${task.name}/children`).trim();
+        for (const pid of kids ? kids.split(" ") : []) stubs.add(pid);
+      }
+      const left = [...Deno.readDirSync("/dev/shm")].map((e) => e.name).filter((name) => {
+        const m = /^dinfer-(?:bls|blsr|resp)-(\d+)-/.exec(name);
+        return m !== null && stubs.has(m[1]!);
+      });
+      assert.deepEqual(left, []);
+    },
+  );
+
+  await t.step("concurrent large and small requests to one stub each get their own answer", async () => {
+    // The instance takes a second request before the first is answered; only one of them may use the shared
+    // file at a time, the other sends its tensors inline whatever their size.
+    const sizes = [40_000, 40_000, 3, 70_000, 5, 40_000];
+    const answers = await Promise.all(sizes.map(async (n, k) => {
+      const input = Float32Array.from({ length: n }, (_, i) => k * 1000 + (i % 997));
+      const r = await inferBinary(s.url, "scale_py", {
+        inputs: [{ name: "IN", datatype: "FP32", shape: [n], parameters: { binary_data_size: n * 4 } }],
+        outputs: [{ name: "OUT", parameters: { binary_data: true } }],
+      }, [bytesOf(input)]);
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      return { input, out: new Float32Array(binaryOutputs(r).get("OUT")!.slice().buffer) };
+    }));
+    for (const { input, out } of answers) {
+      assert.equal(out.length, input.length);
+      for (let i = 0; i < input.length; i++) {
+        if (out[i] !== input[i]! * 2) assert.fail(`OUT[${i}] is ${out[i]}, expected ${input[i]! * 2}`);
+      }
+    }
+  });
+
   await t.step("auto_complete_config fills inputs, outputs and batching", async () => {
     const meta = await get(s.url, "/v2/models/auto_complete_py");
     assert.deepEqual(meta.json?.inputs, [{ name: "IN", datatype: "INT64", shape: [-1, 3] }]);

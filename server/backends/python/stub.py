@@ -3,16 +3,26 @@
     stub.py serve <socket> <model.py> <shm file>     one model instance, controlled by the server
     stub.py autocomplete <model.py> <in.json> <out.json>
 
-Control messages travel over the Unix socket as a 4-byte little-endian length and a JSON body. Tensor bytes
-travel through the shared-memory file: the server writes the inputs at the offsets it names, the stub
-builds numpy views over them, and writes the outputs after them (growing the file when needed).
+Messages travel over the Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length
+of the JSON header, a 4-byte tag (the id of an execute call and of its result, else 0), the header, then the
+payload. The header of an execute call carries no id, so that calls of the same form have the same header:
+the stub parses each such header once, and encodes the header of a result of a given form once. Small tensors travel inline in the payload (their
+description says `inline` and gives the offset in the payload); larger ones through the shared-memory file:
+the server writes the inputs at the offsets it names, the stub builds numpy views over them, and writes the
+outputs after them (growing the file when needed).
+
+One thread at a time reads the socket: whichever thread waits for something (the main thread for the next
+command, a model's thread for a BLS answer) takes the reading role while no other thread holds it, so that
+a request reaches the model with no hand-over between threads.
 """
 
 import asyncio
+import collections
 import concurrent.futures
 import importlib.util
 import inspect
 import json
+import math
 import mmap
 import os
 import queue
@@ -20,6 +30,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +40,11 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 ALIGN = 64
+# Tensors of a message travel inline up to this many bytes in all; larger ones through shared memory.
+INLINE_MAX = 64 * 1024
+HEAD = struct.Struct("<III")
+# Parsed execute headers by their bytes, and encoded result headers by the form of their outputs.
+CACHE_MAX = 64
 
 
 def align(n):
@@ -72,11 +88,16 @@ class SharedFile:
         os.close(self.fd)
 
 
+def tensor_source(desc, payload, mm):
+    """The buffer a tensor's bytes are in: the message's payload when inline, else the shared file."""
+    return payload if desc.get("inline") else mm
+
+
 def read_tensor(mm, desc, copy=False):
     dt = desc["datatype"]
     shape = tuple(desc["shape"])
     offset = desc["offset"]
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)
     if dt == "BYTES":
         items = []
         pos = offset
@@ -103,10 +124,10 @@ def serialize_bytes(arr):
     return b"".join(parts)
 
 
-def write_tensors(shared, start, tensors):
-    """Writes tensors from `start` on; returns their descriptions."""
+def prepare_tensors(tensors):
+    """Each tensor with its datatype, shape and contiguous bytes (BYTES serialized)."""
     prepared = []
-    offset = align(start)
+    total = 0
     for t in tensors:
         arr = t.as_numpy()
         dt = t.triton_dtype()
@@ -116,75 +137,228 @@ def write_tensors(shared, start, tensors):
         else:
             data = np.ascontiguousarray(arr)
             nbytes = data.nbytes
-        prepared.append((t, dt, list(arr.shape), offset, nbytes, data))
+        prepared.append((t.name(), dt, list(arr.shape), nbytes, data))
+        total += align(nbytes)
+    return prepared, total
+
+
+def inline_parts(prepared, parts, size):
+    """Appends tensors' bytes to a message's payload parts (`size` bytes so far, 8-aligned); returns the new
+    size. `inline_tensors` describes them."""
+    for _, dt, _, nbytes, data in prepared:
+        if nbytes:
+            parts.append(data if dt == "BYTES" else data.reshape(-1).view(np.uint8).data)
+            pad = -nbytes % 8
+            if pad:
+                parts.append(b"\0" * pad)
+            size += nbytes + pad
+    return size
+
+
+def inline_tensors(prepared, parts, size):
+    """Appends tensors to a message's payload parts (`size` bytes so far, 8-aligned); returns their
+    descriptions and the new size."""
+    descs = []
+    for name, dt, shape, nbytes, data in prepared:
+        descs.append({"name": name, "datatype": dt, "shape": shape, "offset": size, "nbytes": nbytes, "inline": True})
+        if nbytes:
+            parts.append(data if dt == "BYTES" else data.reshape(-1).view(np.uint8).data)
+            pad = -nbytes % 8
+            if pad:
+                parts.append(b"\0" * pad)
+            size += nbytes + pad
+    return descs, size
+
+
+def write_tensors(shared, start, prepared):
+    """Writes prepared tensors (see `prepare_tensors`) into the shared file from `start` on; returns their
+    descriptions."""
+    offset = align(start)
+    placed = []
+    for name, dt, shape, nbytes, data in prepared:
+        placed.append((name, dt, shape, offset, nbytes, data))
         offset = align(offset + nbytes)
     mm = shared.ensure(offset)
     descs = []
-    for t, dt, shape, off, nbytes, data in prepared:
+    for name, dt, shape, off, nbytes, data in placed:
         if nbytes:
             if dt == "BYTES":
                 mm[off : off + nbytes] = data
             else:
                 np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=off)[:] = data.reshape(-1).view(np.uint8)
-        descs.append({"name": t.name(), "datatype": dt, "shape": shape, "offset": off, "nbytes": nbytes})
+        descs.append({"name": name, "datatype": dt, "shape": shape, "offset": off, "nbytes": nbytes})
     return descs
 
 
 class Connection:
-    """The control socket: a reader thread, a write lock, BLS futures."""
+    """The control socket: framed messages, a write lock, BLS futures; the reading role goes to whichever
+    thread waits (see the module doc)."""
 
     def __init__(self, sock, shm_dir):
         self.sock = sock
         self.shm_dir = shm_dir
         self.write_lock = threading.Lock()
-        self.commands = queue.Queue()
+        self.cond = threading.Condition()
+        self.reading = False
+        self.waiting = 0  # threads waiting on `cond`
+        self.closed = False
+        self.buf = bytearray()
+        self.headers = {}
+        self.commands = collections.deque()
         self.pending = {}
         self.pending_lock = threading.Lock()
         self.next_id = 0
         # (execute id, index) of the requests whose client went away; request.is_cancelled() reads it.
         self.cancelled = set()
-        threading.Thread(target=self._read_loop, daemon=True).start()
 
-    def send(self, msg):
-        body = json.dumps(msg).encode("utf-8")
+    def send(self, msg, parts=(), size=0, tag=0):
+        """Sends one frame: the header `msg` (a dict, or its encoded bytes) and the payload `parts` (`size`
+        bytes in all)."""
+        head = msg if isinstance(msg, bytes) else _encode(msg).encode("utf-8")
+        data = b"".join([HEAD.pack(8 + len(head) + size, len(head), tag), head, *parts])
         with self.write_lock:
-            self.sock.sendall(struct.pack("<I", len(body)) + body)
+            self.sock.sendall(data)
 
-    def _recv_exact(self, n):
-        chunks = []
-        while n > 0:
-            chunk = self.sock.recv(n)
+    def _take_frame(self):
+        """Takes one whole frame out of the read buffer: its header, payload and tag, or None when the buffer
+        holds no whole frame."""
+        buf = self.buf
+        need = 4 + int.from_bytes(buf[:4], "little") if len(buf) >= 4 else 4
+        if len(buf) < need or need < 12:
+            return None
+        n, h, tag = HEAD.unpack_from(buf)
+        frame = buf[: 4 + n]
+        del buf[: 4 + n]
+        key = bytes(frame[12 : 12 + h])
+        msg = self.headers.get(key)
+        if msg is None:
+            msg = json.loads(key)
+            if msg.get("op") == "execute" and len(self.headers) < CACHE_MAX:
+                self.headers[key] = msg  # read-only from here on: every call of this form shares it
+        return msg, memoryview(frame)[12 + h :], tag
+
+    def _recv_frame(self):
+        """Reads one frame; returns its header and payload, or None when the socket closed."""
+        while True:
+            frame = self._take_frame()
+            if frame is not None:
+                return frame
+            buf = self.buf
+            need = 4 + int.from_bytes(buf[:4], "little") if len(buf) >= 4 else 4
+            chunk = self.sock.recv(max(1 << 16, need - len(buf)))
             if not chunk:
                 return None
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            buf += chunk
 
-    def _read_loop(self):
+    def wait_for(self, ready):
+        """Returns once `ready()` holds (checked under the lock) or the socket closed; reads the socket
+        meanwhile when no other thread does."""
+        while True:
+            with self.cond:
+                while not (ready() or self.closed):
+                    if not self.reading:
+                        self.reading = True
+                        break
+                    self.waiting += 1
+                    try:
+                        self.cond.wait()
+                    finally:
+                        self.waiting -= 1
+                else:
+                    return
+            frame = None
+            try:
+                frame = self._recv_frame()
+            except OSError:
+                frame = None
+            finally:
+                with self.cond:
+                    self.reading = False
+                    if frame is None:
+                        self._closed_now()
+                    else:
+                        try:
+                            self._dispatch(*frame)
+                        except Exception:  # noqa: BLE001
+                            traceback.print_exc()
+                    if self.waiting:
+                        self.cond.notify_all()
+
+    def next_command(self):
+        """The next command from the server as (header, payload, tag), or None when the socket closed."""
+        with self.cond:
+            if self.commands:
+                return self.commands.popleft()
+        self.wait_for(lambda: self.commands)
+        with self.cond:
+            return self.commands.popleft() if self.commands else None
+
+    def result(self, future):
+        """Waits for a BLS future (reading the socket meanwhile) and returns its response."""
+        self.wait_for(future.done)
+        if not future.done():
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError("Cannot run BLS: the server closed the connection"))
+        return future.result()
+
+    def next_response(self, responses):
+        """Waits for the next response of a decoupled BLS call (None after the last)."""
+        self.wait_for(lambda: responses)
+        if not responses:
+            return None
+        return responses.popleft()
+
+    def _dispatch(self, msg, payload, tag):
+        op = msg.get("op")
+        if op == "bls_result":
+            self._finish_bls(msg, payload)
+        elif op == "bls_stream":
+            self._stream_bls(msg, payload)
+        elif op == "cancel":
+            # Kept apart from the commands, so that a running execute() sees it (request.is_cancelled()).
+            self.cancelled.add((msg["id"], msg["index"]))
+        else:
+            self.commands.append((msg, payload, tag))
+
+    def _closed_now(self):
+        """The server closed the socket or died: exit soon, even when the model's code never returns."""
+        self.closed = True
+        timer = threading.Timer(2.0, os._exit, args=(1,))
+        timer.daemon = True
+        timer.start()
+
+    def poll(self):
+        """Reads, without waiting, what the server has sent when no other thread reads the socket (so that a
+        cancellation reaches a model that asks for it while its execute() runs)."""
+        with self.cond:
+            if self.reading or self.closed:
+                return
+            self.reading = True
+        eof = False
         try:
             while True:
-                head = self._recv_exact(4)
-                if head is None:
+                chunk = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+                if not chunk:
+                    eof = True
                     break
-                body = self._recv_exact(struct.unpack("<I", head)[0])
-                if body is None:
-                    break
-                msg = json.loads(body)
-                if msg.get("op") == "bls_result":
-                    self._finish_bls(msg)
-                elif msg.get("op") == "bls_stream":
-                    self._stream_bls(msg)
-                elif msg.get("op") == "cancel":
-                    # Read here, not by the command loop, so that a running execute() sees it.
-                    self.cancelled.add((msg["id"], msg["index"]))
-                else:
-                    self.commands.put(msg)
+                self.buf += chunk
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            eof = True
         finally:
-            self.commands.put(None)
-            # The server closed the socket or died: exit even when the model's code never returns.
-            timer = threading.Timer(2.0, os._exit, args=(1,))
-            timer.daemon = True
-            timer.start()
+            with self.cond:
+                try:
+                    while True:
+                        frame = self._take_frame()
+                        if frame is None:
+                            break
+                        self._dispatch(*frame)
+                finally:
+                    self.reading = False
+                    if eof:
+                        self._closed_now()
+                    if self.waiting:
+                        self.cond.notify_all()
 
     def _new_file(self, prefix):
         with self.pending_lock:
@@ -193,41 +367,58 @@ class Connection:
         return os.path.join(self.shm_dir, f"{prefix}-{os.getpid()}-{n}-{threading.get_ident()}")
 
     def bls(self, request, decoupled=False):
-        """Sends a BLS request; returns a Future of its response, or for `decoupled` a queue of responses that
-        ends with None."""
-        future = queue.Queue() if decoupled else concurrent.futures.Future()
+        """Sends a BLS request; returns a Future of its response, or for `decoupled` a deque of responses that
+        ends with None (wait on either through `result` / `next_response`)."""
+        future = collections.deque() if decoupled else concurrent.futures.Future()
         with self.pending_lock:
             self.next_id += 1
             call_id = self.next_id
-        path = os.path.join(self.shm_dir, f"dinfer-bls-{os.getpid()}-{call_id}")
-        shared = SharedFile(path, create=True)
-        try:
-            descs = write_tensors(shared, 0, request.inputs())
-        except Exception:
-            shared.close()
-            os.unlink(path)
-            raise
+        prepared, total = prepare_tensors(request.inputs())
+        parts, size, shared = [], 0, None
+        if total <= INLINE_MAX:
+            descs, size = inline_tensors(prepared, parts, 0)
+            path = None
+        else:
+            path = os.path.join(self.shm_dir, f"dinfer-bls-{os.getpid()}-{call_id}")
+            shared = SharedFile(path, create=True)
+            try:
+                descs = write_tensors(shared, 0, prepared)
+            except Exception:
+                shared.close()
+                os.unlink(path)
+                raise
         with self.pending_lock:
             self.pending[call_id] = (future, shared)
         version = request.model_version()
-        self.send(
-            {
-                "op": "bls",
-                "id": call_id,
-                "model": request.model_name(),
-                "version": "" if version in (None, -1, "") else str(version),
-                "request_id": request.request_id(),
-                "correlation_id": request.correlation_id(),
-                "parameters": json.loads(request.parameters()),
-                "outputs": list(request.requested_output_names()),
-                "inputs": descs,
-                "file": path,
-                "decoupled": decoupled,
-            }
-        )
+        msg = {
+            "op": "bls",
+            "id": call_id,
+            "model": request.model_name(),
+            "version": "" if version in (None, -1, "") else str(version),
+            "request_id": request.request_id(),
+            "correlation_id": request.correlation_id(),
+            "parameters": json.loads(request.parameters()),
+            "outputs": list(request.requested_output_names()),
+            "inputs": descs,
+            "decoupled": decoupled,
+        }
+        if path is not None:
+            msg["file"] = path
+        self.send(msg, parts, size)
         return future
 
-    def _stream_bls(self, msg):
+    @staticmethod
+    def _release(shared):
+        if shared is None:
+            return
+        shared.mm = None
+        shared.close()
+        try:
+            os.unlink(shared.path)
+        except OSError:
+            pass
+
+    def _stream_bls(self, msg, payload):
         with self.pending_lock:
             if msg.get("final"):
                 responses, shared = self.pending.pop(msg["id"], (None, None))
@@ -235,17 +426,13 @@ class Connection:
                 responses, shared = self.pending.get(msg["id"], (None, None))
         if responses is None:
             return
-        if shared is not None and msg.get("final"):
-            shared.close()
-            try:
-                os.unlink(shared.path)
-            except OSError:
-                pass
+        if msg.get("final"):
+            self._release(shared)
         try:
             if msg.get("error"):
                 err = msg["error"]
                 code = getattr(pb_utils.TritonError, err.get("code", "INTERNAL"), pb_utils.TritonError.INTERNAL)
-                responses.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(err["message"], code)))
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(err["message"], code)))
             elif msg.get("file"):
                 path = msg["file"]
                 base = os.path.basename(path)
@@ -257,16 +444,19 @@ class Connection:
                 finally:
                     os.unlink(path)
                 tensors = [pb_utils.Tensor(d["name"], read_tensor(data, d, copy=True), d["datatype"]) for d in msg["outputs"]]
-                responses.put(pb_utils.InferenceResponse(output_tensors=tensors))
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            elif msg.get("outputs") is not None:
+                tensors = [pb_utils.Tensor(d["name"], read_tensor(payload, d), d["datatype"]) for d in msg["outputs"]]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             elif msg.get("final"):
                 # A final flag alone: an empty response, as for any decoupled model.
-                responses.put(pb_utils.InferenceResponse())
+                responses.append(pb_utils.InferenceResponse())
         except Exception as e:  # noqa: BLE001
-            responses.put(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
         if msg.get("final"):
-            responses.put(None)
+            responses.append(None)
 
-    def _finish_bls(self, msg):
+    def _finish_bls(self, msg, payload):
         with self.pending_lock:
             future, shared = self.pending.pop(msg["id"], (None, None))
         if future is None:
@@ -277,47 +467,49 @@ class Connection:
                 code = getattr(pb_utils.TritonError, err.get("code", "INTERNAL"), pb_utils.TritonError.INTERNAL)
                 future.set_result(pb_utils.InferenceResponse(error=pb_utils.TritonError(err["message"], code)))
                 return
-            mm = shared.ensure(0)
+            mm = shared.ensure(0) if shared is not None and not all(d.get("inline") for d in msg["outputs"]) else None
             tensors = [
-                pb_utils.Tensor(d["name"], read_tensor(mm, d, copy=True), d["datatype"]) for d in msg["outputs"]
+                pb_utils.Tensor(d["name"], read_tensor(tensor_source(d, payload, mm), d, copy=mm is not None), d["datatype"])
+                for d in msg["outputs"]
             ]
             future.set_result(pb_utils.InferenceResponse(output_tensors=tensors))
         except Exception as e:  # noqa: BLE001
             future.set_result(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
         finally:
-            shared.mm = None
-            shared.close()
-            try:
-                os.unlink(shared.path)
-            except OSError:
-                pass
+            self._release(shared)
 
     def send_response(self, request, response, flags):
-        """Sends one response of a decoupled request; its tensors go in a file of their own."""
+        """Sends one response of a decoupled request; small tensors inline, larger ones in a file of their
+        own."""
         if request._key is None:
             raise pb_utils.TritonModelException("Cannot send a response: the request did not come from the server")
         exec_id, index = request._key
         msg = {"op": "response", "id": exec_id, "index": index, "flags": int(flags)}
         if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.cancelled.discard(request._key)
+        parts, size = [], 0
         if response is not None:
             if response.has_error():
                 msg["error"] = error_of(response.error())
             elif response.output_tensors():
-                path = self._new_file("dinfer-resp")
-                shared = SharedFile(path, create=True)
-                try:
-                    msg["outputs"] = write_tensors(shared, 0, response.output_tensors())
-                except Exception:
+                prepared, total = prepare_tensors(response.output_tensors())
+                if total <= INLINE_MAX:
+                    msg["outputs"], size = inline_tensors(prepared, parts, 0)
+                else:
+                    path = self._new_file("dinfer-resp")
+                    shared = SharedFile(path, create=True)
+                    try:
+                        msg["outputs"] = write_tensors(shared, 0, prepared)
+                    except Exception:
+                        shared.close()
+                        os.unlink(path)
+                        raise
+                    shared.mm = None
                     shared.close()
-                    os.unlink(path)
-                    raise
-                shared.mm = None
-                shared.close()
-                msg["file"] = path
+                    msg["file"] = path
             else:
                 msg["outputs"] = []
-        self.send(msg)
+        self.send(msg, parts, size)
 
     def log(self, level, message):
         self.send({"op": "log", "level": int(level), "message": str(message)})
@@ -341,9 +533,10 @@ def serve(socket_path, model_path, shm_path):
     loop = asyncio.new_event_loop()
 
     while True:
-        msg = conn.commands.get()
-        if msg is None:
+        command = conn.next_command()
+        if command is None:
             return
+        msg, payload, tag = command
         op = msg["op"]
         if op == "init":
             args = msg["args"]
@@ -365,18 +558,15 @@ def serve(socket_path, model_path, shm_path):
                 return
         elif op == "execute":
             try:
-                conn.send({"op": "result", "id": msg["id"], "responses": execute(model, loop, shared, msg, decoupled)})
+                head, parts, size = execute(model, loop, shared, msg, payload, tag, decoupled)
+                conn.send(head, parts, size, tag)
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
                     raise
                 message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
                 conn.send(
-                    {
-                        "op": "error",
-                        "id": msg["id"],
-                        "message": f"{type(e).__name__}: {message}",
-                        "trace": traceback.format_exc(),
-                    }
+                    {"op": "error", "message": f"{type(e).__name__}: {message}", "trace": traceback.format_exc()},
+                    tag=tag,
                 )
         elif op == "finalize":
             try:
@@ -389,13 +579,33 @@ def serve(socket_path, model_path, shm_path):
             return
 
 
-def execute(model, loop, shared, msg, decoupled):
-    mm = shared.ensure(msg["shm_size"])
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+# Encoded result headers by the form of the outputs (names, datatypes, shapes, sizes), see the module doc.
+_result_heads = {}
+
+
+def execute(model, loop, shared, msg, payload, tag, decoupled):
+    """Runs one execute call; returns the answer's header (encoded), payload parts and payload size."""
+    mm = None
     requests = []
     for index, r in enumerate(msg["requests"]):
-        # A decoupled model may read its inputs after execute returns, when the server reuses the shared
-        # file for the next call: its inputs are copies.
-        inputs = [pb_utils.Tensor(d["name"], read_tensor(mm, d, copy=decoupled), d["datatype"]) for d in r["inputs"]]
+        inputs = []
+        for d in r["inputs"]:
+            if d.get("inline"):
+                # The payload belongs to this message alone: views stay valid after execute returns.
+                dtype = pb_utils._NUMPY.get(d["datatype"])
+                if dtype is not None and dtype is not np.object_ and d["nbytes"]:
+                    arr = np.frombuffer(payload, dtype, d["nbytes"] // np.dtype(dtype).itemsize, d["offset"])
+                    arr = arr.reshape(d["shape"])
+                else:
+                    arr = read_tensor(payload, d)
+            else:
+                if mm is None:
+                    mm = shared.ensure(msg["shm_size"])
+                # A decoupled model may read its inputs after execute returns, when the server reuses the
+                # shared file for the next call: its inputs are copies.
+                arr = read_tensor(mm, d, copy=decoupled)
+            inputs.append(pb_utils.Tensor(d["name"], arr, d["datatype"]))
         request = pb_utils.InferenceRequest(
             inputs=inputs,
             requested_output_names=r["outputs"],
@@ -405,11 +615,12 @@ def execute(model, loop, shared, msg, decoupled):
             parameters=r["parameters"],
         )
         request._decoupled = decoupled
-        request._key = (msg["id"], index)
+        request._key = (tag, index)
         requests.append(request)
     try:
         result = model.execute(requests)
-        if inspect.isawaitable(result):
+        # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
+        if type(result) is not list and inspect.isawaitable(result):
             result = loop.run_until_complete(result)
     finally:
         if not decoupled:
@@ -421,23 +632,58 @@ def execute(model, loop, shared, msg, decoupled):
                 "the model is decoupled: execute() must return None and send responses through "
                 "request.get_response_sender()"
             )
-        return [{} for _ in requests]
+        return _encode({"op": "result", "responses": [{} for _ in requests]}).encode(), [], 0
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")
-    answers = []
-    offset = msg["out_offset"]
+    prepared = []
+    total = 0
+    plain = True  # no errors, no parameters: the header depends on the outputs' form alone
     for response in result:
         if response is None or not isinstance(response, pb_utils.InferenceResponse):
             raise pb_utils.TritonModelException(f"execute returned {type(response).__name__}, not an InferenceResponse")
         if response.has_error():
+            prepared.append(None)
+            plain = False
+            continue
+        if response._parameters:
+            plain = False
+        tensors, nbytes = prepare_tensors(response.output_tensors())
+        prepared.append(tensors)
+        total += nbytes
+    parts = []
+    size = 0
+    # Large outputs go to the shared file when this call holds it, else inline too.
+    inline = total <= INLINE_MAX or not msg.get("shm")
+    if inline and plain:
+        form = tuple(tuple((name, dt, tuple(shape), nbytes) for name, dt, shape, nbytes, _ in t) for t in prepared)
+        head = _result_heads.get(form)
+        if head is not None:
+            for tensors in prepared:
+                size = inline_parts(tensors, parts, size)
+            return head, parts, size
+    else:
+        form = None
+    answers = []
+    offset = msg.get("out_offset", 0)
+    for response, tensors in zip(result, prepared):
+        if tensors is None:
             answers.append({"error": error_of(response.error())})
             continue
-        descs = write_tensors(shared, offset, response.output_tensors())
-        if descs:
-            offset = descs[-1]["offset"] + descs[-1]["nbytes"]
-        answers.append({"outputs": descs, "parameters": json.loads(response.parameters())})
-    return answers
+        if inline:
+            descs, size = inline_tensors(tensors, parts, size)
+        else:
+            descs = write_tensors(shared, offset, tensors)
+            if descs:
+                offset = descs[-1]["offset"] + descs[-1]["nbytes"]
+        answer = {"outputs": descs}
+        if response._parameters:
+            answer["parameters"] = response._parameters
+        answers.append(answer)
+    head = _encode({"op": "result", "responses": answers}).encode()
+    if form is not None and len(_result_heads) < CACHE_MAX:
+        _result_heads[form] = head
+    return head, parts, size
 
 
 def autocomplete(model_path, in_path, out_path):
@@ -453,7 +699,22 @@ def autocomplete(model_path, in_path, out_path):
         json.dump(config.as_dict(), f)
 
 
+def _exit_with_parent():
+    """Ends the stub when the server that started it is gone (its parent changes), even while the model's code
+    runs and nothing reads the socket."""
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main():
+    _exit_with_parent()
     mode = sys.argv[1]
     if mode == "serve":
         serve(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -39,6 +39,9 @@ _server = None
 
 def triton_string_to_numpy(triton_type_string):
     """The numpy dtype of a config data type (`TYPE_FP32`) or a protocol datatype (`FP32`)."""
+    found = _NUMPY.get(triton_type_string)
+    if found is not None:
+        return found
     name = triton_type_string
     if name.startswith("TYPE_"):
         name = name[5:]
@@ -49,8 +52,18 @@ def triton_string_to_numpy(triton_type_string):
     return _NUMPY[name]
 
 
+# Protocol datatypes by numpy dtype (native byte order), for the common case of numpy_to_triton_type.
+_TRITON_OF = {np.dtype(t): name for name, t in _NUMPY.items() if name != "BYTES"}
+
+
 def numpy_to_triton_type(dtype):
     """The protocol datatype of a numpy dtype (`np.float32` -> `FP32`)."""
+    try:
+        found = _TRITON_OF.get(dtype)
+    except TypeError:  # an unhashable dtype description
+        found = None
+    if found is not None:
+        return found
     dtype = np.dtype(dtype)
     if dtype.kind in ("O", "S", "U"):
         return "BYTES"
@@ -277,8 +290,12 @@ class InferenceRequest:
         return json.dumps(self._parameters)
 
     def is_cancelled(self):
-        # Whether the client went away: the server sends a 'cancel' message for the request's key.
-        return self._key is not None and _server is not None and self._key in _server.cancelled
+        # Whether the client went away: the server sends a 'cancel' message for the request's key, read here
+        # when no other thread is reading the socket.
+        if self._key is None or _server is None:
+            return False
+        _server.poll()
+        return self._key in _server.cancelled
 
     def get_response_sender(self):
         if not self._decoupled:
@@ -297,7 +314,7 @@ class InferenceRequest:
             raise TritonModelException("Cannot exec: BLS calls need the server")
         if decoupled:
             return _ResponseIterator(_server.bls(self, decoupled=True))
-        return _server.bls(self).result()
+        return _server.result(_server.bls(self))
 
     def async_exec(self, decoupled=False):
         """Like exec, as an awaitable, so that several calls run at the same time."""
@@ -310,7 +327,13 @@ class InferenceRequest:
                 return responses
 
             return started()
-        return asyncio.wrap_future(_server.bls(self))
+        future = _server.bls(self)
+
+        async def answered():
+            # A worker thread waits, reading the server's messages meanwhile; the event loop stays free.
+            return await asyncio.get_running_loop().run_in_executor(None, _server.result, future)
+
+        return answered()
 
 
 class _ResponseIterator:
@@ -326,7 +349,7 @@ class _ResponseIterator:
     def __next__(self):
         if self._done:
             raise StopIteration
-        response = self._responses.get()
+        response = _server.next_response(self._responses)
         if response is None:
             self._done = True
             raise StopIteration
@@ -338,7 +361,7 @@ class _ResponseIterator:
     async def __anext__(self):
         if self._done:
             raise StopAsyncIteration
-        response = await asyncio.get_running_loop().run_in_executor(None, self._responses.get)
+        response = await asyncio.get_running_loop().run_in_executor(None, _server.next_response, self._responses)
         if response is None:
             self._done = True
             raise StopAsyncIteration

@@ -1,0 +1,832 @@
+/**
+ * The Python backend benchmark: one `model.py` (bench/python_models/add_sub_py: INT32 [1,16] sum and
+ * difference, max_batch_size 0, one CPU instance) served from one repository by dinfer and by the real
+ * Triton 2.51 (PyPI's `nvidia-pytriton==0.7.0` bundles `tritonserver` with its Python backend), measured in
+ * alternating rounds over HTTP JSON, HTTP binary (as tritonclient sends) and gRPC at 1 and 8 connections.
+ * Medians of the rounds, dinfer/Triton ratios, written to a section of bench/RESULTS.md.
+ *
+ * `deno run -A bench/python_bench.ts` (also the end of `./dinfer bench`). Flags: `--rounds=<n>` (default 3),
+ * `--duration=<s>` measured seconds per point (default 3), `--warmup=<s>` (default 1),
+ * `--connections=1,8`, `--quick` (1 round of 1 s), `--triton-venv=<dir>` (default `$TRITON_VENV` or
+ * `/tmp/triton-venv`), `--no-write`, `--out=<path>`.
+ *
+ * Without the Triton venv the Triton column is skipped and the way to create the venv is printed.
+ * @module
+ */
+
+import { fileURLToPath } from "node:url";
+import { join } from "node:path";
+import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { type ChildServer, startChildServer } from "./child_server.ts";
+import { cpuSeconds, waitQuiet } from "./cpu_usage.ts";
+import { findH2load, runH2load } from "./h2load.ts";
+import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const RESULTS = `${ROOT}bench/RESULTS.md`;
+const MODEL = "add_sub_py";
+const MODEL_DIR = `${ROOT}bench/python_models/${MODEL}`;
+const SECTION_START = "<!-- python_bench:start -->";
+const SECTION_END = "<!-- python_bench:end -->";
+const TARGET_RATIO = 1.5;
+
+/** What profiles of the Python backend showed; measured by hand, not by this run. */
+const FINDINGS =
+  `**Where a Python call's time went** (profiles taken by hand on this machine on 2026-11-24, add_sub_py,
+not by this run; the machine's load varied from 5 to 18, so the figures are indicative):
+
+- *Before the redesign*, per call the server wrote each input and read each output in the instance's
+  shared file with a seek each (strace -c: 4 lseek, 2 read, 2 write besides one sendto and one recvfrom),
+  and sent a JSON message; the stub's reader thread read it (2 recvfrom: length, then body) and handed it to
+  the main thread through a queue (5.6 futex calls per call, a thread wake-up and GIL hand-over), plus an
+  fstat per call. py-spy: the stub's main thread spent half its time waiting on that queue. The server
+  answered the next request only after earlier answers' continuations had run (two microtask hops before the
+  write), and an instance took one batch at a time, so the stub sat idle while the server encoded the
+  previous answer and read the next request. The backend alone (\`bench/python_ipc.ts\`): 1.7k calls/s,
+  p50 400 µs at 1 in flight; 1.9k/s at 8.
+- *Now*: one frame per direction (length, header length, tag, JSON header, tensor bytes inline up to 64 KiB;
+  larger tensors still through the shared file), one sendto and usually one recvfrom per call in the stub,
+  no futex on the path (the thread that waits reads the socket itself), an execute header of a repeated
+  form parsed once and a result header encoded once (they were 18 µs of the stub's 60 µs of Python per call,
+  thread CPU time), the write issued in the same turn, and two batches in flight per instance (the stub
+  finds the next one waiting). py-spy of the stub at 8 in flight: sendall 25 %, recv 13 % (the kernel's
+  wake-ups of the other process), the model's own execute about 9 %, the rest spread thin. Deno's
+  --cpu-prof of the backend alone at 8 in flight: reading frames 3.8 %, building them 2.9 %, the socket
+  write 2.7 % of wall time; the JS thread is idle 73 % of it.
+- *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
+  the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
+  \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
+
+const INPUT0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
+const INPUT1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
+const EXPECTED: Record<string, Int32Array> = {
+  OUTPUT0: INPUT0.map((v, i) => v + INPUT1[i]!),
+  OUTPUT1: INPUT0.map((v, i) => v - INPUT1[i]!),
+};
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+type Protocol = "json" | "binary" | "grpc" | "grpc-h2load";
+type ServerName = "dinfer" | "triton";
+
+interface Flags {
+  rounds: number;
+  durationS: number;
+  warmupS: number;
+  connections: number[];
+  tritonVenv: string;
+  write: boolean;
+  out: string;
+}
+
+function parseFlags(args: string[]): Flags {
+  const flags: Flags = {
+    rounds: 3,
+    durationS: 3,
+    warmupS: 1,
+    connections: [1, 8],
+    tritonVenv: Deno.env.get("TRITON_VENV") || "/tmp/triton-venv",
+    write: true,
+    out: RESULTS,
+  };
+  for (const arg of args) {
+    const [k, v] = arg.split("=", 2) as [string, string | undefined];
+    const num = () => {
+      const n = Number(v);
+      if (!Number.isFinite(n) || n <= 0) throw new Error(`Cannot parse '${arg}': expected a positive number`);
+      return n;
+    };
+    if (k === "--rounds") flags.rounds = Math.round(num());
+    else if (k === "--duration") flags.durationS = num();
+    else if (k === "--warmup") flags.warmupS = num();
+    else if (k === "--connections") flags.connections = (v ?? "").split(",").map(Number);
+    else if (k === "--quick") Object.assign(flags, { rounds: 1, durationS: 1, warmupS: 0.3 });
+    else if (k === "--triton-venv" && v) flags.tritonVenv = v;
+    else if (k === "--no-write") flags.write = false;
+    else if (k === "--out" && v) flags.out = v;
+    else throw new Error(`Cannot parse '${arg}': unknown flag`);
+  }
+  if (flags.connections.some((c) => !Number.isInteger(c) || c < 1)) {
+    throw new Error(`Cannot parse '--connections': expected positive integers`);
+  }
+  return flags;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Requests and checks
+
+function jsonBody(): Uint8Array {
+  return encoder.encode(JSON.stringify({
+    inputs: [
+      { name: "INPUT0", datatype: "INT32", shape: [1, 16], data: [...INPUT0] },
+      { name: "INPUT1", datatype: "INT32", shape: [1, 16], data: [...INPUT1] },
+    ],
+  }));
+}
+
+/** The body tritonclient's HTTP client sends: a JSON header, then the inputs' bytes; binary outputs. */
+function binaryBody(): { body: Uint8Array; headerLength: number } {
+  const header = encoder.encode(JSON.stringify({
+    inputs: [
+      { name: "INPUT0", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+      { name: "INPUT1", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
+    ],
+    outputs: [
+      { name: "OUTPUT0", parameters: { binary_data: true } },
+      { name: "OUTPUT1", parameters: { binary_data: true } },
+    ],
+  }));
+  const body = new Uint8Array(header.byteLength + 128);
+  body.set(header, 0);
+  body.set(new Uint8Array(INPUT0.buffer), header.byteLength);
+  body.set(new Uint8Array(INPUT1.buffer), header.byteLength + 64);
+  return { body, headerLength: header.byteLength };
+}
+
+interface OutputJson {
+  name: string;
+  datatype: string;
+  shape: number[];
+  data?: number[];
+  parameters?: { binary_data_size?: number };
+}
+
+function compare(o: OutputJson, got: ArrayLike<number>): string | undefined {
+  if (o.datatype !== "INT32" || o.shape.join(",") !== "1,16") {
+    return `'${o.name}' is ${o.datatype} [${o.shape}], expected INT32 [1,16]`;
+  }
+  const want = EXPECTED[o.name];
+  if (!want) return `unexpected output '${o.name}'`;
+  if (got.length !== 16) return `'${o.name}' has ${got.length} values`;
+  for (let i = 0; i < 16; i++) {
+    if (got[i] !== want[i]) return `'${o.name}'[${i}] is ${got[i]}, expected ${want[i]}`;
+  }
+  return undefined;
+}
+
+function checkJson(r: SampledResponse): string | undefined {
+  if (r.status !== 200) return `status ${r.status}: ${decoder.decode(r.body).slice(0, 200)}`;
+  const outputs = (JSON.parse(decoder.decode(r.body)) as { outputs?: OutputJson[] }).outputs ?? [];
+  if (outputs.length !== 2) return `${outputs.length} outputs, expected 2`;
+  for (const o of outputs) {
+    const why = compare(o, o.data ?? []);
+    if (why) return why;
+  }
+  return undefined;
+}
+
+function checkBinary(r: SampledResponse): string | undefined {
+  if (r.status !== 200) return `status ${r.status}: ${decoder.decode(r.body).slice(0, 200)}`;
+  const m = /inference-header-content-length:\s*(\d+)/.exec(r.headers);
+  if (!m) return "no Inference-Header-Content-Length header";
+  const headerLength = Number(m[1]);
+  const outputs = (JSON.parse(decoder.decode(r.body.subarray(0, headerLength))) as { outputs?: OutputJson[] })
+    .outputs ?? [];
+  if (outputs.length !== 2) return `${outputs.length} outputs, expected 2`;
+  let at = headerLength;
+  for (const o of outputs) {
+    const n = o.parameters?.binary_data_size ?? 0;
+    const bytes = r.body.slice(at, at + n);
+    at += n;
+    const why = compare(o, new Int32Array(bytes.buffer, 0, Math.floor(n / 4)));
+    if (why) return why;
+  }
+  return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The servers
+
+interface Server {
+  name: ServerName;
+  http: number;
+  grpc: number;
+  pid: number;
+  stop(): Promise<void>;
+  log(): string;
+  /** How the process ended, or undefined while it runs. */
+  exited(): string | undefined;
+}
+
+async function makeRepository(): Promise<string> {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-pybench-" });
+  await Deno.mkdir(join(repo, MODEL, "1"), { recursive: true });
+  await Deno.copyFile(join(MODEL_DIR, "config.pbtxt"), join(repo, MODEL, "config.pbtxt"));
+  await Deno.copyFile(join(MODEL_DIR, "1", "model.py"), join(repo, MODEL, "1", "model.py"));
+  return repo;
+}
+
+async function startDinfer(repo: string): Promise<Server> {
+  const grpc = freePort();
+  if (!Deno.env.get("DINFER_PYTHON")) {
+    try {
+      Deno.statSync(`${ROOT}.venv/bin/python`);
+      Deno.env.set("DINFER_PYTHON", `${ROOT}.venv/bin/python`);
+    } catch {
+      // python3 from PATH; it needs numpy.
+    }
+  }
+  const s: ChildServer = await startChildServer([], [`--model-repository=${repo}`, `--grpc-port=${grpc}`]);
+  return {
+    name: "dinfer",
+    http: s.port,
+    grpc,
+    pid: s.pid,
+    stop: () => s.stop(),
+    log: () => s.log(),
+    exited: () => s.exitCode() === undefined ? undefined : `exited with code ${s.exitCode()}`,
+  };
+}
+
+/** Where the Triton of the venv lives, or why it cannot run. */
+interface TritonInstall {
+  binary: string;
+  backends: string;
+  libs: string;
+  venv: string;
+}
+
+const TRITON_HOWTO = (venv: string) =>
+  [
+    `python3 -m venv ${venv}`,
+    `${venv}/bin/pip install nvidia-pytriton==0.7.0`,
+    `T=$(echo ${venv}/lib/python3*/site-packages/pytriton/tritonserver)`,
+    `cp $T/python_backend_stubs/$(${venv}/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')/triton_python_backend_stub $T/backends/python/`,
+  ].join("\n  ");
+
+function findTriton(venv: string): TritonInstall | string {
+  let sitePackages: string | undefined;
+  try {
+    for (const e of Deno.readDirSync(join(venv, "lib"))) {
+      const sp = join(venv, "lib", e.name, "site-packages");
+      try {
+        if (Deno.statSync(join(sp, "pytriton", "tritonserver", "bin", "tritonserver")).isFile) {
+          sitePackages = sp;
+        }
+      } catch {
+        // Not this Python.
+      }
+    }
+  } catch {
+    return `there is no venv at '${venv}'`;
+  }
+  if (!sitePackages) return `'${venv}' has no pytriton/tritonserver/bin/tritonserver`;
+  const t = join(sitePackages, "pytriton", "tritonserver");
+  try {
+    Deno.statSync(join(t, "backends", "python", "triton_python_backend_stub"));
+  } catch {
+    return `'${t}/backends/python' has no triton_python_backend_stub (copy it from python_backend_stubs/<py>/)`;
+  }
+  return {
+    binary: join(t, "bin", "tritonserver"),
+    backends: join(t, "backends"),
+    libs: join(sitePackages, "nvidia_pytriton.libs"),
+    venv,
+  };
+}
+
+async function startTriton(t: TritonInstall, repo: string): Promise<Server> {
+  const http = freePort(), grpc = freePort(), metrics = freePort();
+  const child = new Deno.Command(t.binary, {
+    args: [
+      `--model-repository=${repo}`,
+      `--backend-directory=${t.backends}`,
+      `--http-port=${http}`,
+      `--grpc-port=${grpc}`,
+      `--metrics-port=${metrics}`,
+      "--log-info=false",
+    ],
+    env: {
+      LD_LIBRARY_PATH: [t.libs, Deno.env.get("LD_LIBRARY_PATH")].filter(Boolean).join(":"),
+      // The stub's embedded interpreter ignores PYTHONPATH; it finds its prefix from \`python3\` on PATH, so the
+      // venv's \`bin\` first gives it the venv's site-packages (numpy).
+      PATH: [join(t.venv, "bin"), Deno.env.get("PATH")].filter(Boolean).join(":"),
+    },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let output = "";
+  const drain = async (s: ReadableStream<Uint8Array>) => {
+    for await (const chunk of s.pipeThrough(new TextDecoderStream())) output = (output + chunk).slice(-8000);
+  };
+  const drained = Promise.all([drain(child.stdout), drain(child.stderr)]);
+  let exited = false;
+  let how: string | undefined;
+  const status = child.status.then((s) => {
+    exited = true;
+    how = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
+    return s;
+  });
+  const server: Server = {
+    name: "triton",
+    http,
+    grpc,
+    pid: child.pid,
+    async stop() {
+      if (!exited) child.kill("SIGTERM");
+      const timer = setTimeout(() => !exited && child.kill("SIGKILL"), 10_000);
+      await status;
+      clearTimeout(timer);
+      await drained;
+    },
+    log: () => output,
+    exited: () => how,
+  };
+  const deadline = performance.now() + 120_000;
+  while (performance.now() < deadline && !exited) {
+    try {
+      const res = await fetch(`http://127.0.0.1:${http}/v2/models/${MODEL}/ready`);
+      await res.body?.cancel();
+      if (res.status === 200) return server;
+    } catch { /* not listening yet */ }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await server.stop();
+  throw new Error(`Cannot start Triton: '${MODEL}' was not ready within 120 s: ${output}`);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Measurement
+
+interface Point {
+  server: ServerName;
+  protocol: Protocol;
+  connections: number;
+  round: number;
+  rate: number;
+  p50Us: number;
+  /** CPU of the server and its stub processes per inference, in µs (see the method). */
+  cpuUs: number;
+  errors: number;
+  mismatches: number;
+  firstError?: string;
+}
+
+async function httpPoint(
+  s: Server,
+  protocol: "json" | "binary",
+  c: number,
+  flags: Flags,
+): Promise<LoadResult> {
+  const host = `127.0.0.1:${s.http}`;
+  const path = `/v2/models/${MODEL}/infer`;
+  let request: Uint8Array;
+  if (protocol === "json") {
+    request = httpRequest(
+      { method: "POST", path, host, headers: { "content-type": "application/json" } },
+      jsonBody(),
+    );
+  } else {
+    const { body, headerLength } = binaryBody();
+    request = httpRequest({
+      method: "POST",
+      path,
+      host,
+      headers: {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": String(headerLength),
+      },
+    }, body);
+  }
+  return await runLoad({ hostname: "127.0.0.1", port: s.http }, {
+    request,
+    connections: c,
+    durationS: flags.durationS,
+    warmupS: flags.warmupS,
+    check: protocol === "json" ? checkJson : checkBinary,
+    checkEvery: 500,
+  });
+}
+
+async function grpcPoint(s: Server, c: number, flags: Flags): Promise<LoadResult> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "--quiet",
+      `${ROOT}bench/grpc_load.ts`,
+      `127.0.0.1:${s.grpc}`,
+      String(c),
+      String(flags.durationS),
+      String(flags.warmupS),
+      MODEL,
+    ],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = decoder.decode(out.stdout).trim();
+  if (out.code !== 0 || !text) {
+    throw new Error(
+      `Cannot run bench/grpc_load.ts: exit ${out.code}: ${decoder.decode(out.stderr).slice(-2000)}`,
+    );
+  }
+  return JSON.parse(text.split("\n").at(-1)!) as LoadResult;
+}
+
+/** Checks one gRPC call with the bytes h2load sends (h2load does not read the gRPC status). */
+async function checkGrpcOnce(s: Server, message: Uint8Array): Promise<string | undefined> {
+  try {
+    const outputs = await grpcInferOnce(`127.0.0.1:${s.grpc}`, message);
+    if (outputs.length !== 2) return `${outputs.length} outputs, expected 2`;
+    for (const o of outputs) {
+      const why = compare(o, new Int32Array(Uint8Array.prototype.slice.call(o.contents).buffer));
+      if (why) return why;
+    }
+    return undefined;
+  } catch (err) {
+    return `the call failed: ${(err as Error).message}`;
+  }
+}
+
+/** The model's success and failure counts (both servers answer Triton's statistics extension). */
+async function successCount(s: Server): Promise<{ success: number; fail: number }> {
+  const body = await fetch(`http://127.0.0.1:${s.http}/v2/models/${MODEL}/stats`).then((r) => r.json()) as {
+    model_stats: { inference_stats: Record<string, { count: number }> }[];
+  };
+  const stats = body.model_stats[0]?.inference_stats ?? {};
+  return { success: Number(stats.success?.count ?? NaN), fail: Number(stats.fail?.count ?? NaN) };
+}
+
+/**
+ * gRPC through h2load (a C client: one HTTP/2 connection, N streams in flight): a warm-up run, then a
+ * measured one. The server's statistics must count at least h2load's successes and no failure.
+ */
+async function h2loadPoint(s: Server, c: number, flags: Flags, h2load: string): Promise<LoadResult> {
+  const message = simpleInferRequest(INPUT0, INPUT1, MODEL);
+  const file = await Deno.makeTempFile({ prefix: "dinfer-pybench-grpc-" });
+  try {
+    await Deno.writeFile(file, grpcFrame(message));
+    const args = [
+      ...["-c", "1", "-m", String(c), "-d", file],
+      ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
+      `http://127.0.0.1:${s.grpc}/inference.GRPCInferenceService/ModelInfer`,
+    ];
+    const ms = (x: number) => `${Math.max(1, Math.round(x * 1000))}ms`;
+    await runH2load(["-D", ms(flags.warmupS), ...args], { path: h2load });
+    const before = await successCount(s);
+    const r = await runH2load(["-D", ms(flags.durationS), ...args], { path: h2load });
+    // Calls still in flight when h2load stops are answered after it counted.
+    await new Promise((done) => setTimeout(done, 200));
+    const after = await successCount(s);
+    const why = after.fail !== before.fail
+      ? `the server counted ${after.fail - before.fail} failures`
+      : after.success - before.success < r.succeeded
+      ? `the server counted ${after.success - before.success} successes, h2load ${r.succeeded}`
+      : await checkGrpcOnce(s, message);
+    return {
+      connections: c,
+      count: r.succeeded,
+      seconds: r.seconds,
+      rate: r.succeeded / r.seconds,
+      p50Us: r.meanUs, // h2load prints no percentiles: the mean stands in
+      p90Us: NaN,
+      p99Us: NaN,
+      meanUs: r.meanUs,
+      errors: r.failed + r.errored + r.timeout,
+      checked: 1,
+      mismatches: why ? 1 : 0,
+      ...(why ? { firstError: why } : {}),
+    };
+  } finally {
+    await Deno.remove(file).catch(() => {});
+  }
+}
+
+async function measurePoint(
+  s: Server,
+  protocol: Protocol,
+  c: number,
+  round: number,
+  flags: Flags,
+): Promise<Point> {
+  await waitQuiet(2, { ours: [s.pid] });
+  const tree = processTree(s.pid);
+  const cpu0 = treeCpu(tree);
+  let r: LoadResult;
+  try {
+    r = protocol === "grpc"
+      ? await grpcPoint(s, c, flags)
+      : protocol === "grpc-h2load"
+      ? await h2loadPoint(s, c, flags, findH2load()!)
+      : await httpPoint(s, protocol, c, flags);
+  } catch (err) {
+    // A point that could not be measured counts as an error, never as a rate.
+    const why = (err as Error).message;
+    r = {
+      connections: c,
+      count: 0,
+      seconds: 0,
+      rate: NaN,
+      p50Us: NaN,
+      p90Us: NaN,
+      p99Us: NaN,
+      meanUs: NaN,
+      errors: 1,
+      checked: 0,
+      mismatches: 0,
+      firstError: why,
+    };
+  }
+  const cpuUs = ((treeCpu(tree) - cpu0) * 1e6) / (r.rate * (flags.durationS + flags.warmupS));
+  const p: Point = {
+    server: s.name,
+    protocol,
+    connections: c,
+    round,
+    rate: r.rate,
+    p50Us: r.p50Us,
+    cpuUs,
+    errors: r.errors,
+    mismatches: r.mismatches,
+    ...(r.firstError ? { firstError: r.firstError } : {}),
+  };
+  console.log(
+    `  round ${round} ${s.name.padEnd(6)} ${protocol.padEnd(6)} c=${String(c).padEnd(2)} ${
+      fmt(p.rate).padStart(6)
+    } infer/s  p50 ${fmt(p.p50Us).padStart(5)} µs  cpu ${fmt(p.cpuUs).padStart(4)} µs/infer${
+      p.errors || p.mismatches ? `  ERRORS ${p.errors}/${p.mismatches}: ${p.firstError}` : ""
+    }`,
+  );
+  return p;
+}
+
+/** A process and its descendants (the server and its Python stubs). */
+function processTree(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) {
+    try {
+      for (const t of Deno.readDirSync(`/proc/${out[i]}/task`)) {
+        const kids = Deno.readTextFileSync(`/proc/${out[i]}/task/${t.name}/children`).trim();
+        if (kids) out.push(...kids.split(" ").map(Number));
+      }
+    } catch {
+      // Exited.
+    }
+  }
+  return out;
+}
+
+function treeCpu(pids: number[]): number {
+  return pids.reduce((sum, pid) => sum + (cpuSeconds(pid) || 0), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Report
+
+function fmt(n: number, digits = 0): string {
+  return Number.isFinite(n) ? n.toFixed(digits) : "-";
+}
+
+/** The median of the finite values (NaN when there are none). */
+function median(values: number[]): number {
+  const s = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+async function machine(): Promise<string> {
+  const cpu = (await Deno.readTextFile("/proc/cpuinfo").catch(() => "")).match(/model name\s*:\s*(.*)/)?.[1];
+  const cores = navigator.hardwareConcurrency;
+  const mem = (await Deno.readTextFile("/proc/meminfo").catch(() => "")).match(/MemTotal:\s*(\d+)/)?.[1];
+  const py = await new Deno.Command(Deno.env.get("DINFER_PYTHON") || "python3", {
+    args: ["-V"],
+    stdout: "piped",
+  })
+    .output().then((o) => decoder.decode(o.stdout).trim()).catch(() => "?");
+  return `${cpu ?? "unknown CPU"}, ${cores} cores, ${mem ? (Number(mem) / 1048576).toFixed(0) : "?"} GiB, ` +
+    `Linux ${Deno.osRelease()}, Deno ${Deno.version.deno}, dinfer's stubs on ${py}`;
+}
+
+const PROTOCOLS: Protocol[] = ["json", "binary", "grpc", "grpc-h2load"];
+
+const PROTOCOL_NAMES: Record<Protocol, string> = {
+  json: "HTTP JSON",
+  binary: "HTTP binary",
+  grpc: "gRPC",
+  "grpc-h2load": "gRPC, h2load (mean µs)",
+};
+
+function markdown(
+  points: Point[],
+  flags: Flags,
+  info: { machine: string; triton: string; skipped?: string; ipc: string; notes: string[] },
+) {
+  const protocols = PROTOCOLS.filter((p) => points.some((x) => x.protocol === p));
+  const rows: string[] = [];
+  const ratios: number[] = [];
+  for (const protocol of protocols) {
+    for (const c of flags.connections) {
+      const of = (server: ServerName) =>
+        points.filter((p) => p.server === server && p.protocol === protocol && p.connections === c);
+      const d = of("dinfer"), t = of("triton");
+      const dr = median(d.map((p) => p.rate)), tr = median(t.map((p) => p.rate));
+      const ratio = dr / tr;
+      if (Number.isFinite(ratio)) ratios.push(ratio);
+      const wrong = [...d, ...t].some((p) => p.errors || p.mismatches);
+      rows.push(
+        `| ${PROTOCOL_NAMES[protocol]} | ${c} | ${fmt(dr)} | ${fmt(median(d.map((p) => p.p50Us)))} | ${
+          fmt(median(d.map((p) => p.cpuUs)))
+        } | ${t.length ? fmt(tr) : "skipped"} | ${t.length ? fmt(median(t.map((p) => p.p50Us))) : "-"} | ${
+          t.length ? fmt(median(t.map((p) => p.cpuUs))) : "-"
+        } | ${
+          Number.isFinite(ratio) ? `${fmt(ratio, 2)}${ratio >= TARGET_RATIO ? "" : " (below 1.5)"}` : "-"
+        }${wrong ? " **errors**" : ""} |`,
+      );
+    }
+  }
+  const met = ratios.length === protocols.length * flags.connections.length &&
+    ratios.every((r) => r >= TARGET_RATIO) && !points.some((p) => p.errors || p.mismatches);
+  const rounds = flags.connections.length * protocols.length;
+  return `${SECTION_START}
+## Python backend: dinfer against Triton 2.51
+
+\`deno run -A bench/python_bench.ts\` (also run by \`./dinfer bench\`), ${new Date().toISOString()}.
+
+**Machine**: ${info.machine}. Triton: ${info.triton}.
+
+**Model**: \`bench/python_models/add_sub_py\` (INT32 [1,16] INPUT0, INPUT1 -> OUTPUT0 = sum, OUTPUT1 =
+difference; max_batch_size 0; one KIND_CPU instance; backend "python"), copied into one temporary repository
+that both servers load unchanged.
+
+**Method**: both servers run at once (idle while the other is measured). ${flags.rounds} round(s); in each,
+every server is measured at every point (${rounds} points: HTTP JSON, HTTP binary as tritonclient sends it,
+gRPC with raw contents; ${flags.connections.join(" and ")} connections), the servers' order alternating from
+one round to the next. HTTP load: \`bench/loadgen.ts\` (closed loop, one request in flight per keep-alive
+connection); gRPC: \`bench/grpc_load.ts\` (@grpc/grpc-js, N calls in flight on one channel, in a Deno process
+of its own on the same cores) and, when h2load is installed, h2load (a C client: one HTTP/2 connection, N
+streams; its rows give the mean latency, as h2load prints no percentiles; each such point is checked by the
+model's statistics, which must count at least h2load's successes and no failure, and by one decoded call
+with the same bytes). ${flags.warmupS} s
+warm-up and ${flags.durationS} s measured per point; every 500th answer is checked against the expected
+values. CPU per inference: user + system time of the server process and its descendants (the Python stubs)
+over the whole point, warm-up included, divided by the measured rate times the point's length (an
+estimate). The table shows medians over the rounds; the ratio is dinfer's rate over Triton's (target ≥
+${TARGET_RATIO}).${info.skipped ? `\n\n**Triton skipped**: ${info.skipped}` : ""}${
+    info.notes.map((n) => `\n\n**Note**: ${n}.`).join("")
+  }
+
+| protocol | connections | dinfer infer/s | dinfer p50 µs | dinfer CPU µs/infer | Triton infer/s | Triton p50 µs | Triton CPU µs/infer | dinfer / Triton |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
+${rows.join("\n")}
+
+Target (≥ ${TARGET_RATIO}x Triton at every point): **${
+    info.skipped ? "not measured" : met ? "met" : "not met"
+  }**.
+
+${info.ipc}
+
+${FINDINGS}
+
+<details><summary>Every round</summary>
+
+| round | server | protocol | connections | infer/s | p50 µs | CPU µs/infer | errors |
+|---:|---|---|---:|---:|---:|---:|---:|
+${
+    points.map((p) =>
+      `| ${p.round} | ${p.server} | ${PROTOCOL_NAMES[p.protocol]} | ${p.connections} | ${fmt(p.rate)} | ${
+        fmt(p.p50Us)
+      } | ${fmt(p.cpuUs)} | ${p.errors + p.mismatches} |`
+    ).join("\n")
+  }
+
+</details>
+${SECTION_END}`;
+}
+
+/** Runs one of the IPC benchmarks and returns the JSON lines it printed. */
+async function ipcLines(script: string, args: string[]): Promise<Record<string, number>[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "--quiet", `${ROOT}${script}`, ...args],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (out.code !== 0) {
+    console.log(`${script} failed (exit ${out.code}): ${decoder.decode(out.stderr).slice(-1000)}`);
+    return [];
+  }
+  const lines = decoder.decode(out.stdout).trim().split("\n").filter((l) => l.startsWith("{"));
+  for (const l of lines) console.log(`  ${l}`);
+  return lines.map((l) => JSON.parse(l) as Record<string, number>);
+}
+
+function ipcMarkdown(ipc: Record<string, number>[], floor: Record<string, number>[]): string {
+  const rows = ipc.map((r) =>
+    `| backend alone, ${r.inflight} in flight | ${fmt(r.rate ?? NaN)} | ${fmt(r.p50Us ?? NaN)} (p50) | ${
+      fmt(r.denoCpuUs ?? NaN)
+    } | ${fmt(r.stubCpuUs ?? NaN)} |`
+  );
+  const f = [...floor].sort((a, b) => (a.meanUs ?? 0) - (b.meanUs ?? 0))[Math.floor(floor.length / 2)];
+  if (f) {
+    rows.push(
+      `| floor: a Python echo of one 512-byte frame (median of ${floor.length} runs) | ${
+        fmt(f.roundTripsPerS ?? NaN)
+      } | ${fmt(f.meanUs ?? NaN)} (mean) | ${fmt(f.denoCpuUs ?? NaN)} | ${fmt(f.pythonCpuUs ?? NaN)} |`,
+    );
+  }
+  return `**The Python backend's messages alone**, after the rounds, with the servers stopped:
+\`bench/python_ipc.ts\` drives one add_sub_py stub straight through the backend (no HTTP, no scheduler; with N
+in flight the stub finds the next call waiting, as the server's pipeline depth of 2 lets it), and
+\`bench/python_ipc_floor.ts\` is the least any such design costs: a minimal Python process that echoes
+length-prefixed frames over the same kind of Unix socket, driven with the same Deno calls (one write, reads
+until the frame is back). CPU is per call, from /proc.
+
+| what | calls/s | µs | Deno CPU µs/call | Python CPU µs/call |
+|---|---:|---:|---:|---:|
+${rows.join("\n")}`;
+}
+
+/** Replaces this benchmark's section of the results file (or appends it), keeping everything else. */
+async function writeSection(path: string, section: string): Promise<void> {
+  let text = "";
+  try {
+    text = await Deno.readTextFile(path);
+  } catch {
+    text = "# Benchmark results\n";
+  }
+  const a = text.indexOf(SECTION_START), b = text.indexOf(SECTION_END);
+  text = a >= 0 && b > a
+    ? text.slice(0, a) + section + text.slice(b + SECTION_END.length)
+    : `${text.trimEnd()}\n\n${section}\n`;
+  await Deno.writeTextFile(path, text);
+}
+
+async function main(args: string[]): Promise<void> {
+  const flags = parseFlags(args);
+  const repo = await makeRepository();
+  const servers: Server[] = [];
+  let skipped: string | undefined;
+  let tritonInfo = "not run";
+  try {
+    servers.push(await startDinfer(repo));
+    const t = findTriton(flags.tritonVenv);
+    if (typeof t === "string") {
+      skipped =
+        `Triton was not measured: ${t}. Create its venv with\n\n  ${TRITON_HOWTO(flags.tritonVenv)}\n\n` +
+        `(or name another one with \`--triton-venv=<dir>\` / \`TRITON_VENV\`).`;
+      console.log(`\n${skipped}\n`);
+    } else {
+      servers.push(await startTriton(t, repo));
+      tritonInfo = `\`${t.binary}\` (nvidia-pytriton 0.7.0) with its Python backend, started with ` +
+        `\`--log-info=false\` and otherwise default settings`;
+    }
+    console.log(
+      `Python backend benchmark: ${servers.map((s) => `${s.name} http ${s.http} grpc ${s.grpc}`).join("; ")}`,
+    );
+    const points: Point[] = [];
+    const notes: string[] = [];
+    const h2load = findH2load();
+    const protocols = PROTOCOLS.filter((p) => p !== "grpc-h2load" || h2load);
+    if (!h2load) {
+      console.log("h2load is not on PATH (Debian package nghttp2-client): no gRPC points through it");
+    }
+    for (let round = 1; round <= flags.rounds; round++) {
+      const order = round % 2 ? servers : [...servers].reverse();
+      for (const s of order) {
+        const gone = s.exited();
+        if (gone) {
+          // A server that ended (or was ended) between points: its remaining points are not measured.
+          const note = `${s.name} ${gone} before round ${round}; its later points were not measured`;
+          if (!notes.includes(note)) {
+            notes.push(note);
+            console.log(`\n${note}. Its last output:\n${s.log().slice(-3000)}\n`);
+          }
+          continue;
+        }
+        for (const protocol of protocols) {
+          for (const c of flags.connections) points.push(await measurePoint(s, protocol, c, round, flags));
+        }
+      }
+    }
+    for (const s of servers) await s.stop();
+    servers.length = 0;
+    console.log(
+      "The backend's messages alone (bench/python_ipc.ts) and their floor (bench/python_ipc_floor.ts)",
+    );
+    const ipc = await ipcLines("bench/python_ipc.ts", [String(flags.durationS), "1,8"]);
+    const floor = await ipcLines("bench/python_ipc_floor.ts", [
+      Deno.env.get("DINFER_PYTHON") ?? "python3",
+      String(flags.durationS),
+    ]);
+    const section = markdown(points, flags, {
+      machine: await machine(),
+      triton: tritonInfo,
+      skipped,
+      ipc: ipcMarkdown(ipc, floor),
+      notes,
+    });
+    console.log(`\n${section}`);
+    if (flags.write) {
+      await writeSection(flags.out, section);
+      console.log(`\nWrote the Python backend section of ${flags.out}`);
+    }
+  } finally {
+    for (const s of servers) await s.stop();
+    await Deno.remove(repo, { recursive: true }).catch(() => {});
+  }
+}
+
+if (import.meta.main) await main(Deno.args);
