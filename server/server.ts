@@ -20,6 +20,9 @@ import { SystemSharedMemory } from "./shm/system_shm.ts";
 import { CudaSharedMemory } from "./shm/cuda_shm.ts";
 import { trtShimPath } from "../ffi/trtshim.ts";
 import { TraceManager } from "./trace/trace.ts";
+import { ResponseCache } from "./cache/response_cache.ts";
+import { registerCacheMetrics } from "./metrics/cache_metrics.ts";
+import { RateLimiter } from "./scheduler/rate_limiter.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
@@ -95,7 +98,14 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   }
   let metrics: ReturnType<typeof createMetrics> | undefined;
   let sampler: SystemSampler | undefined;
+  const responseCache = options.responseCacheSize > 0
+    ? new ResponseCache(options.responseCacheSize)
+    : undefined;
   const registry = new ModelRegistry({
+    responseCache,
+    rateLimiter: options.rateLimit === "execution_count"
+      ? new RateLimiter(options.rateLimitResources)
+      : undefined,
     traces,
     repositories,
     autoComplete: options.autoCompleteConfig,
@@ -132,6 +142,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     });
     try {
       metrics = createMetrics(registry, { config: options.metricsConfig, sampler });
+      if (responseCache) registerCacheMetrics(metrics, registry, responseCache);
     } catch (err) {
       await registry.close();
       await traces.close();

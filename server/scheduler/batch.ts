@@ -10,6 +10,7 @@ import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 import { type ExecutionTimes, nowNs } from "../metrics/stats.ts";
+import type { InstanceGate } from "./rate_limiter.ts";
 
 /** What a batch needs to know of its model. */
 export interface BatchModel {
@@ -21,6 +22,8 @@ export interface BatchModel {
   batched: boolean;
   /** The outputs by name. */
   outputs: Map<string, TensorSpec>;
+  /** The rate limiter's gate (`--rate-limit=execution_count`): executions wait for their resources. */
+  gate?: InstanceGate;
 }
 
 function concatInput(name: string, parts: Tensor[]): Tensor {
@@ -180,6 +183,22 @@ export function batchCompatible(a: ValidatedRequest, b: ValidatedRequest): boole
  *   when execution fails
  */
 export async function executeBatch(
+  model: BatchModel,
+  instance: BackendInstance,
+  requests: readonly ValidatedRequest[],
+): Promise<{ responses: (InferResponse | ServerError)[]; times: ExecutionTimes }> {
+  const gate = model.gate;
+  if (!gate) return await runBatch(model, instance, requests);
+  // Under the rate limiter the wait for resources comes before the execution's start: it is queue time.
+  await gate.acquire(instance);
+  try {
+    return await runBatch(model, instance, requests);
+  } finally {
+    gate.release(instance);
+  }
+}
+
+async function runBatch(
   model: BatchModel,
   instance: BackendInstance,
   requests: readonly ValidatedRequest[],

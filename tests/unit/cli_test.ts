@@ -62,6 +62,10 @@ const DEFAULTS: ServerOptions = {
   metricsIntervalMs: 2000,
   metricsConfig: [],
   traceConfig: [],
+  responseCacheSize: 0,
+  cacheDirectory: "/opt/tritonserver/caches",
+  rateLimit: "off",
+  rateLimitResources: [],
 };
 
 Deno.test("no flags give Triton's defaults", () => {
