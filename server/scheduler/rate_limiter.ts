@@ -13,6 +13,7 @@
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import { invalidArg } from "../core/errors.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 
@@ -101,6 +102,7 @@ export class RateLimiter {
   #allocated: ResourceMap = new Map();
   #staged: Staged[] = [];
   #seq = 0;
+  #attemptScheduled = false;
 
   /**
    * Creates a rate limiter.
@@ -210,7 +212,15 @@ export class RateLimiter {
       const a = this.#allocated.get(where)!;
       for (const [name, n] of m) a.set(name, a.get(name)! - n);
     }
-    this.#attempt();
+    // The next allocation waits one event-loop turn, so that the instance just released, when its model has
+    // requests waiting, is staged again and competes by its priority (as in Triton, where a released
+    // instance is staged before the next allocation).
+    if (this.#attemptScheduled) return;
+    this.#attemptScheduled = true;
+    setImmediate(() => {
+      this.#attemptScheduled = false;
+      this.#attempt();
+    });
   }
 
   /** Allocates to the first staged instance as long as its resources are free. */
