@@ -378,6 +378,14 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
   const list = (name: string) => (values[name] as string[] | undefined) ?? [];
 
   const repos = [...list("model-repository"), ...list("model-store")];
+  for (const r of repos) {
+    const cloud = /^(s3|gs|as):\/\//.exec(r);
+    if (cloud) {
+      throw new CliError(
+        `Bad value '${r}' for --model-repository: ${cloud[1]}:// repositories (cloud storage) are not supported by dinfer; copy the models to a local folder`,
+      );
+    }
+  }
   const backendConfig: Record<string, Record<string, string>> = {};
   for (const entry of list("backend-config")) {
     const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);

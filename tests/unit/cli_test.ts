@@ -350,3 +350,12 @@ Deno.test("HTTP listener threads: auto is half the cores (at most 8), a number i
   assertEquals(httpListenerCount(4, 16), 4);
   assertEquals(httpListenerCount(1, 16), 1);
 });
+
+Deno.test("cloud model repositories are refused with a clear error", () => {
+  for (const url of ["s3://bucket/models", "gs://bucket/models", "as://account/container/models"]) {
+    fails(
+      [`--model-repository=${url}`],
+      `Bad value '${url}' for --model-repository: ${url.slice(0, 2)}:// repositories (cloud storage) are not supported by dinfer; copy the models to a local folder`,
+    );
+  }
+});
