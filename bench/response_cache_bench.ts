@@ -25,6 +25,7 @@ const rounds = arg("rounds", 3);
 const perRound = arg("requests", 100);
 const write = !Deno.args.includes("--no-write");
 
+const loadBefore = (await Deno.readTextFile("/proc/loadavg").catch(() => "?")).split(" ")[0];
 const repo = await Deno.makeTempDir({ prefix: "dinfer-bench-cache-" });
 const config = (await Deno.readTextFile(`${ROOT}bench/models/mlp_nobatch/config.pbtxt`))
   .replace('name: "mlp_nobatch"', 'name: "mlp_cached"') + "response_cache { enable: true }\n";
@@ -143,8 +144,8 @@ const section = `${START}
 
 \`bench/response_cache_bench.ts\` (${
   new Date().toISOString().slice(0, 10)
-}, ${navigator.hardwareConcurrency} cores, ${cpu}):
-the MLP 784-1024-1024-10 (ONNX Runtime, one instance, no dynamic batching) with \`response_cache { enable: true }\`
+}, ${navigator.hardwareConcurrency} cores, ${cpu}, load average ${loadBefore} at the start: the machine
+was shared, so only the ratios within one run compare): the MLP 784-1024-1024-10 (ONNX Runtime, one instance, no dynamic batching) with \`response_cache { enable: true }\`
 and \`--cache-config=local,size=268435456\`; one client, sequential binary HTTP requests, ${rounds} rounds of
 ${perRound} misses (new contents each) then ${perRound} hits (one request repeated). Latencies in µs as the client
 sees them (median / p90); the model's run, the hit's lookup and the miss's lookup + insertion are the
