@@ -382,7 +382,9 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     const cloud = /^(s3|gs|as):\/\//.exec(r);
     if (cloud) {
       throw new CliError(
-        `Bad value '${r}' for --model-repository: ${cloud[1]}:// repositories (cloud storage) are not supported by dinfer; copy the models to a local folder`,
+        `Bad value '${r}' for --model-repository: ${
+          cloud[1]
+        }:// repositories (cloud storage) are not supported by dinfer; copy the models to a local folder`,
       );
     }
   }

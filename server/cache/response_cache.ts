@@ -108,8 +108,10 @@ export class ResponseCache {
    * @param model the model name
    * @param version the version that serves the request
    * @param request the validated request, with its final input contents (shared-memory inputs included)
+   * @param generation which load of the version it is: a reloaded model never answers from its previous
+   *   load's entries (they age out)
    */
-  key(model: string, version: string, request: ValidatedRequest): string {
+  key(model: string, version: string, request: ValidatedRequest, generation = 0): string {
     const inputs = [...request.inputs.values()].sort((
       a,
       b,
@@ -117,6 +119,7 @@ export class ResponseCache {
     const header = JSON.stringify([
       model,
       version,
+      generation,
       inputs.map((t) => [
         t.name,
         t.datatype,
@@ -198,6 +201,8 @@ export interface CachedModel {
   version: string;
   /** Where hits and misses are counted. */
   stats: VersionStats;
+  /** Which load of the version this is (see ResponseCache.key). */
+  generation: number;
 }
 
 /**
@@ -217,7 +222,7 @@ export async function inferWithCache(
   options: { received: number; run: (request: ValidatedRequest) => Promise<InferResponse> },
 ): Promise<InferResponse> {
   const lookupStart = nowNs();
-  const key = cache.key(model.name, model.version, request);
+  const key = cache.key(model.name, model.version, request, model.generation);
   const hit = cache.lookup(key);
   const lookupEnd = nowNs();
   if (hit) {

@@ -42,6 +42,9 @@ export interface TensorMetadata {
   shape: number[];
 }
 
+/** Counts the ModelVersion objects made, so that each load has its own response cache entries. */
+let loads = 0;
+
 /** One version of a model. */
 export class ModelVersion {
   /** The model name. */
@@ -63,6 +66,8 @@ export class ModelVersion {
   readonly stats: VersionStats;
   /** The server's response cache where the config enables it (`response_cache { enable: true }`). */
   responseCache: ResponseCache | undefined;
+  /** This load's number, which its response cache keys carry. */
+  readonly #generation = ++loads;
   /** The server's rate limiter under `--rate-limit=execution_count`. */
   rateLimiter: RateLimiter | undefined;
   #limited: LimitedInstance[] = [];
@@ -222,7 +227,7 @@ export class ModelVersion {
       if (this.responseCache) {
         return inferWithCache(
           this.responseCache,
-          { name: this.name, version: String(this.version), stats: this.stats },
+          { name: this.name, version: String(this.version), stats: this.stats, generation: this.#generation },
           validated,
           {
             received,

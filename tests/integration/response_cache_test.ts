@@ -191,6 +191,34 @@ Deno.test("a response larger than the whole cache is served and not stored", asy
   }
 });
 
+Deno.test("a reloaded model does not answer from the entries of its previous load", async () => {
+  const dir = await repository();
+  try {
+    await using s = await serve(dir, [
+      "--cache-config=local,size=1048576",
+      "--model-control-mode=explicit",
+      "--load-model=count_py",
+    ]);
+    assert.deepEqual(await count(s, [1]), [[2], 1]);
+    assert.deepEqual(await count(s, [1]), [[2], 1]);
+    const before = (await stats(s, "count_py")).inference_stats;
+    assert.deepEqual([before.cache_hit!.count, before.cache_miss!.count], [1, 1]);
+    const load = await fetch(`${s.url}/v2/repository/models/count_py/load`, { method: "POST", body: "{}" });
+    assert.equal(load.status, 200, await load.text());
+    // The new load's instance starts counting again: RUNS 1 from an execution, not from the cache.
+    assert.deepEqual(await count(s, [1]), [[2], 1]);
+    assert.deepEqual(await count(s, [1]), [[2], 1]);
+    const after = (await stats(s, "count_py")).inference_stats;
+    assert.deepEqual([after.cache_hit!.count, after.cache_miss!.count, after.compute_infer!.count], [
+      1,
+      1,
+      1,
+    ]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("decoupled and sequence-batched models with response_cache are refused at load with Triton's reasons", async () => {
   const dir = await repository({
     decoupled_cache_py: "model_transaction_policy { decoupled: true }\n",

@@ -27,13 +27,14 @@ function response(bytes: number): InferResponse {
   };
 }
 
-Deno.test("cache keys differ in model, version, input name, datatype, shape, contents and requested outputs", () => {
+Deno.test("cache keys differ in model, version, load, input name, datatype, shape, contents and requested outputs", () => {
   const c = new ResponseCache(1000);
   const base = request([fp32("A", [1, 2]), fp32("B", [3])]);
   const keys = [
     c.key("m", "1", base),
     c.key("n", "1", base),
     c.key("m", "2", base),
+    c.key("m", "1", base, 7),
     c.key("m", "1", request([fp32("C", [1, 2]), fp32("B", [3])])),
     c.key("m", "1", request([{ ...fp32("A", [1, 2]), datatype: "INT32" }, fp32("B", [3])])),
     c.key("m", "1", request([fp32("A", [1, 2], [1, 2]), fp32("B", [3])])),
