@@ -379,12 +379,12 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
 
   const repos = [...list("model-repository"), ...list("model-store")];
   for (const r of repos) {
-    const cloud = /^(s3|gs|as):\/\//.exec(r);
+    const cloud = /^(gs|as):\/\//.exec(r);
     if (cloud) {
       throw new CliError(
         `Bad value '${r}' for --model-repository: ${
           cloud[1]
-        }:// repositories (cloud storage) are not supported by dinfer; copy the models to a local folder`,
+        }:// repositories are not supported by dinfer (s3:// is); copy the models to a local folder`,
       );
     }
   }

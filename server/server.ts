@@ -23,6 +23,7 @@ import { TraceManager } from "./trace/trace.ts";
 import { ResponseCache } from "./cache/response_cache.ts";
 import { registerCacheMetrics } from "./metrics/cache_metrics.ts";
 import { RateLimiter } from "./scheduler/rate_limiter.ts";
+import { CloudRepositories } from "./repository/cloud.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
@@ -85,15 +86,24 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     format: options.logFormat,
     file: options.logFile,
   });
+  // s3:// repositories are mirrored into local folders, brought up to date before every scan.
+  let given = options.modelRepositories;
+  let cloud: CloudRepositories | undefined;
+  if (given.some((r) => r.startsWith("s3://"))) {
+    try {
+      ({ paths: given, cloud } = await CloudRepositories.open(given));
+    } catch (err) {
+      throw new StartupError((err as Error).message);
+    }
+  }
   // Absolute, so that models started in their own folder (Python stubs) find their files.
-  const repositories = options.modelRepositories.length > 0
-    ? options.modelRepositories.map((r) => resolvePath(r))
-    : [EXAMPLE_REPOSITORY];
+  const repositories = given.length > 0 ? given.map((r) => resolvePath(r)) : [EXAMPLE_REPOSITORY];
   let traces: TraceManager;
   try {
     traces = new TraceManager(options.traceConfig);
     await traces.start();
   } catch (err) {
+    await cloud?.close();
     throw new StartupError((err as Error).message);
   }
   let metrics: ReturnType<typeof createMetrics> | undefined;
@@ -112,6 +122,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     backendConfig: options.backendConfig,
     controlMode: options.modelControlMode,
     logger: log,
+    ...(cloud ? { beforeScan: () => cloud.sync() } : {}),
   });
   let toLoad: string[] | undefined;
   if (options.modelControlMode === "explicit") {
@@ -128,6 +139,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   if (failures.size > 0 && options.exitOnError) {
     await registry.close();
     await traces.close();
+    await cloud?.close();
     const reasons = [...failures.entries()].map(([n, r]) => `'${n}': ${r}`).join("; ");
     throw new StartupError(`Cannot start: failed to load all models (${reasons})`);
   }
@@ -146,11 +158,18 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     } catch (err) {
       await registry.close();
       await traces.close();
+      await cloud?.close();
       throw new StartupError((err as Error).message);
     }
   }
   const poller = options.modelControlMode === "poll"
-    ? await startPoller(registry, repositories, options.repositoryPollSecs, (m) => log.info(m))
+    ? await startPoller(
+      registry,
+      repositories,
+      options.repositoryPollSecs,
+      (m) => log.info(m),
+      cloud ? () => cloud.sync() : undefined,
+    )
     : undefined;
   let stopping = false;
   const shm = new SystemSharedMemory(options.allowClientShm);
@@ -223,6 +242,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       abort.abort();
       await registry.close();
       await traces.close();
+      await cloud?.close();
       throw new StartupError(
         `Cannot start the gRPC service on ${options.grpcAddress}:${options.grpcPort}: ${
           (err as Error).message
@@ -278,6 +298,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       cudaShm.close();
       sampler?.stop();
       await traces.close();
+      await cloud?.close();
       log.info("Stopped");
       if (!logger) log.close();
       resolveFinished();

@@ -67,6 +67,8 @@ export interface RegistryOptions {
   responseCache?: ResponseCache;
   /** The rate limiter (`--rate-limit=execution_count`); without it `rate_limiter` settings are ignored. */
   rateLimiter?: RateLimiter;
+  /** Runs before the repositories are scanned for a load (brings cloud repositories' mirrors up to date). */
+  beforeScan?: () => Promise<void>;
 }
 
 /** A model known to the registry. */
@@ -184,6 +186,7 @@ export class ModelRegistry {
    * @returns the names that failed, with their reasons
    */
   async loadModels(names?: readonly string[]): Promise<Map<string, string>> {
+    await this.#options.beforeScan?.();
     const { models, duplicates } = await scanRepositories(this.#options.repositories);
     const failures = new Map<string, string>();
     const wanted = names ?? [...models.keys()];
@@ -260,6 +263,7 @@ export class ModelRegistry {
         location = await writeModelFiles(name, upload);
         this.#uploads.add(location.repository);
       } else {
+        await this.#options.beforeScan?.();
         const { models, duplicates } = await scanRepositories(this.#options.repositories);
         location = models.get(name);
         duplicate = duplicates.get(name);

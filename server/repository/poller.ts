@@ -48,12 +48,14 @@ export interface Poller {
  * @param repositories the repository paths
  * @param intervalSecs seconds between polls; 0 polls only when pollOnce is called
  * @param log where to report changes
+ * @param beforePoll runs before each scan (brings cloud repositories' mirrors up to date)
  */
 export async function startPoller(
   registry: ModelRegistry,
   repositories: string[],
   intervalSecs: number,
   log: (message: string) => void,
+  beforePoll?: () => Promise<void>,
 ): Promise<Poller> {
   const known = new Map<string, string>();
   const { models } = await scanRepositories(repositories);
@@ -64,6 +66,7 @@ export async function startPoller(
   const poll = async () => {
     let current;
     try {
+      await beforePoll?.();
       current = (await scanRepositories(repositories)).models;
     } catch (err) {
       log(`Cannot poll the model repositories: ${(err as Error).message}`);
