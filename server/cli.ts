@@ -378,16 +378,6 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
   const list = (name: string) => (values[name] as string[] | undefined) ?? [];
 
   const repos = [...list("model-repository"), ...list("model-store")];
-  for (const r of repos) {
-    const cloud = /^(gs|as):\/\//.exec(r);
-    if (cloud) {
-      throw new CliError(
-        `Bad value '${r}' for --model-repository: ${
-          cloud[1]
-        }:// repositories are not supported by dinfer (s3:// is); copy the models to a local folder`,
-      );
-    }
-  }
   const backendConfig: Record<string, Record<string, string>> = {};
   for (const entry of list("backend-config")) {
     const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);

@@ -86,10 +86,11 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     format: options.logFormat,
     file: options.logFile,
   });
-  // s3:// repositories are mirrored into local folders, brought up to date before every scan.
+  // Cloud repositories (s3://, gs://, as://) are mirrored into local folders, brought up to date before
+  // every scan.
   let given = options.modelRepositories;
   let cloud: CloudRepositories | undefined;
-  if (given.some((r) => r.startsWith("s3://"))) {
+  if (given.some((r) => /^(s3|gs|as):\/\//.test(r))) {
     try {
       ({ paths: given, cloud } = await CloudRepositories.open(given));
     } catch (err) {

@@ -1,21 +1,26 @@
 /**
- * Model repositories in Amazon S3 (or an S3-compatible server): `s3://bucket/path` and
- * `s3://host:port/bucket/path` (plain HTTP to that server, path-style addressing), as Triton writes them.
- * Credentials and region come from the AWS SDK's usual sources (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
- * `AWS_SESSION_TOKEN`, `AWS_REGION` / `AWS_DEFAULT_REGION`, `~/.aws/credentials` and `~/.aws/config`,
- * `AWS_PROFILE`); without a region, us-east-1.
+ * Model repositories in cloud storage, in Triton's URL forms: Amazon S3 (`s3://bucket/path`, and
+ * `s3://host:port/bucket/path` for an S3-compatible server over plain HTTP with path-style addressing), Google
+ * Cloud Storage (`gs://bucket/path`) and Azure Blob Storage (`as://account/container/path`), each read through
+ * its own SDK with credentials from that SDK's usual sources: for S3 `AWS_ACCESS_KEY_ID`,
+ * `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION` / `AWS_DEFAULT_REGION` (else us-east-1),
+ * `~/.aws/credentials` and `~/.aws/config`, `AWS_PROFILE`; for GCS `GOOGLE_APPLICATION_CREDENTIALS` and
+ * `STORAGE_EMULATOR_HOST`; for Azure `AZURE_STORAGE_CONNECTION_STRING`, else `AZURE_STORAGE_KEY` for the
+ * URL's account.
  *
- * The repository is mirrored into a local folder that the server reads like any repository. A sync lists the
- * objects under the path; a model whose objects (keys, sizes, ETags) changed is downloaded whole into a
- * hidden staging folder, every object checked against its listed size and, where the ETag is an MD5, its
- * digest, and only then moved into place, so a half-downloaded model is never seen; models gone from the
- * bucket are removed. Keys that would leave the folder (`..`, empty segments) are refused.
+ * A repository is mirrored into a local folder that the server reads like any repository. A sync lists the
+ * objects under the path; a model whose objects (paths, sizes, versions) changed is downloaded whole into a
+ * hidden staging folder, every object checked against its listed size and, where the store keeps one, its
+ * MD5, and only then moved into place, so a half-downloaded model is never seen; models gone from the store
+ * are removed. Keys that would leave the folder (`..`, empty segments) are refused.
  * @module
  */
 
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
+import { Storage } from "@google-cloud/storage";
+import { BlobServiceClient, StorageSharedKeyCredential } from "@azure/storage-blob";
 import { invalidArg, ServerError } from "../core/errors.ts";
 
 /** Where an `s3://` repository lives. */
@@ -42,47 +47,212 @@ export function parseS3Url(url: string): S3Location | undefined {
   return { endpoint, bucket, prefix: parts.join("/") };
 }
 
-interface Listed {
+/** One object of a cloud repository as its listing describes it. */
+export interface ListedObject {
   /** The path below the repository, `<model>/...`. */
   rel: string;
-  key: string;
+  /** The byte size. */
   size: number;
-  etag: string;
+  /** The MD5 of the contents as hex, when the store keeps one. */
+  md5: string | undefined;
+  /** A token that changes when the object changes (ETag, generation). */
+  version: string;
 }
 
-/** An S3 repository mirrored into a local folder. */
-export class S3Repository {
-  /** The `s3://` path. */
+/** What a cloud repository is read through: its objects below the repository path. */
+export interface ObjectStore {
+  /** Lists every object below the repository path (folder markers left out). */
+  list(): Promise<ListedObject[]>;
+  /** Reads an object's contents. */
+  get(rel: string): Promise<Uint8Array>;
+  /** Frees the client. */
+  close(): void;
+}
+
+/** Turns a key below the repository path into its path, or refuses one that would leave the folder. */
+function relativePath(url: string, key: string, base: string): string | undefined {
+  if (key.endsWith("/")) return undefined; // a folder marker
+  const rel = key.slice(base.length);
+  const segments = rel.split("/");
+  if (segments.length < 2) return undefined; // a file beside the model folders
+  if (segments.some((s) => s === "" || s === "." || s === ".." || /[\\\0]/.test(s))) {
+    throw invalidArg(`Cannot sync model repository '${url}': object key '${key}' is not a plain path`);
+  }
+  return rel;
+}
+
+/** An S3 bucket path through the AWS SDK. */
+function s3Store(url: string, location: S3Location): ObjectStore {
+  const region = Deno.env.get("AWS_REGION") ?? Deno.env.get("AWS_DEFAULT_REGION") ?? "us-east-1";
+  const client = new S3Client({
+    region,
+    ...(location.endpoint ? { endpoint: location.endpoint, forcePathStyle: true } : {}),
+  });
+  const base = location.prefix === "" ? "" : `${location.prefix}/`;
+  return {
+    async list() {
+      const out: ListedObject[] = [];
+      let token: string | undefined;
+      do {
+        const page = await client.send(
+          new ListObjectsV2Command({ Bucket: location.bucket, Prefix: base, ContinuationToken: token }),
+        );
+        for (const o of page.Contents ?? []) {
+          const rel = relativePath(url, o.Key ?? "", base);
+          if (rel === undefined) continue;
+          const etag = (o.ETag ?? "").replaceAll('"', "");
+          // A single-part upload's ETag is the MD5 of its contents; a multipart one's is not.
+          out.push({
+            rel,
+            size: o.Size ?? 0,
+            md5: /^[0-9a-f]{32}$/.test(etag) ? etag : undefined,
+            version: etag,
+          });
+        }
+        token = page.IsTruncated ? page.NextContinuationToken : undefined;
+      } while (token);
+      return out;
+    },
+    async get(rel) {
+      const res = await client.send(new GetObjectCommand({ Bucket: location.bucket, Key: base + rel }));
+      return await res.Body!.transformToByteArray();
+    },
+    close: () => client.destroy(),
+  };
+}
+
+/** Where a `gs://` or `as://` repository lives. */
+export interface BucketLocation {
+  /** The Azure storage account (`as://` only). */
+  account?: string;
+  /** The bucket or container. */
+  bucket: string;
+  /** The path inside it, without leading or trailing slashes. */
+  prefix: string;
+}
+
+/**
+ * Reads a `gs://bucket/path` or `as://account/container/path` repository path; undefined for anything else.
+ * @param url the `--model-repository` value
+ * @throws ServerError INVALID_ARG when the bucket (or account and container) is missing
+ */
+export function parseBucketUrl(url: string): { scheme: "gs" | "as"; location: BucketLocation } | undefined {
+  const m = /^(gs|as):\/\/(.*)$/.exec(url);
+  if (!m) return undefined;
+  const scheme = m[1] as "gs" | "as";
+  const parts = m[2]!.split("/").filter((p) => p !== "");
+  const account = scheme === "as" ? parts.shift() : undefined;
+  const bucket = parts.shift();
+  if (!bucket) {
+    throw invalidArg(
+      `Cannot use model repository '${url}': it names no ${
+        scheme === "as" ? "account and container" : "bucket"
+      }`,
+    );
+  }
+  return { scheme, location: { ...(account ? { account } : {}), bucket, prefix: parts.join("/") } };
+}
+
+/** Hex of a base64 MD5 (as GCS and Azure list them); undefined when there is none. */
+function md5Hex(b64: string | Uint8Array | undefined): string | undefined {
+  if (b64 === undefined || b64 === "") return undefined;
+  const bytes = typeof b64 === "string" ? Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)) : b64;
+  return [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * A Google Cloud Storage path through `@google-cloud/storage`: credentials from
+ * `GOOGLE_APPLICATION_CREDENTIALS` (or the other sources the library reads), an emulator from
+ * `STORAGE_EMULATOR_HOST`.
+ */
+function gcsStore(url: string, location: BucketLocation): ObjectStore {
+  const bucket = new Storage().bucket(location.bucket);
+  const base = location.prefix === "" ? "" : `${location.prefix}/`;
+  return {
+    async list() {
+      const [files] = await bucket.getFiles({ prefix: base, autoPaginate: true });
+      const out: ListedObject[] = [];
+      for (const f of files) {
+        const rel = relativePath(url, f.name, base);
+        if (rel === undefined) continue;
+        const md = f.metadata;
+        out.push({
+          rel,
+          size: Number(md.size ?? 0),
+          md5: md5Hex(md.md5Hash),
+          version: `${md.generation ?? ""}:${md.etag ?? ""}`,
+        });
+      }
+      return out;
+    },
+    async get(rel) {
+      const [buf] = await bucket.file(base + rel).download();
+      return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    },
+    close: () => {},
+  };
+}
+
+/**
+ * An Azure Blob Storage path through `@azure/storage-blob`: `AZURE_STORAGE_CONNECTION_STRING` when set (as
+ * the Azure tools read it; Azurite's included), else the account of the URL with `AZURE_STORAGE_KEY` (Triton's
+ * variables), else anonymous access.
+ */
+function azureStore(url: string, location: BucketLocation): ObjectStore {
+  const conn = Deno.env.get("AZURE_STORAGE_CONNECTION_STRING");
+  const key = Deno.env.get("AZURE_STORAGE_KEY");
+  const account = location.account!;
+  const service = conn ? BlobServiceClient.fromConnectionString(conn) : new BlobServiceClient(
+    `https://${account}.blob.core.windows.net`,
+    key ? new StorageSharedKeyCredential(account, key) : undefined,
+  );
+  const container = service.getContainerClient(location.bucket);
+  const base = location.prefix === "" ? "" : `${location.prefix}/`;
+  return {
+    async list() {
+      const out: ListedObject[] = [];
+      for await (const blob of container.listBlobsFlat({ prefix: base })) {
+        const rel = relativePath(url, blob.name, base);
+        if (rel === undefined) continue;
+        const p = blob.properties;
+        out.push({ rel, size: p.contentLength ?? 0, md5: md5Hex(p.contentMD5), version: p.etag ?? "" });
+      }
+      return out;
+    },
+    async get(rel) {
+      const buf = await container.getBlockBlobClient(base + rel).downloadToBuffer();
+      return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    },
+    close: () => {},
+  };
+}
+
+/** A cloud repository mirrored into a local folder. */
+export class MirroredRepository {
+  /** The repository's URL. */
   readonly url: string;
   /** The local folder the server reads. */
   readonly localDir: string;
-  #location: S3Location;
-  #client: S3Client;
-  /** What each mirrored model was made from (its objects' keys, sizes and ETags). */
+  #store: ObjectStore;
+  /** What each mirrored model was made from (its objects' paths, sizes and versions). */
   #mirrored = new Map<string, string>();
   #syncing: Promise<void> | undefined;
 
-  private constructor(url: string, location: S3Location, localDir: string) {
+  private constructor(url: string, store: ObjectStore, localDir: string) {
     this.url = url;
     this.localDir = localDir;
-    this.#location = location;
-    const region = Deno.env.get("AWS_REGION") ?? Deno.env.get("AWS_DEFAULT_REGION") ?? "us-east-1";
-    this.#client = new S3Client({
-      region,
-      ...(location.endpoint ? { endpoint: location.endpoint, forcePathStyle: true } : {}),
-    });
+    this.#store = store;
   }
 
   /**
-   * Mirrors an S3 repository into a new temporary folder (removed by `close`).
-   * @param url the `s3://` path
-   * @throws ServerError INVALID_ARG when the bucket cannot be read
+   * Mirrors a cloud repository into a new temporary folder (removed by `close`).
+   * @param url the repository URL
+   * @param store its objects
+   * @throws ServerError INVALID_ARG when it cannot be read
    */
-  static async open(url: string): Promise<S3Repository> {
-    const location = parseS3Url(url);
-    if (!location) throw invalidArg(`Cannot use model repository '${url}': not an s3:// path`);
-    const dir = await Deno.makeTempDir({ prefix: "dinfer-s3-" });
-    const repo = new S3Repository(url, location, dir);
+  static async open(url: string, store: ObjectStore): Promise<MirroredRepository> {
+    const dir = await Deno.makeTempDir({ prefix: "dinfer-cloud-" });
+    const repo = new MirroredRepository(url, store, dir);
     try {
       await repo.sync();
     } catch (err) {
@@ -92,54 +262,27 @@ export class S3Repository {
     return repo;
   }
 
-  /** Brings the local folder up to date with the bucket (one sync at a time). */
+  /** Brings the local folder up to date with the repository (one sync at a time). */
   sync(): Promise<void> {
     this.#syncing ??= this.#sync().finally(() => (this.#syncing = undefined));
     return this.#syncing;
   }
 
-  async #list(): Promise<Listed[]> {
-    const { bucket, prefix } = this.#location;
-    const base = prefix === "" ? "" : `${prefix}/`;
-    const out: Listed[] = [];
-    let token: string | undefined;
-    do {
-      const page = await this.#client.send(
-        new ListObjectsV2Command({ Bucket: bucket, Prefix: base, ContinuationToken: token }),
-      );
-      for (const o of page.Contents ?? []) {
-        const key = o.Key ?? "";
-        if (key.endsWith("/")) continue; // a folder marker
-        const rel = key.slice(base.length);
-        const segments = rel.split("/");
-        if (segments.length < 2) continue; // a file beside the model folders
-        if (segments.some((s) => s === "" || s === "." || s === ".." || /[\\\0]/.test(s))) {
-          throw invalidArg(
-            `Cannot sync model repository '${this.url}': object key '${key}' is not a plain path`,
-          );
-        }
-        out.push({ rel, key, size: o.Size ?? 0, etag: (o.ETag ?? "").replaceAll('"', "") });
-      }
-      token = page.IsTruncated ? page.NextContinuationToken : undefined;
-    } while (token);
-    return out;
-  }
-
   async #sync(): Promise<void> {
-    let listed: Listed[];
+    let listed: ListedObject[];
     try {
-      listed = await this.#list();
+      listed = await this.#store.list();
     } catch (err) {
       if (err instanceof ServerError) throw err;
       throw invalidArg(`Cannot list model repository '${this.url}': ${(err as Error).message}`);
     }
-    const byModel = new Map<string, Listed[]>();
+    const byModel = new Map<string, ListedObject[]>();
     for (const o of listed) {
       const model = o.rel.split("/")[0]!;
       byModel.set(model, [...(byModel.get(model) ?? []), o]);
     }
     for (const [model, objects] of byModel) {
-      const signature = objects.map((o) => `${o.rel}:${o.size}:${o.etag}`).sort().join("|");
+      const signature = objects.map((o) => `${o.rel}:${o.size}:${o.version}`).sort().join("|");
       if (this.#mirrored.get(model) === signature) continue;
       await this.#download(model, objects);
       this.#mirrored.set(model, signature);
@@ -152,20 +295,17 @@ export class S3Repository {
   }
 
   /** Downloads a model whole into a staging folder, checks every object, then moves it into place. */
-  async #download(model: string, objects: Listed[]): Promise<void> {
+  async #download(model: string, objects: ListedObject[]): Promise<void> {
     const staging = join(this.localDir, `.staging-${model}-${crypto.randomUUID()}`);
     try {
       for (const o of objects) {
         let bytes: Uint8Array;
         try {
-          const res = await this.#client.send(
-            new GetObjectCommand({ Bucket: this.#location.bucket, Key: o.key }),
-          );
-          bytes = await res.Body!.transformToByteArray();
+          bytes = await this.#store.get(o.rel);
         } catch (err) {
-          throw invalidArg(`Cannot download '${o.key}' from '${this.url}': ${(err as Error).message}`);
+          throw invalidArg(`Cannot download '${o.rel}' from '${this.url}': ${(err as Error).message}`);
         }
-        verifyObject(o.key, bytes, o.size, o.etag);
+        verifyObject(o.rel, bytes, o.size, o.md5);
         const segments = o.rel.split("/").slice(1);
         await Deno.mkdir(join(staging, ...segments.slice(0, -1)), { recursive: true });
         await Deno.writeFile(join(staging, ...segments), bytes);
@@ -180,61 +320,74 @@ export class S3Repository {
     }
   }
 
-  /** Stops using the bucket and removes the local folder. */
+  /** Stops using the store and removes the local folder. */
   async close(): Promise<void> {
     await this.#syncing?.catch(() => {});
-    this.#client.destroy();
+    this.#store.close();
     await Deno.remove(this.localDir, { recursive: true }).catch(() => {});
   }
 }
 
 /**
- * Checks a downloaded object against its listing: its size, and its MD5 where the ETag is one (objects
- * uploaded in one part).
- * @param key the object key, for messages
+ * Checks a downloaded object against its listing: its size, and its MD5 where the store keeps one.
+ * @param name the object, for messages
  * @param bytes the downloaded contents
  * @param size the listed size
- * @param etag the listed ETag, without quotes
+ * @param md5 the listed MD5 as hex, if any
  * @throws ServerError INVALID_ARG naming the object when it does not match
  */
-export function verifyObject(key: string, bytes: Uint8Array, size: number, etag: string): void {
+export function verifyObject(name: string, bytes: Uint8Array, size: number, md5: string | undefined): void {
   if (bytes.byteLength !== size) {
     throw invalidArg(
-      `Cannot use object '${key}': downloaded ${bytes.byteLength} bytes, the listing says ${size}`,
+      `Cannot use object '${name}': downloaded ${bytes.byteLength} bytes, the listing says ${size}`,
     );
   }
-  if (/^[0-9a-f]{32}$/.test(etag)) {
-    const md5 = createHash("md5").update(bytes).digest("hex");
-    if (md5 !== etag) {
-      throw invalidArg(`Cannot use object '${key}': its MD5 ${md5} differs from its ETag ${etag}`);
+  if (md5 !== undefined) {
+    const got = createHash("md5").update(bytes).digest("hex");
+    if (got !== md5) {
+      throw invalidArg(`Cannot use object '${name}': its MD5 ${got} differs from the listed ${md5}`);
     }
   }
 }
 
+/**
+ * The store of a cloud repository URL; undefined for a local path.
+ * @param url the `--model-repository` value
+ */
+export function openStore(url: string): ObjectStore | undefined {
+  const s3 = parseS3Url(url);
+  if (s3) return s3Store(url, s3);
+  const other = parseBucketUrl(url);
+  if (other?.scheme === "gs") return gcsStore(url, other.location);
+  if (other?.scheme === "as") return azureStore(url, other.location);
+  return undefined;
+}
+
 /** The cloud repositories of a server: mirrored folders, kept in sync. */
 export class CloudRepositories {
-  #repos: S3Repository[];
+  #repos: MirroredRepository[];
 
-  private constructor(repos: S3Repository[]) {
+  private constructor(repos: MirroredRepository[]) {
     this.#repos = repos;
   }
 
   /**
-   * Mirrors every `s3://` path among the repositories.
+   * Mirrors every cloud repository (`s3://`, `gs://`, `as://`) among the repositories.
    * @param repositories the `--model-repository` values
-   * @returns the repositories with each `s3://` path replaced by its local folder, and the mirrors
+   * @returns the repositories with each cloud URL replaced by its local folder, and the mirrors
    * @throws ServerError INVALID_ARG when one cannot be read (the others are closed)
    */
   static async open(repositories: readonly string[]): Promise<{ paths: string[]; cloud: CloudRepositories }> {
-    const repos: S3Repository[] = [];
+    const repos: MirroredRepository[] = [];
     const paths: string[] = [];
     try {
       for (const r of repositories) {
-        if (!r.startsWith("s3://")) {
+        const store = openStore(r);
+        if (!store) {
           paths.push(r);
           continue;
         }
-        const repo = await S3Repository.open(r);
+        const repo = await MirroredRepository.open(r, store);
         repos.push(repo);
         paths.push(repo.localDir);
       }

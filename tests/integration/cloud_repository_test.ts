@@ -1,93 +1,188 @@
 /**
- * `s3://host:port/bucket/path` model repositories against moto's S3 server (PyPI `moto[server]`), started by
- * the tests: models load from the bucket, poll mode follows models added to and removed from it, explicit mode
- * loads from it through the repository API, and a bucket that cannot be read stops the start with its reason.
- * The server runs as a process with the credentials in its environment. moto_server is looked for in
- * `DINFER_MOTO_SERVER`, then in `.venv/bin`; without it these tests are skipped.
+ * Cloud model repositories against real local servers started by the tests: moto's S3 server (PyPI
+ * `moto[server]`), gcp-storage-emulator (PyPI) for Google Cloud Storage and Azurite (npm `azurite`) for Azure
+ * Blob Storage. For each: models load from the store, poll mode follows models added to and removed from it,
+ * explicit mode loads through the repository API what the store holds now. The server runs as a process with
+ * the store's credentials in its environment. The emulators are looked for in `DINFER_MOTO_SERVER`,
+ * `DINFER_GCS_EMULATOR` and `DINFER_AZURITE_BLOB` (else `.venv/bin/moto_server`,
+ * `.venv/bin/gcp-storage-emulator`, `node_modules/.bin/azurite-blob`); a store whose emulator is missing has
+ * its tests skipped.
  * @module
  */
 
 import assert from "node:assert/strict";
-import {
-  CreateBucketCommand,
-  DeleteObjectCommand,
-  ListObjectsV2Command,
-  PutObjectCommand,
-  S3Client,
-} from "@aws-sdk/client-s3";
+import { Buffer } from "node:buffer";
+import { CreateBucketCommand, DeleteObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
+import { Storage } from "@google-cloud/storage";
+import { BlobServiceClient } from "@azure/storage-blob";
 import { FIXTURES, freePorts, ROOT, type ServerProcess, startServerProcess } from "../helpers.ts";
 import { inferJson, outputsOf } from "./_http.ts";
 
-const MOTO = Deno.env.get("DINFER_MOTO_SERVER") ?? `${ROOT}.venv/bin/moto_server`;
-const HAVE_MOTO = await Deno.stat(MOTO).then(() => true, () => false);
-const CREDENTIALS = { AWS_ACCESS_KEY_ID: "dinfer-test", AWS_SECRET_ACCESS_KEY: "dinfer-test-secret" };
+/** A store emulator running for a test, with a client that writes to it. */
+interface Store {
+  /** The repository URL of `models/repo` in it. */
+  url: string;
+  /** The environment the server needs to reach it. */
+  env: Record<string, string>;
+  put(key: string, bytes: Uint8Array): Promise<void>;
+  remove(key: string): Promise<void>;
+  stop(): Promise<void>;
+}
 
-/** A moto S3 server on a free loopback port, with a client for it. */
-async function startMoto(): Promise<{ endpoint: string; client: S3Client; stop: () => Promise<void> }> {
-  const [port] = freePorts(1);
-  const child = new Deno.Command(MOTO, {
-    args: ["-H", "127.0.0.1", "-p", String(port)],
-    stdin: "null",
-    stdout: "null",
-    stderr: "null",
-  }).spawn();
-  const endpoint = `127.0.0.1:${port}`;
+interface Provider {
+  name: string;
+  /** The emulator's program, if found. */
+  program: string | undefined;
+  start(program: string): Promise<Store>;
+}
+
+async function find(env: string, fallback: string): Promise<string | undefined> {
+  const path = Deno.env.get(env) ?? fallback;
+  return await Deno.stat(path).then(() => path, () => undefined);
+}
+
+/** Starts a program and waits until `http://127.0.0.1:<port>/` answers at all. */
+async function spawn(program: string, args: string[], port: number): Promise<Deno.ChildProcess> {
+  const child = new Deno.Command(program, { args, stdin: "null", stdout: "null", stderr: "null" }).spawn();
   const deadline = Date.now() + 30_000;
   for (;;) {
     try {
-      const r = await fetch(`http://${endpoint}/`);
+      const r = await fetch(`http://127.0.0.1:${port}/`);
       await r.body?.cancel();
-      break;
+      return child;
     } catch {
-      if (Date.now() > deadline) throw new Error("moto_server did not start");
+      if (Date.now() > deadline) {
+        child.kill("SIGKILL");
+        await child.status;
+        throw new Error(`${program} did not start`);
+      }
       await new Promise((r) => setTimeout(r, 100));
     }
   }
-  const client = new S3Client({
-    region: "us-east-1",
-    endpoint: `http://${endpoint}`,
-    forcePathStyle: true,
-    credentials: {
-      accessKeyId: CREDENTIALS.AWS_ACCESS_KEY_ID,
-      secretAccessKey: CREDENTIALS.AWS_SECRET_ACCESS_KEY,
-    },
-  });
-  return {
-    endpoint,
-    client,
-    stop: async () => {
-      client.destroy();
-      child.kill("SIGTERM");
-      await child.status;
-    },
-  };
 }
 
-/** Uploads a fixture model under `repo/<name>/`. */
-async function upload(client: S3Client, bucket: string, name: string): Promise<void> {
-  const dir = `${FIXTURES}/${name}`;
-  for (const rel of ["config.pbtxt", "1/model.onnx"]) {
-    await client.send(
-      new PutObjectCommand({
-        Bucket: bucket,
-        Key: `repo/${name}/${rel}`,
-        Body: await Deno.readFile(`${dir}/${rel}`),
-      }),
-    );
+/** Stops an emulator (SIGKILL: their data is in memory, and Azurite waits for idle connections on SIGTERM). */
+async function end(child: Deno.ChildProcess): Promise<void> {
+  child.kill("SIGKILL");
+  await child.status;
+}
+
+const S3_CREDENTIALS = { AWS_ACCESS_KEY_ID: "dinfer-test", AWS_SECRET_ACCESS_KEY: "dinfer-test-secret" };
+
+const s3: Provider = {
+  name: "s3",
+  program: await find("DINFER_MOTO_SERVER", `${ROOT}.venv/bin/moto_server`),
+  async start(program) {
+    const [port] = freePorts(1);
+    const child = await spawn(program, ["-H", "127.0.0.1", "-p", String(port)], port!);
+    const client = new S3Client({
+      region: "us-east-1",
+      endpoint: `http://127.0.0.1:${port}`,
+      forcePathStyle: true,
+      credentials: {
+        accessKeyId: S3_CREDENTIALS.AWS_ACCESS_KEY_ID,
+        secretAccessKey: S3_CREDENTIALS.AWS_SECRET_ACCESS_KEY,
+      },
+    });
+    await client.send(new CreateBucketCommand({ Bucket: "models" }));
+    return {
+      url: `s3://127.0.0.1:${port}/models/repo`,
+      env: S3_CREDENTIALS,
+      put: async (key, bytes) => {
+        await client.send(new PutObjectCommand({ Bucket: "models", Key: `repo/${key}`, Body: bytes }));
+      },
+      remove: async (key) => {
+        await client.send(new DeleteObjectCommand({ Bucket: "models", Key: `repo/${key}` }));
+      },
+      stop: async () => {
+        client.destroy();
+        await end(child);
+      },
+    };
+  },
+};
+
+const gcs: Provider = {
+  name: "gs",
+  program: await find("DINFER_GCS_EMULATOR", `${ROOT}.venv/bin/gcp-storage-emulator`),
+  async start(program) {
+    const [port] = freePorts(1);
+    const child = await spawn(program, [
+      "start",
+      "-H",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--default-bucket",
+      "models",
+      "--in-memory",
+      "-q",
+    ], port!);
+    const endpoint = `http://127.0.0.1:${port}`;
+    const bucket = new Storage({ apiEndpoint: endpoint, projectId: "dinfer-test" }).bucket("models");
+    return {
+      url: "gs://models/repo",
+      env: { STORAGE_EMULATOR_HOST: endpoint },
+      put: async (key, bytes) => {
+        await bucket.file(`repo/${key}`).save(Buffer.from(bytes), { resumable: false });
+      },
+      remove: async (key) => {
+        await bucket.file(`repo/${key}`).delete();
+      },
+      stop: () => end(child),
+    };
+  },
+};
+
+const azure: Provider = {
+  name: "as",
+  program: await find("DINFER_AZURITE_BLOB", `${ROOT}node_modules/.bin/azurite-blob`),
+  async start(program) {
+    const [port] = freePorts(1);
+    const child = await spawn(program, [
+      "--blobHost",
+      "127.0.0.1",
+      "--blobPort",
+      String(port),
+      "--inMemoryPersistence",
+      "--silent",
+      "--skipApiVersionCheck",
+    ], port!);
+    // Azurite's well-known development account.
+    const connection = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
+      "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
+      `BlobEndpoint=http://127.0.0.1:${port}/devstoreaccount1;`;
+    const container = BlobServiceClient.fromConnectionString(connection).getContainerClient("models");
+    await container.create();
+    return {
+      url: "as://devstoreaccount1/models/repo",
+      env: { AZURE_STORAGE_CONNECTION_STRING: connection },
+      put: async (key, bytes) => {
+        await container.getBlockBlobClient(`repo/${key}`).uploadData(bytes);
+      },
+      remove: async (key) => {
+        await container.getBlockBlobClient(`repo/${key}`).delete();
+      },
+      stop: () => end(child),
+    };
+  },
+};
+
+const FILES = ["config.pbtxt", "1/model.onnx"];
+
+async function upload(store: Store, name: string): Promise<void> {
+  for (const rel of FILES) {
+    await store.put(`${name}/${rel}`, await Deno.readFile(`${FIXTURES}/${name}/${rel}`));
   }
 }
 
-async function remove(client: S3Client, bucket: string, name: string): Promise<void> {
-  const listed = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: `repo/${name}/` }));
-  for (const o of listed.Contents ?? []) {
-    await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: o.Key }));
-  }
+async function removeModel(store: Store, name: string): Promise<void> {
+  for (const rel of FILES) await store.remove(`${name}/${rel}`);
 }
 
-async function stopServer(p: ServerProcess): Promise<string> {
+async function stopServer(p: ServerProcess): Promise<void> {
   p.child.kill("SIGTERM");
-  const out = await p.output;
-  return new TextDecoder().decode(out.stderr);
+  await p.output;
 }
 
 async function identity(url: string, model: string, datatype: string, values: number[]): Promise<unknown> {
@@ -109,89 +204,94 @@ async function waitStatus(url: string, path: string, status: number): Promise<vo
   }
 }
 
-Deno.test({
-  name: "an s3:// repository loads, and poll mode follows models added to and removed from the bucket",
-  ignore: !HAVE_MOTO,
-  async fn() {
-    const moto = await startMoto();
-    try {
-      await moto.client.send(new CreateBucketCommand({ Bucket: "models" }));
-      await upload(moto.client, "models", "identity_fp32");
-      const server = await startServerProcess([
-        `--model-repository=s3://${moto.endpoint}/models/repo`,
-        "--model-control-mode=poll",
-        "--repository-poll-secs=1",
-        "--allow-grpc=false",
-      ], { env: CREDENTIALS });
-      try {
-        assert.deepEqual(await identity(server.url, "identity_fp32", "FP32", [1.5, -2, 3]), [1.5, -2, 3]);
-        await upload(moto.client, "models", "identity_int32");
-        await waitStatus(server.url, "/v2/models/identity_int32/ready", 200);
-        assert.deepEqual(await identity(server.url, "identity_int32", "INT32", [7, 8]), [7, 8]);
-        await remove(moto.client, "models", "identity_fp32");
-        await waitStatus(server.url, "/v2/models/identity_fp32/ready", 400);
-        const index = await (await fetch(`${server.url}/v2/repository/index`, { method: "POST", body: "{}" }))
-          .json() as { name: string; state: string }[];
-        assert.deepEqual(index.filter((r) => r.state === "READY").map((r) => r.name), ["identity_int32"]);
-      } finally {
-        await stopServer(server);
-      }
-    } finally {
-      await moto.stop();
-    }
-  },
-});
+async function withStore(provider: Provider, fn: (store: Store) => Promise<void>): Promise<void> {
+  const store = await provider.start(provider.program!);
+  try {
+    await fn(store);
+  } finally {
+    await store.stop();
+  }
+}
 
-Deno.test({
-  name: "in explicit mode the repository API loads a model from the s3:// repository as it is now",
-  ignore: !HAVE_MOTO,
-  async fn() {
-    const moto = await startMoto();
-    try {
-      await moto.client.send(new CreateBucketCommand({ Bucket: "models" }));
-      const server = await startServerProcess([
-        `--model-repository=s3://${moto.endpoint}/models/repo`,
-        "--model-control-mode=explicit",
-        "--allow-grpc=false",
-      ], { env: CREDENTIALS });
-      try {
-        // Uploaded after the start: the load brings the mirror up to date first.
-        await upload(moto.client, "models", "identity_int32");
-        const load = await fetch(`${server.url}/v2/repository/models/identity_int32/load`, {
-          method: "POST",
-          body: "{}",
-        });
-        assert.equal(load.status, 200, await load.text());
-        assert.deepEqual(await identity(server.url, "identity_int32", "INT32", [1, 2, 3]), [1, 2, 3]);
-        const missing = await fetch(`${server.url}/v2/repository/models/identity_fp32/load`, {
-          method: "POST",
-          body: "{}",
-        });
-        assert.deepEqual([missing.status, await missing.json()], [400, {
-          error: "Cannot load 'identity_fp32': no model folder of that name in the model repositories",
-        }]);
-      } finally {
-        await stopServer(server);
-      }
-    } finally {
-      await moto.stop();
-    }
-  },
-});
+for (const provider of [s3, gcs, azure]) {
+  Deno.test({
+    name: `a ${provider.name}:// repository loads, and poll mode follows models added to and removed from it`,
+    ignore: provider.program === undefined,
+    fn: () =>
+      withStore(provider, async (store) => {
+        await upload(store, "identity_fp32");
+        const server = await startServerProcess([
+          `--model-repository=${store.url}`,
+          "--model-control-mode=poll",
+          "--repository-poll-secs=1",
+          "--allow-grpc=false",
+        ], { env: store.env });
+        try {
+          assert.deepEqual(await identity(server.url, "identity_fp32", "FP32", [1.5, -2, 3]), [1.5, -2, 3]);
+          await upload(store, "identity_int32");
+          await waitStatus(server.url, "/v2/models/identity_int32/ready", 200);
+          assert.deepEqual(await identity(server.url, "identity_int32", "INT32", [7, 8]), [7, 8]);
+          await removeModel(store, "identity_fp32");
+          await waitStatus(server.url, "/v2/models/identity_fp32/ready", 400);
+          const index =
+            await (await fetch(`${server.url}/v2/repository/index`, { method: "POST", body: "{}" }))
+              .json() as { name: string; state: string }[];
+          assert.deepEqual(index.filter((r) => r.state === "READY").map((r) => r.name), ["identity_int32"]);
+        } finally {
+          await stopServer(server);
+        }
+      }),
+  });
+
+  Deno.test({
+    name:
+      `in explicit mode the repository API loads a model from the ${provider.name}:// repository as it is now`,
+    ignore: provider.program === undefined,
+    fn: () =>
+      withStore(provider, async (store) => {
+        await upload(store, "identity_fp32");
+        const server = await startServerProcess([
+          `--model-repository=${store.url}`,
+          "--model-control-mode=explicit",
+          "--allow-grpc=false",
+        ], { env: store.env });
+        try {
+          // Uploaded after the start: the load brings the mirror up to date first.
+          await upload(store, "identity_int32");
+          const load = await fetch(`${server.url}/v2/repository/models/identity_int32/load`, {
+            method: "POST",
+            body: "{}",
+          });
+          assert.equal(load.status, 200, await load.text());
+          assert.deepEqual(await identity(server.url, "identity_int32", "INT32", [1, 2, 3]), [1, 2, 3]);
+          await removeModel(store, "identity_fp32");
+          const gone = await fetch(`${server.url}/v2/repository/models/identity_fp32/load`, {
+            method: "POST",
+            body: "{}",
+          });
+          assert.deepEqual([gone.status, await gone.json()], [400, {
+            error: "Cannot load 'identity_fp32': no model folder of that name in the model repositories",
+          }]);
+        } finally {
+          await stopServer(server);
+        }
+      }),
+  });
+}
 
 Deno.test({
   name: "a bucket that cannot be listed stops the start with the reason",
-  ignore: !HAVE_MOTO,
-  async fn() {
-    const moto = await startMoto();
-    try {
+  ignore: s3.program === undefined,
+  fn: () =>
+    withStore(s3, async (store) => {
       const [http, grpc, metrics] = freePorts(3);
+      const url = store.url.replace("/models/", "/no-such-bucket/");
       const out = await new Deno.Command(Deno.execPath(), {
         args: [
           "run",
           "-A",
           "main.ts",
-          `--model-repository=s3://${moto.endpoint}/no-such-bucket/repo`,
+          `--model-repository=${url}`,
           `--http-port=${http}`,
           `--grpc-port=${grpc}`,
           `--metrics-port=${metrics}`,
@@ -200,19 +300,13 @@ Deno.test({
           "--metrics-address=127.0.0.1",
         ],
         cwd: ROOT,
-        env: CREDENTIALS,
+        env: store.env,
         stdin: "null",
         stdout: "piped",
         stderr: "piped",
       }).output();
       const stderr = new TextDecoder().decode(out.stderr);
       assert.notEqual(out.code, 0);
-      assert.match(
-        stderr,
-        new RegExp(`Cannot list model repository 's3://${moto.endpoint}/no-such-bucket/repo': .*bucket`, "i"),
-      );
-    } finally {
-      await moto.stop();
-    }
-  },
+      assert.match(stderr, new RegExp(`Cannot list model repository '${url}': .*bucket`, "i"));
+    }),
 });

@@ -351,16 +351,7 @@ Deno.test("HTTP listener threads: auto is half the cores (at most 8), a number i
   assertEquals(httpListenerCount(1, 16), 1);
 });
 
-Deno.test("gs:// and as:// model repositories are refused with a clear error; s3:// is taken", () => {
-  for (const url of ["gs://bucket/models", "as://account/container/models"]) {
-    fails(
-      [`--model-repository=${url}`],
-      `Bad value '${url}' for --model-repository: ${
-        url.slice(0, 2)
-      }:// repositories are not supported by dinfer (s3:// is); copy the models to a local folder`,
-    );
-  }
-  assertEquals(parse(["--model-repository=s3://127.0.0.1:9000/bucket/models"]).modelRepositories, [
-    "s3://127.0.0.1:9000/bucket/models",
-  ]);
+Deno.test("cloud model repositories are taken as given", () => {
+  const repos = ["s3://127.0.0.1:9000/bucket/models", "gs://bucket/models", "as://account/container/models"];
+  assertEquals(parse(repos.map((r) => `--model-repository=${r}`)).modelRepositories, repos);
 });
