@@ -278,7 +278,13 @@ export class MirroredRepository {
     }
     const byModel = new Map<string, ListedObject[]>();
     for (const o of listed) {
-      const model = o.rel.split("/")[0]!;
+      const segments = o.rel.split("/");
+      if (
+        segments.length < 2 || segments.some((x) => x === "" || x === "." || x === ".." || /[\\\0]/.test(x))
+      ) {
+        throw invalidArg(`Cannot sync model repository '${this.url}': object '${o.rel}' is not a plain path`);
+      }
+      const model = segments[0]!;
       byModel.set(model, [...(byModel.get(model) ?? []), o]);
     }
     for (const [model, objects] of byModel) {
