@@ -156,7 +156,9 @@ statistics extension's averages (\`compute_infer\`, \`cache_hit\`, \`cache_miss\
 ${rows.join("\n")}
 
 A hit costs the HTTP exchange, decoding and one SHA-256 over the inputs (3 KB at batch 1, 200 KB at batch 64);
-a miss adds the model's run and the copy of the outputs into the cache.
+a miss adds the model's run and the copy of the outputs into the cache. The cache's own saving is the model's
+run against the hit's lookup; the rest of a request, the HTTP exchange, is the same for both, so the ratio of
+the client's latencies grows with the model's share of a request.
 ${END}`;
 console.log(section);
 if (write) {
