@@ -145,8 +145,9 @@ const section = `${START}
 \`bench/response_cache_bench.ts\` (${
   new Date().toISOString().slice(0, 10)
 }, ${navigator.hardwareConcurrency} cores, ${cpu}, load average ${loadBefore} at the start: the machine
-was shared, so only the ratios within one run compare): the MLP 784-1024-1024-10 (ONNX Runtime, one instance, no dynamic batching) with \`response_cache { enable: true }\`
-and \`--cache-config=local,size=268435456\`; one client, sequential binary HTTP requests, ${rounds} rounds of
+was shared, so only the ratios within one run compare): the MLP 784-1024-1024-10 (ONNX Runtime, one
+instance, no dynamic batching) with \`response_cache { enable: true }\` and
+\`--cache-config=local,size=268435456\`; one client, sequential binary HTTP requests, ${rounds} rounds of
 ${perRound} misses (new contents each) then ${perRound} hits (one request repeated). Latencies in µs as the client
 sees them (median / p90); the model's run, the hit's lookup and the miss's lookup + insertion are the
 statistics extension's averages (\`compute_infer\`, \`cache_hit\`, \`cache_miss\`).
