@@ -6,7 +6,9 @@
  * `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION` / `AWS_DEFAULT_REGION` (else us-east-1),
  * `~/.aws/credentials` and `~/.aws/config`, `AWS_PROFILE`; for GCS `GOOGLE_APPLICATION_CREDENTIALS` and
  * `STORAGE_EMULATOR_HOST`; for Azure `AZURE_STORAGE_CONNECTION_STRING`, else `AZURE_STORAGE_KEY` for the
- * URL's account.
+ * URL's account. Triton's `TRITON_CLOUD_CREDENTIAL_PATH` JSON, when set, gives them instead: per scheme, the
+ * entry whose name is the longest prefix of the URL (`s3`: key_id, secret_key, session_token, region,
+ * profile; `gs`: the path of a service account key file; `as`: account_key).
  *
  * A repository is mirrored into a local folder that the server reads like any repository. A sync lists the
  * objects under the path; a model whose objects (paths, sizes, versions) changed is downloaded whole into a
@@ -69,6 +71,36 @@ export interface ObjectStore {
   close(): void;
 }
 
+/**
+ * The credential Triton's `TRITON_CLOUD_CREDENTIAL_PATH` JSON gives a repository URL: in the section of its
+ * scheme (`s3`, `gs`, `as`), the entry whose name is the longest prefix of the URL ("" matches every URL).
+ * Undefined when the variable is not set (each SDK's own sources apply then).
+ * @param url the repository URL
+ * @param scheme its scheme
+ * @throws ServerError INVALID_ARG when the file cannot be read or no entry matches
+ */
+export async function tritonCredential(url: string, scheme: "s3" | "gs" | "as"): Promise<unknown> {
+  const path = Deno.env.get("TRITON_CLOUD_CREDENTIAL_PATH");
+  if (path === undefined) return undefined;
+  let json: Record<string, Record<string, unknown>>;
+  try {
+    json = JSON.parse(await Deno.readTextFile(path));
+  } catch (err) {
+    throw invalidArg(`Cannot read TRITON_CLOUD_CREDENTIAL_PATH '${path}': ${(err as Error).message}`);
+  }
+  const section = json?.[scheme];
+  const names = section && typeof section === "object"
+    ? Object.keys(section).filter((n) => url.startsWith(n))
+    : [];
+  if (names.length === 0) {
+    throw invalidArg(
+      `Cannot use model repository '${url}': TRITON_CLOUD_CREDENTIAL_PATH '${path}' has no '${scheme}' credential for it`,
+    );
+  }
+  const name = names.reduce((a, b) => (b.length > a.length ? b : a));
+  return section![name];
+}
+
 /** Turns a key below the repository path into its path, or refuses one that would leave the folder. */
 function relativePath(url: string, key: string, base: string): string | undefined {
   if (key.endsWith("/")) return undefined; // a folder marker
@@ -82,11 +114,22 @@ function relativePath(url: string, key: string, base: string): string | undefine
 }
 
 /** An S3 bucket path through the AWS SDK. */
-function s3Store(url: string, location: S3Location): ObjectStore {
-  const region = Deno.env.get("AWS_REGION") ?? Deno.env.get("AWS_DEFAULT_REGION") ?? "us-east-1";
+function s3Store(url: string, location: S3Location, credential: unknown): ObjectStore {
+  const c = (credential ?? {}) as Record<string, string | undefined>;
+  const region = c.region || Deno.env.get("AWS_REGION") || Deno.env.get("AWS_DEFAULT_REGION") || "us-east-1";
   const client = new S3Client({
     region,
     ...(location.endpoint ? { endpoint: location.endpoint, forcePathStyle: true } : {}),
+    ...(c.key_id
+      ? {
+        credentials: {
+          accessKeyId: c.key_id,
+          secretAccessKey: c.secret_key ?? "",
+          ...(c.session_token ? { sessionToken: c.session_token } : {}),
+        },
+      }
+      : {}),
+    ...(c.profile ? { profile: c.profile } : {}),
   });
   const base = location.prefix === "" ? "" : `${location.prefix}/`;
   return {
@@ -165,8 +208,9 @@ function md5Hex(b64: string | Uint8Array | undefined): string | undefined {
  * `GOOGLE_APPLICATION_CREDENTIALS` (or the other sources the library reads), an emulator from
  * `STORAGE_EMULATOR_HOST`.
  */
-function gcsStore(url: string, location: BucketLocation): ObjectStore {
-  const bucket = new Storage().bucket(location.bucket);
+function gcsStore(url: string, location: BucketLocation, credential: unknown): ObjectStore {
+  const keyFilename = typeof credential === "string" && credential !== "" ? credential : undefined;
+  const bucket = new Storage(keyFilename ? { keyFilename } : {}).bucket(location.bucket);
   const base = location.prefix === "" ? "" : `${location.prefix}/`;
   return {
     async list() {
@@ -198,9 +242,10 @@ function gcsStore(url: string, location: BucketLocation): ObjectStore {
  * the Azure tools read it; Azurite's included), else the account of the URL with `AZURE_STORAGE_KEY` (Triton's
  * variables), else anonymous access.
  */
-function azureStore(url: string, location: BucketLocation): ObjectStore {
-  const conn = Deno.env.get("AZURE_STORAGE_CONNECTION_STRING");
-  const key = Deno.env.get("AZURE_STORAGE_KEY");
+function azureStore(url: string, location: BucketLocation, credential: unknown): ObjectStore {
+  const c = credential as Record<string, string | undefined> | undefined;
+  const conn = c ? undefined : Deno.env.get("AZURE_STORAGE_CONNECTION_STRING");
+  const key = c ? c.account_key : Deno.env.get("AZURE_STORAGE_KEY");
   const account = location.account!;
   const service = conn ? BlobServiceClient.fromConnectionString(conn) : new BlobServiceClient(
     `https://${account}.blob.core.windows.net`,
@@ -357,15 +402,16 @@ export function verifyObject(name: string, bytes: Uint8Array, size: number, md5:
 }
 
 /**
- * The store of a cloud repository URL; undefined for a local path.
+ * The store of a cloud repository URL, with its credential from `TRITON_CLOUD_CREDENTIAL_PATH` when that is
+ * set; undefined for a local path.
  * @param url the `--model-repository` value
  */
-export function openStore(url: string): ObjectStore | undefined {
+export async function openStore(url: string): Promise<ObjectStore | undefined> {
   const s3 = parseS3Url(url);
-  if (s3) return s3Store(url, s3);
+  if (s3) return s3Store(url, s3, await tritonCredential(url, "s3"));
   const other = parseBucketUrl(url);
-  if (other?.scheme === "gs") return gcsStore(url, other.location);
-  if (other?.scheme === "as") return azureStore(url, other.location);
+  if (other?.scheme === "gs") return gcsStore(url, other.location, await tritonCredential(url, "gs"));
+  if (other?.scheme === "as") return azureStore(url, other.location, await tritonCredential(url, "as"));
   return undefined;
 }
 
@@ -388,7 +434,7 @@ export class CloudRepositories {
     const paths: string[] = [];
     try {
       for (const r of repositories) {
-        const store = openStore(r);
+        const store = await openStore(r);
         if (!store) {
           paths.push(r);
           continue;

@@ -310,3 +310,72 @@ Deno.test({
       assert.match(stderr, new RegExp(`Cannot list model repository '${url}': .*bucket`, "i"));
     }),
 });
+
+Deno.test({
+  name: "TRITON_CLOUD_CREDENTIAL_PATH gives the S3 credentials when the environment has none",
+  ignore: s3.program === undefined,
+  fn: () =>
+    withStore(s3, async (store) => {
+      await upload(store, "identity_fp32");
+      const dir = await Deno.makeTempDir({ prefix: "dinfer-cloud-creds-" });
+      try {
+        const file = `${dir}/credentials.json`;
+        await Deno.writeTextFile(
+          file,
+          JSON.stringify({
+            s3: {
+              [store.url.slice(0, store.url.indexOf("/models/"))]: {
+                key_id: S3_CREDENTIALS.AWS_ACCESS_KEY_ID,
+                secret_key: S3_CREDENTIALS.AWS_SECRET_ACCESS_KEY,
+                region: "us-east-1",
+              },
+            },
+          }),
+        );
+        // The SDK finds no credentials of its own here: the server uses the file's.
+        const env = {
+          TRITON_CLOUD_CREDENTIAL_PATH: file,
+          AWS_CONFIG_FILE: file,
+          AWS_SHARED_CREDENTIALS_FILE: file,
+        };
+        const server = await startServerProcess([`--model-repository=${store.url}`, "--allow-grpc=false"], {
+          env,
+        });
+        try {
+          assert.deepEqual(await identity(server.url, "identity_fp32", "FP32", [4, 5]), [4, 5]);
+        } finally {
+          await stopServer(server);
+        }
+        // A file without a credential for the URL stops the start with the reason.
+        await Deno.writeTextFile(file, JSON.stringify({ s3: { "s3://elsewhere": { key_id: "x" } } }));
+        const [http, grpc, metrics] = freePorts(3);
+        const out = await new Deno.Command(Deno.execPath(), {
+          args: [
+            "run",
+            "-A",
+            "main.ts",
+            `--model-repository=${store.url}`,
+            `--http-port=${http}`,
+            `--grpc-port=${grpc}`,
+            `--metrics-port=${metrics}`,
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+          ],
+          cwd: ROOT,
+          env,
+          stdin: "null",
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        assert.notEqual(out.code, 0);
+        assert.ok(
+          new TextDecoder().decode(out.stderr).includes(
+            `Cannot use model repository '${store.url}': TRITON_CLOUD_CREDENTIAL_PATH '${file}' has no 's3' credential for it`,
+          ),
+        );
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    }),
+});

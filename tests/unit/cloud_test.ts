@@ -7,6 +7,7 @@ import {
   type ObjectStore,
   parseBucketUrl,
   parseS3Url,
+  tritonCredential,
   verifyObject,
 } from "../../server/repository/cloud.ts";
 
@@ -58,6 +59,15 @@ Deno.test("a downloaded object must have its listed size and, where the store ke
       "Cannot use object 'k': its MD5 5d41402abc4b2a76b9719d911017c592 differs from the listed 00000000000000000000000000000000",
   });
 });
+
+function jsonError(text: string): string {
+  try {
+    JSON.parse(text);
+  } catch (err) {
+    return (err as Error).message;
+  }
+  return "";
+}
 
 /** A store in memory that counts its downloads; `corrupt` makes one object come back wrong. */
 class FakeStore implements ObjectStore {
@@ -155,4 +165,46 @@ Deno.test("object paths that would leave the mirror are refused", async () => {
     { message: "Cannot sync model repository 's3://fake/repo': object 'a/../../escape' is not a plain path" },
   );
   assertEquals(store.downloads, []);
+});
+
+Deno.test("TRITON_CLOUD_CREDENTIAL_PATH gives the credential of the longest matching name of the URL's scheme", async () => {
+  const dir = await Deno.makeTempDir();
+  const before = Deno.env.get("TRITON_CLOUD_CREDENTIAL_PATH");
+  try {
+    assertEquals(before === undefined ? await tritonCredential("s3://b/p", "s3") : undefined, undefined);
+    const file = `${dir}/creds.json`;
+    await Deno.writeTextFile(
+      file,
+      JSON.stringify({
+        s3: {
+          "": { key_id: "default" },
+          "s3://bucket": { key_id: "bucket" },
+          "s3://bucket/deep": { key_id: "deep" },
+        },
+        gs: { "gs://models": "/keys/models.json" },
+      }),
+    );
+    Deno.env.set("TRITON_CLOUD_CREDENTIAL_PATH", file);
+    assertEquals(await tritonCredential("s3://bucket/deep/repo", "s3"), { key_id: "deep" });
+    assertEquals(await tritonCredential("s3://bucket/other", "s3"), { key_id: "bucket" });
+    assertEquals(await tritonCredential("s3://elsewhere/x", "s3"), { key_id: "default" });
+    assertEquals(await tritonCredential("gs://models/repo", "gs"), "/keys/models.json");
+    await assertRejects(() => tritonCredential("gs://other/repo", "gs"), ServerError, {
+      message:
+        `Cannot use model repository 'gs://other/repo': TRITON_CLOUD_CREDENTIAL_PATH '${file}' has no 'gs' credential for it`,
+    });
+    await assertRejects(() => tritonCredential("as://a/c/p", "as"), ServerError, {
+      message:
+        `Cannot use model repository 'as://a/c/p': TRITON_CLOUD_CREDENTIAL_PATH '${file}' has no 'as' credential for it`,
+    });
+    await Deno.writeTextFile(file, "{ not json");
+    const err = await assertRejects(() => tritonCredential("s3://b/p", "s3"), ServerError, {
+      message: `Cannot read TRITON_CLOUD_CREDENTIAL_PATH '${file}': ${jsonError("{ not json")}`,
+    });
+    assertEquals(err.code, "INVALID_ARG");
+  } finally {
+    if (before === undefined) Deno.env.delete("TRITON_CLOUD_CREDENTIAL_PATH");
+    else Deno.env.set("TRITON_CLOUD_CREDENTIAL_PATH", before);
+    await Deno.remove(dir, { recursive: true });
+  }
 });
