@@ -6,6 +6,7 @@
 
 import { parseArgs } from "node:util";
 import { parseRestrictions, type Restrictions } from "./frontends/restricted.ts";
+import type { RateLimitMode, ResourceLimit } from "./scheduler/rate_limiter.ts";
 
 /** The model control modes. */
 export type ModelControlMode = "none" | "poll" | "explicit";
@@ -60,6 +61,14 @@ export interface ServerOptions {
   httpRestrictedApi: Restrictions;
   /** gRPC API groups that need a metadata key (`--grpc-restricted-protocol`). */
   grpcRestrictedProtocol: Restrictions;
+  /** The response cache's size in bytes (`--cache-config=local,size=<bytes>`); 0 for no cache. */
+  responseCacheSize: number;
+  /** `--cache-directory`: where Triton looks for cache libraries; `local` is built in and needs none. */
+  cacheDirectory: string;
+  /** `--rate-limit`: off, or execution_count (instances run when their rate_limiter resources are free). */
+  rateLimit: RateLimitMode;
+  /** `--rate-limit-resource=<name>:<count>[:<device>]` settings. */
+  rateLimitResources: ResourceLimit[];
 }
 
 /** A bad command line. */
@@ -196,6 +205,29 @@ export const FLAGS: Record<string, FlagSpec> = {
     choices: ["none", "low", "medium", "high"],
     help: "Compression of gRPC infer responses",
   },
+  "cache-config": {
+    kind: "list",
+    help: "Response cache setting <cache>,<key>=<value>; dinfer has the 'local' cache: local,size=<bytes>",
+  },
+  "cache-directory": {
+    kind: "string",
+    default: "/opt/tritonserver/caches",
+    help: "Where cache libraries are looked for (the built-in 'local' cache needs none)",
+  },
+  "response-cache-byte-size": {
+    kind: "int",
+    min: 0,
+    help: "Deprecated: the same as --cache-config=local,size=<bytes>",
+  },
+  "rate-limit": {
+    kind: "string",
+    default: "off",
+    help: "Rate limiting: off, or execution_count (instances run when their rate_limiter resources are free)",
+  },
+  "rate-limit-resource": {
+    kind: "list",
+    help: "Copies of a rate-limiter resource <name>:<count>[:<device>] (repeatable)",
+  },
   "trace-config": {
     kind: "list",
     help: "Trace setting [<mode>,]<key>=<value>, mode triton or opentelemetry (repeatable)",
@@ -266,6 +298,63 @@ export function httpListenerCount(requested: number, cores: number): number {
 }
 
 /**
+ * The response cache size from `--cache-config` entries (`local,size=<bytes>`, the only cache dinfer has) or the
+ * deprecated `--response-cache-byte-size`; 0 when neither asks for a cache.
+ */
+function cacheSize(entries: string[], byteSize: string[] | undefined): number {
+  if (byteSize !== undefined) {
+    if (byteSize.length > 1) throw new CliError("Flag --response-cache-byte-size is given more than once");
+    if (entries.length > 0) {
+      throw new CliError("Flags --response-cache-byte-size and --cache-config cannot both be given");
+    }
+    return parseInt("response-cache-byte-size", byteSize[0]!, FLAGS["response-cache-byte-size"]!);
+  }
+  let size: number | undefined;
+  for (const entry of entries) {
+    const m = /^([^,=]+),([^,=]+)=(.*)$/.exec(entry);
+    if (!m) throw new CliError(`Bad value '${entry}' for --cache-config: expected <cache>,<key>=<value>`);
+    const [, cache, key, value] = m as unknown as [string, string, string, string];
+    if (cache !== "local") {
+      throw new CliError(
+        `Bad value '${entry}' for --cache-config: cache '${cache}' is not supported (dinfer has the built-in 'local' cache)`,
+      );
+    }
+    if (key !== "size") {
+      throw new CliError(
+        `Bad value '${entry}' for --cache-config: unknown setting '${key}' of the 'local' cache`,
+      );
+    }
+    if (!/^[0-9]+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < 1) {
+      throw new CliError(`Bad value '${entry}' for --cache-config: size must be a positive number of bytes`);
+    }
+    size = Number(value);
+  }
+  return size ?? 0;
+}
+
+/** `--rate-limit`: off or execution_count, in any case. */
+function rateLimitMode(v: string): RateLimitMode {
+  const s = v.toLowerCase();
+  if (s === "off" || s === "execution_count") return s;
+  throw new CliError(`Bad value '${v}' for --rate-limit: expected off or execution_count`);
+}
+
+/** `--rate-limit-resource=<name>:<count>[:<device>]`. */
+function rateLimitResource(v: string): ResourceLimit {
+  const m = /^([^:]+):([0-9]+)(?::([0-9]+))?$/.exec(v);
+  if (
+    !m || !Number.isSafeInteger(Number(m[2])) || (m[3] !== undefined && !Number.isSafeInteger(Number(m[3])))
+  ) {
+    throw new CliError(
+      `Bad value '${v}' for --rate-limit-resource: expected <name>:<count> or <name>:<count>:<device>`,
+    );
+  }
+  return m[3] === undefined
+    ? { name: m[1]!, count: Number(m[2]) }
+    : { name: m[1]!, count: Number(m[2]), device: Number(m[3]) };
+}
+
+/**
  * Parses the serve command line.
  * @param args the arguments after `serve`
  * @returns the options, or "help" when --help was given
@@ -327,6 +416,10 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
       if (!re.test(entry)) throw new CliError(`Bad value '${entry}' for --${flag}: expected <key>=<value>`);
     }
   }
+  const responseCacheSize = cacheSize(
+    list("cache-config"),
+    values["response-cache-byte-size"] as string[] | undefined,
+  );
   const strictModelConfig = values["strict-model-config"] === undefined ? false : bool("strict-model-config");
   const mode = one("model-control-mode") as ModelControlMode;
   const loadModels = list("load-model");
@@ -388,6 +481,10 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     traceConfig: list("trace-config"),
     httpRestrictedApi: restrictions("http-restricted-api"),
     grpcRestrictedProtocol: restrictions("grpc-restricted-protocol"),
+    responseCacheSize,
+    cacheDirectory: one("cache-directory"),
+    rateLimit: rateLimitMode(one("rate-limit")),
+    rateLimitResources: list("rate-limit-resource").map(rateLimitResource),
   };
   if (result.grpcUseSsl && (!result.grpcServerCert || !result.grpcServerKey)) {
     throw new CliError("Flag --grpc-use-ssl=true needs --grpc-server-cert and --grpc-server-key");

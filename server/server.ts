@@ -22,6 +22,10 @@ import { SystemSharedMemory } from "./shm/system_shm.ts";
 import { CudaSharedMemory } from "./shm/cuda_shm.ts";
 import { trtShimPath } from "../ffi/trtshim.ts";
 import { TraceManager } from "./trace/trace.ts";
+import { ResponseCache } from "./cache/response_cache.ts";
+import { registerCacheMetrics } from "./metrics/cache_metrics.ts";
+import { RateLimiter } from "./scheduler/rate_limiter.ts";
+import { CloudRepositories } from "./repository/cloud.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
@@ -120,26 +124,44 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       `Removed ${stale.length} shared-memory objects and temporary folders of servers no longer running`,
     );
   }
+  // Cloud repositories (s3://, gs://, as://) are mirrored into local folders, brought up to date before
+  // every scan.
+  let given = options.modelRepositories;
+  let cloud: CloudRepositories | undefined;
+  if (given.some((r) => /^(s3|gs|as):\/\//.test(r))) {
+    try {
+      ({ paths: given, cloud } = await CloudRepositories.open(given));
+    } catch (err) {
+      throw new StartupError((err as Error).message);
+    }
+  }
   // Absolute, so that models started in their own folder (Python stubs) find their files.
-  const repositories = options.modelRepositories.length > 0
-    ? options.modelRepositories.map((r) => resolvePath(r))
-    : [EXAMPLE_REPOSITORY];
+  const repositories = given.length > 0 ? given.map((r) => resolvePath(r)) : [EXAMPLE_REPOSITORY];
   let traces: TraceManager;
   try {
     traces = new TraceManager(options.traceConfig);
     await traces.start();
   } catch (err) {
+    await cloud?.close();
     throw new StartupError((err as Error).message);
   }
   let metrics: ReturnType<typeof createMetrics> | undefined;
   let sampler: SystemSampler | undefined;
+  const responseCache = options.responseCacheSize > 0
+    ? new ResponseCache(options.responseCacheSize)
+    : undefined;
   const registry = new ModelRegistry({
+    responseCache,
+    rateLimiter: options.rateLimit === "execution_count"
+      ? new RateLimiter(options.rateLimitResources)
+      : undefined,
     traces,
     repositories,
     autoComplete: options.autoCompleteConfig,
     backendConfig: options.backendConfig,
     controlMode: options.modelControlMode,
     logger: log,
+    ...(cloud ? { beforeScan: () => cloud.sync() } : {}),
   });
   traces.modelKnown = (name) => registry.isReady(name, "");
   let toLoad: string[] | undefined;
@@ -157,6 +179,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   if (failures.size > 0 && options.exitOnError) {
     await registry.close();
     await traces.close();
+    await cloud?.close();
     const reasons = [...failures.entries()].map(([n, r]) => `'${n}': ${r}`).join("; ");
     throw new StartupError(`Cannot start: failed to load all models (${reasons})`);
   }
@@ -171,14 +194,22 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     });
     try {
       metrics = createMetrics(registry, { config: options.metricsConfig, sampler });
+      if (responseCache) registerCacheMetrics(metrics, registry, responseCache);
     } catch (err) {
       await registry.close();
       await traces.close();
+      await cloud?.close();
       throw new StartupError((err as Error).message);
     }
   }
   const poller = options.modelControlMode === "poll"
-    ? await startPoller(registry, repositories, options.repositoryPollSecs, (m) => log.info(m))
+    ? await startPoller(
+      registry,
+      repositories,
+      options.repositoryPollSecs,
+      (m) => log.info(m),
+      cloud ? () => cloud.sync() : undefined,
+    )
     : undefined;
   let stopping = false;
   const shm = new SystemSharedMemory(options.allowClientShm);
@@ -270,6 +301,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       await httpServer?.shutdown();
       await registry.close();
       await traces.close();
+      await cloud?.close();
       throw new StartupError(
         `Cannot start the gRPC service on ${options.grpcAddress}:${options.grpcPort}: ${
           (err as Error).message
@@ -341,6 +373,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       cudaShm.close();
       sampler?.stop();
       await traces.close();
+      await cloud?.close();
       log.info("Stopped");
       if (!logger) log.close();
       resolveFinished();

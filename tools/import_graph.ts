@@ -21,8 +21,12 @@ export const LAYERS: readonly { name: string; paths: readonly string[] }[] = [
   { name: "core", paths: ["server/core/", "server/logging.ts", "server/cleanup.ts"] },
   // The Deno.dlopen binding of libtrtshim.
   { name: "ffi", paths: ["ffi/"] },
-  // What a request carries along and records into: shared-memory regions, traces, statistics.
-  { name: "request services", paths: ["server/shm/", "server/trace/", "server/metrics/stats.ts"] },
+  // What a request carries along and records into: shared-memory regions, traces, statistics, the response
+  // cache.
+  {
+    name: "request services",
+    paths: ["server/shm/", "server/trace/", "server/metrics/stats.ts", "server/cache/"],
+  },
   // The model repository: scan, text format, config validation, polling.
   { name: "repository", paths: ["server/repository/"] },
   // The runtimes behind the Backend interface.

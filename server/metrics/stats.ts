@@ -139,6 +139,10 @@ export class VersionStats {
     }
   }
 
+  /** Response cache hits (lookup time) and misses (lookup and insertion time). */
+  readonly cacheHit: Duration = zero();
+  readonly cacheMiss: Duration = zero();
+
   /**
    * Records one batch execution (once per batch, not per request).
    * @param t the execution's timestamps
@@ -180,6 +184,30 @@ export class VersionStats {
         decoupled: this.decoupled,
       });
     }
+  }
+
+  /**
+   * Records a request answered from the response cache: a success whose queue time runs from arrival to the
+   * lookup; nothing executed, so no inference, execution or compute time is counted.
+   * @param received when it arrived
+   * @param lookupStart when the lookup started
+   * @param lookupEnd when it ended
+   */
+  recordCacheHit(received: number, lookupStart: number, lookupEnd: number): void {
+    this.lastInference = Date.now();
+    add(this.success, nowNs() - received);
+    add(this.queue, lookupStart - received);
+    add(this.cacheHit, lookupEnd - lookupStart);
+  }
+
+  /**
+   * Records a response cache miss of a request that succeeded: the lookup and insertion time, which is also
+   * added to the request's duration.
+   * @param ns the lookup and insertion time
+   */
+  recordCacheMiss(ns: number): void {
+    add(this.cacheMiss, ns);
+    this.success.ns += Math.max(0, ns);
   }
 
   /**
@@ -245,8 +273,8 @@ export function modelStatistics(name: string, version: string, s: VersionStats):
       compute_input: copy(s.computeInput),
       compute_infer: copy(s.computeInfer),
       compute_output: copy(s.computeOutput),
-      cache_hit: zero(),
-      cache_miss: zero(),
+      cache_hit: copy(s.cacheHit),
+      cache_miss: copy(s.cacheMiss),
     },
     response_stats: {},
     batch_stats: [...s.batches.values()].sort((a, b) => a.batch_size - b.batch_size).map((b) => ({

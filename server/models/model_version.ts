@@ -14,6 +14,14 @@ import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
 import { nowNs } from "../core/clock.ts";
 import { VersionStats } from "../metrics/stats.ts";
+import { inferWithCache, type ResponseCache } from "../cache/response_cache.ts";
+import {
+  instanceGate,
+  type InstanceLimits,
+  type LimitedInstance,
+  type RateLimiter,
+  type ResourceNeed,
+} from "../scheduler/rate_limiter.ts";
 import {
   type BatchingOptions,
   OPEN_POLICY,
@@ -22,6 +30,7 @@ import {
   type Scheduler,
 } from "../scheduler/scheduler.ts";
 import { SequenceScheduler } from "../scheduler/sequence.ts";
+import type { BatchModel } from "../scheduler/batch.ts";
 import { checkEnsemble, EnsembleScheduler, type InferFn, type StepModel } from "../scheduler/ensemble.ts";
 
 /** Triton's model version states. */
@@ -33,6 +42,9 @@ export interface TensorMetadata {
   datatype: Datatype;
   shape: number[];
 }
+
+/** Counts the ModelVersion objects made, so that each load has its own response cache entries. */
+let loads = 0;
 
 /** One version of a model. */
 export class ModelVersion {
@@ -53,6 +65,13 @@ export class ModelVersion {
   #instances: BackendInstance[] = [];
   /** Inference statistics. */
   readonly stats: VersionStats;
+  /** The server's response cache where the config enables it (`response_cache { enable: true }`). */
+  responseCache: ResponseCache | undefined;
+  /** This load's number, which its response cache keys carry. */
+  readonly #generation = ++loads;
+  /** The server's rate limiter under `--rate-limit=execution_count`. */
+  rateLimiter: RateLimiter | undefined;
+  #limited: LimitedInstance[] = [];
 
   /**
    * Creates a version in state LOADING; `load` makes it READY or UNAVAILABLE.
@@ -102,6 +121,7 @@ export class ModelVersion {
           );
         }
       }
+      const limits: InstanceLimits[] = [];
       for (const group of this.config.instance_group) {
         // As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
         const total = group.kind === "KIND_GPU"
@@ -120,16 +140,22 @@ export class ModelVersion {
               backendConfig,
             }),
           );
+          limits.push(instanceLimits(group, i));
         }
       }
       await warmup(this.config, modelDir, this.#instances);
       const batched = this.config.max_batch_size > 0;
-      const batchModel = {
+      const batchModel: BatchModel = {
         name: this.name,
         version: String(this.version),
         batched,
         outputs: new Map(this.#signature.outputs.map((o) => [o.name, o])),
       };
+      if (this.rateLimiter) {
+        this.#limited = this.rateLimiter.register(this.name, limits);
+        const handles = new Map(this.#instances.map((inst, k) => [inst, this.#limited[k]!]));
+        batchModel.gate = instanceGate(this.rateLimiter, handles);
+      }
       this.#scheduler = this.config.sequence_batching
         ? await SequenceScheduler.create(batchModel, this.config, this.#instances, modelDir, this.stats)
         : new PoolScheduler(
@@ -211,7 +237,20 @@ export class ModelVersion {
     }
     const received = nowNs();
     try {
-      return this.#scheduler.enqueue(validateRequest(request, this.signature), received);
+      const validated = validateRequest(request, this.signature);
+      const scheduler = this.#scheduler;
+      if (this.responseCache) {
+        return inferWithCache(
+          this.responseCache,
+          { name: this.name, version: String(this.version), stats: this.stats, generation: this.#generation },
+          validated,
+          {
+            received,
+            run: (r) => scheduler.enqueue(r, received),
+          },
+        );
+      }
+      return scheduler.enqueue(validated, received);
     } catch (err) {
       // As Triton: a request refused at validation never reached the model; its statistics do not count it.
       return Promise.reject(err);
@@ -251,6 +290,8 @@ export class ModelVersion {
   }
 
   async #closeInstances(): Promise<void> {
+    if (this.#limited.length > 0) this.rateLimiter?.unregister(this.#limited);
+    this.#limited = [];
     const instances = this.#instances;
     this.#instances = [];
     await Promise.allSettled(instances.map((i) => i.close()));
@@ -280,6 +321,20 @@ async function buildSignature(config: ModelConfig, modelDir: string): Promise<Mo
     maxBatchSize: config.max_batch_size,
     inputs: await Promise.all(config.input.map(spec)),
     outputs: await Promise.all(config.output.map(spec)),
+  };
+}
+
+/** What the `i`-th instance of a group asks of the rate limiter (`rate_limiter { resources priority }`). */
+function instanceLimits(group: ModelConfig["instance_group"][number], i: number): InstanceLimits {
+  const rl = group.rate_limiter as { resources?: Partial<ResourceNeed>[]; priority?: number } | undefined;
+  return {
+    resources: (rl?.resources ?? []).map((r) => ({
+      name: r.name ?? "",
+      global: r.global ?? false,
+      count: r.count ?? 0,
+    })),
+    priority: rl?.priority ?? 0,
+    device: group.kind === "KIND_GPU" ? group.gpus?.[i % Math.max(1, group.gpus.length)] ?? 0 : 0,
   };
 }
 

@@ -33,6 +33,13 @@ import { ensembleSteps, type StepModel } from "../scheduler/ensemble.ts";
 import type { TraceManager } from "../trace/trace.ts";
 import type { Logger } from "../logging.ts";
 import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
+import type { ResponseCache } from "../cache/response_cache.ts";
+import type { RateLimiter } from "../scheduler/rate_limiter.ts";
+
+/** The server's response cache where the config enables it, else undefined. */
+function cacheFor(config: ModelConfig, cache: ResponseCache | undefined): ResponseCache | undefined {
+  return (config.response_cache as { enable?: boolean } | undefined)?.enable === true ? cache : undefined;
+}
 
 /** Model metadata as the protocol reports it. */
 export interface ModelMetadata {
@@ -59,6 +66,12 @@ export interface RegistryOptions {
   controlMode?: "none" | "poll" | "explicit";
   /** The server log, where models' own log lines (pb_utils.Logger) go. */
   logger?: Logger;
+  /** The response cache (`--cache-config`), used by models whose config enables it. */
+  responseCache?: ResponseCache;
+  /** The rate limiter (`--rate-limit=execution_count`); without it `rate_limiter` settings are ignored. */
+  rateLimiter?: RateLimiter;
+  /** Runs before the repositories are scanned for a load (brings cloud repositories' mirrors up to date). */
+  beforeScan?: () => Promise<void>;
 }
 
 /** A model known to the registry. */
@@ -259,6 +272,7 @@ export class ModelRegistry {
    * @returns the names that failed, with their reasons
    */
   async loadModels(names?: readonly string[]): Promise<Map<string, string>> {
+    await this.#options.beforeScan?.();
     const { models, duplicates } = await scanRepositories(this.#options.repositories);
     const failures = new Map<string, string>();
     const wanted = names ?? [...models.keys()];
@@ -346,6 +360,7 @@ export class ModelRegistry {
         location = await writeModelFiles(name, upload);
         this.#uploads.add(location.repository);
       } else {
+        await this.#options.beforeScan?.();
         const { models, duplicates } = await scanRepositories(this.#options.repositories);
         location = models.get(name);
         duplicate = duplicates.get(name);
@@ -571,6 +586,8 @@ export class ModelRegistry {
       const backendConfig = this.#options.backendConfig[backend.name] ?? {};
       await Promise.all(versions.map(async (v) => {
         const mv = new ModelVersion(config, v);
+        mv.responseCache = cacheFor(config, this.#options.responseCache);
+        mv.rateLimiter = this.#options.rateLimiter;
         entry.versions.set(v, mv);
         if (!available.includes(v)) {
           mv.state = "UNAVAILABLE";
@@ -607,6 +624,7 @@ export class ModelRegistry {
     };
     for (const v of versions) {
       const mv = new ModelVersion(config, v);
+      mv.responseCache = cacheFor(config, this.#options.responseCache);
       entry.versions.set(v, mv);
       await mv.loadEnsemble(location.dir, lookup, (request) => this.infer(request));
     }

@@ -336,6 +336,19 @@ export async function validateConfig(
   for (const g of config.instance_group) {
     if (g.count < 1) fail(`instance group '${g.name}' has count ${g.count}, expected at least 1`);
   }
+  // As Triton: the response cache serves neither sequences nor decoupled models (Triton's wording).
+  if ((config.response_cache as { enable?: boolean } | undefined)?.enable === true) {
+    if (config.sequence_batching) {
+      fail(
+        `Response Cache does not currently support model ${config.name} with sequence batching scheduler. Please disable the response cache`,
+      );
+    }
+    if ((config.model_transaction_policy as { decoupled?: boolean } | undefined)?.decoupled === true) {
+      fail(
+        `Response Cache does not currently support model ${config.name} with 'decoupled' transaction policy. Please disable the response cache`,
+      );
+    }
+  }
 }
 
 /**

@@ -55,12 +55,14 @@ export interface Poller {
  * @param repositories the repository paths
  * @param intervalSecs seconds between polls; 0 polls only when pollOnce is called
  * @param log where to report changes
+ * @param beforePoll runs before each scan (brings cloud repositories' mirrors up to date)
  */
 export async function startPoller(
   registry: PolledModels,
   repositories: string[],
   intervalSecs: number,
   log: (message: string) => void,
+  beforePoll?: () => Promise<void>,
 ): Promise<Poller> {
   const known = new Map<string, string>();
   const { models } = await scanRepositories(repositories);
@@ -85,6 +87,7 @@ export async function startPoller(
   const scan = async (): Promise<Promise<void>[]> => {
     let current;
     try {
+      await beforePoll?.();
       current = (await scanRepositories(repositories)).models;
     } catch (err) {
       log(`Cannot poll the model repositories: ${(err as Error).message}`);

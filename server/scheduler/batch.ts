@@ -23,6 +23,7 @@ const modelErrors = new WeakSet<Error>();
 export function isModelError(err: Error): boolean {
   return modelErrors.has(err);
 }
+import type { InstanceGate } from "./rate_limiter.ts";
 
 /** What a batch needs to know of its model. */
 export interface BatchModel {
@@ -34,6 +35,8 @@ export interface BatchModel {
   batched: boolean;
   /** The outputs by name. */
   outputs: Map<string, TensorSpec>;
+  /** The rate limiter's gate (`--rate-limit=execution_count`): executions wait for their resources. */
+  gate?: InstanceGate;
 }
 
 function concatInput(name: string, parts: Tensor[]): Tensor {
@@ -200,6 +203,22 @@ export function batchCompatible(a: ValidatedRequest, b: ValidatedRequest): boole
  *   when execution fails
  */
 export async function executeBatch(
+  model: BatchModel,
+  instance: BackendInstance,
+  requests: readonly ValidatedRequest[],
+): Promise<{ responses: (InferResponse | ServerError)[]; times: ExecutionTimes }> {
+  const gate = model.gate;
+  if (!gate) return await runBatch(model, instance, requests);
+  // Under the rate limiter the wait for resources comes before the execution's start: it is queue time.
+  await gate.acquire(instance);
+  try {
+    return await runBatch(model, instance, requests);
+  } finally {
+    gate.release(instance);
+  }
+}
+
+async function runBatch(
   model: BatchModel,
   instance: BackendInstance,
   requests: readonly ValidatedRequest[],

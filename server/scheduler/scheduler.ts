@@ -233,7 +233,7 @@ export class PoolScheduler implements Scheduler {
       ) {
         // Nothing queued, an instance free and nothing to wait for: the batch is this request alone, as
         // #take would form it, without passing through the queue.
-        this.#run(this.#free.pop()!, [pending]);
+        this.#run(this.#takeInstance(), [pending]);
         return;
       }
       this.#levels[2 * (level - 1)]!.push(pending);
@@ -260,6 +260,13 @@ export class PoolScheduler implements Scheduler {
 
   inflightCount(): number {
     return this.#queued + this.#executing;
+  }
+
+  /** A free instance: the rate limiter's pick where the model has one, else the last one freed. */
+  #takeInstance(): BackendInstance {
+    const gate = this.#model.gate;
+    if (!gate) return this.#free.pop()!;
+    return this.#free.splice(gate.pick(this.#free), 1)[0]!;
   }
 
   queuedCount(): number {
@@ -330,7 +337,7 @@ export class PoolScheduler implements Scheduler {
       const batch = this.#take(now);
       if (!batch) break;
       this.#remove(batch);
-      this.#run(this.#free.pop()!, batch);
+      this.#run(this.#takeInstance(), batch);
     }
     this.#maybeDrained();
   }

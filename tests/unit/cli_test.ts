@@ -67,6 +67,10 @@ const DEFAULTS: ServerOptions = {
   traceConfig: [],
   httpRestrictedApi: {},
   grpcRestrictedProtocol: {},
+  responseCacheSize: 0,
+  cacheDirectory: "/opt/tritonserver/caches",
+  rateLimit: "off",
+  rateLimitResources: [],
 };
 
 Deno.test("no flags give Triton's defaults", () => {
@@ -453,4 +457,9 @@ Deno.test("every HTTP endpoint and gRPC method belongs to Triton's API group", (
   const methods = Object.keys(protoRoot().lookupService(".inference.GRPCInferenceService").methods);
   assertEquals(methods.filter((m) => GRPC_METHOD_GROUPS[m] === undefined), []);
   assertEquals(GRPC_METHOD_GROUPS.Check, "health");
+});
+
+Deno.test("cloud model repositories are taken as given", () => {
+  const repos = ["s3://127.0.0.1:9000/bucket/models", "gs://bucket/models", "as://account/container/models"];
+  assertEquals(parse(repos.map((r) => `--model-repository=${r}`)).modelRepositories, repos);
 });
