@@ -5,7 +5,8 @@
  * explicit mode loads through the repository API what the store holds now. The server runs as a process with
  * the store's credentials in its environment. The emulators are looked for in `DINFER_MOTO_SERVER`,
  * `DINFER_GCS_EMULATOR` and `DINFER_AZURITE_BLOB` (else `.venv/bin/moto_server`,
- * `.venv/bin/gcp-storage-emulator`, `node_modules/.bin/azurite-blob`); a store whose emulator is missing has
+ * `.venv/bin/gcp-storage-emulator`, `tools/azurite/node_modules/.bin/azurite-blob`, which `./dinfer test`
+ * installs from `tests/compat/requirements.txt` and `tools/azurite/package-lock.json`); a store whose emulator is missing has
  * its tests skipped.
  * @module
  */
@@ -136,7 +137,7 @@ const gcs: Provider = {
 
 const azure: Provider = {
   name: "as",
-  program: await find("DINFER_AZURITE_BLOB", `${ROOT}node_modules/.bin/azurite-blob`),
+  program: await find("DINFER_AZURITE_BLOB", `${ROOT}tools/azurite/node_modules/.bin/azurite-blob`),
   async start(program) {
     const [port] = freePorts(1);
     const child = await spawn(program, [
@@ -270,7 +271,8 @@ for (const provider of [s3, gcs, azure]) {
             body: "{}",
           });
           assert.deepEqual([gone.status, await gone.json()], [400, {
-            error: "Cannot load 'identity_fp32': no model folder of that name in the model repositories",
+            error:
+              "Cannot load 'identity_fp32': failed to load 'identity_fp32': no model folder of that name in the model repositories",
           }]);
         } finally {
           await stopServer(server);
