@@ -58,7 +58,7 @@ Deno.test("with --rate-limit=execution_count instances sharing one copy of a res
   const { executions, counts } = await runAll(["--rate-limit=execution_count"]);
   assert.equal(executions.max_running, 1);
   assert.equal(executions.running, 0);
-  assert.deepEqual(Object.keys(executions.runs).sort(), ["busy_a_py_0", "busy_a_py_1", "busy_b_py_0"]);
+  assert.deepEqual(Object.keys(executions.runs).sort(), ["busy_a_py_0_0", "busy_a_py_0_1", "busy_b_py_0_0"]);
   assert.deepEqual([total(executions, "busy_a_py"), total(executions, "busy_b_py")], [8, 4]);
   assert.deepEqual(counts, [8, 4]);
 });

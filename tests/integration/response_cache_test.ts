@@ -203,6 +203,12 @@ Deno.test("a reloaded model does not answer from the entries of its previous loa
     assert.deepEqual(await count(s, [1]), [[2], 1]);
     const before = (await stats(s, "count_py")).inference_stats;
     assert.deepEqual([before.cache_hit!.count, before.cache_miss!.count], [1, 1]);
+    // Unloaded and loaded again (a load of unchanged files while the model serves changes nothing, as Triton).
+    const unload = await fetch(`${s.url}/v2/repository/models/count_py/unload`, {
+      method: "POST",
+      body: "{}",
+    });
+    assert.equal(unload.status, 200, await unload.text());
     const load = await fetch(`${s.url}/v2/repository/models/count_py/load`, { method: "POST", body: "{}" });
     assert.equal(load.status, 200, await load.text());
     // The new load's instance starts counting again: RUNS 1 from an execution, not from the cache.
