@@ -135,7 +135,8 @@ async function counts(port: number, model: string): Promise<Counts> {
       batch_stats: { compute_input: Duration; compute_infer: Duration; compute_output: Duration }[];
     }[];
   };
-  const s = body.model_stats[0]!;
+  const s = body.model_stats?.[0];
+  if (!s) throw new Error(`Cannot read the statistics of '${model}': ${res.status} ${JSON.stringify(body)}`);
   let executionNs = 0;
   for (const b of s.batch_stats) {
     executionNs += Number(b.compute_input.ns) + Number(b.compute_infer.ns) + Number(b.compute_output.ns);

@@ -107,7 +107,13 @@ export class RegionTable<R extends TableRegion> {
     const list = name === ""
       ? [...this.#regions.values()]
       : [this.#regions.get(name)].filter((r) => r !== undefined);
-    if (name !== "" && list.length === 0) throw notFound(`Unknown ${this.#kind} region '${name}'`);
+    if (name !== "" && list.length === 0) {
+      // Triton's wording, which clients match on: "system shared memory" or "cuda shared memory".
+      const kind = this.#kind === "shared memory"
+        ? "system shared memory"
+        : this.#kind.replace("CUDA", "cuda");
+      throw notFound(`Unable to find ${kind} region: '${name}'`);
+    }
     return list;
   }
 

@@ -135,7 +135,7 @@ Deno.test("shared memory with --allow-client-shm=true", async (t) => {
       assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/status`), { status: 200, json: [] });
       assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/region/gpu/status`), {
         status: 404,
-        json: { error: "Unknown CUDA shared memory region 'gpu'" },
+        json: { error: "Unable to find cuda shared memory region: 'gpu'" },
       });
       assert.deepEqual(await call(`${srv.url}/v2/cudasharedmemory/unregister`, "POST"), {
         status: 200,

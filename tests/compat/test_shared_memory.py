@@ -391,14 +391,14 @@ def test_status_of_all_regions_and_of_one(proto, regions):
     assert proto.status("second") == [
         {"name": "second", "key": regions.key(h2), "offset": 1024, "byte_size": 2048},
     ]
-    expect_error(proto, lambda: proto.status("nope"), "NOT_FOUND", "Unknown shared memory region 'nope'")
+    expect_error(proto, lambda: proto.status("nope"), "NOT_FOUND", "Unable to find system shared memory region: 'nope'")
 
 
 def test_unregister_one_then_all(proto, regions):
     hs = {name: regions.new(name, 64) for name in ("r1", "r2", "r3")}
     proto.client.unregister_system_shared_memory("r2")
     assert [r["name"] for r in proto.status()] == ["r1", "r3"]
-    expect_error(proto, lambda: proto.status("r2"), "NOT_FOUND", "Unknown shared memory region 'r2'")
+    expect_error(proto, lambda: proto.status("r2"), "NOT_FOUND", "Unable to find system shared memory region: 'r2'")
     # Unregistering an unknown region is not an error (as Triton).
     proto.client.unregister_system_shared_memory("r2")
     proto.client.unregister_system_shared_memory("never_registered")
@@ -627,7 +627,7 @@ def test_cuda_shared_memory_is_unavailable_without_a_gpu(proto):
     )
     assert proto.cuda_status() == []
     expect_error(
-        proto, lambda: proto.cuda_status("gpu"), "NOT_FOUND", "Unknown CUDA shared memory region 'gpu'"
+        proto, lambda: proto.cuda_status("gpu"), "NOT_FOUND", "Unable to find cuda shared memory region: 'gpu'"
     )
     proto.client.unregister_cuda_shared_memory("gpu")
     proto.client.unregister_cuda_shared_memory()

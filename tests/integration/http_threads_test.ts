@@ -200,6 +200,22 @@ Deno.test("a chunked body over --http-max-input-size is refused by both kinds of
   }
 });
 
+Deno.test("GET requests without Content-Length (as fetch sends them) are answered by every HTTP thread", async () => {
+  await using one = await startTestServer(["--http-thread-count=1"]);
+  await using two = await startTestServer(["--http-thread-count=2"]);
+  for (const path of ["/v2/models/simple", "/v2/models/simple/stats", "/v2/health/ready"]) {
+    const expected = await (await fetch(`${one.url}${path}`)).text();
+    for (let i = 0; i < ROUNDS; i++) {
+      // A client of its own per request: a new connection each time, spread over the threads.
+      using client = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+      const r = await fetch(`${two.url}${path}`, { client });
+      assert.equal(r.status, 200, path);
+      const text = await r.text();
+      if (!path.endsWith("/stats")) assert.equal(text, expected, path);
+    }
+  }
+});
+
 Deno.test("requests answered by HTTP listener threads are counted in the model's statistics", async () => {
   await using two = await startTestServer(["--http-thread-count=2"]);
   const body = json(SIMPLE_REQUEST);

@@ -151,8 +151,11 @@ async function readCapped(request: Request, limit: number): Promise<Uint8Array |
   return out;
 }
 
-/** Hands a request to the main thread's handler and answers with what it returns. */
-async function forward(request: Request, body: Uint8Array | null): Promise<Response> {
+/**
+ * Hands a request to the main thread's handler and answers with what it returns.
+ * @param body the body read, or null when there is none (GET, HEAD) or it was over the limit (`tooLarge`)
+ */
+async function forward(request: Request, body: Uint8Array | null, tooLarge = false): Promise<Response> {
   const id = nextId++;
   const headers = [...request.headers];
   const bytes = body && body.byteLength > 0 ? body : null;
@@ -167,7 +170,7 @@ async function forward(request: Request, body: Uint8Array | null): Promise<Respo
       url: request.url,
       headers,
       body: bytes,
-      tooLarge: body === null,
+      tooLarge,
     },
     transfer,
   );
@@ -228,7 +231,7 @@ function buffersOf(tensors: { data: Uint8Array | Uint8Array[] }[]): ArrayBuffer[
 async function infer(request: Request, model: string, version: string): Promise<Response> {
   const recvStart = nowNs();
   const body = await readCapped(request, maxInputSize);
-  if (body === null) return forward(request, null);
+  if (body === null) return forward(request, null, true);
   const recvEnd = nowNs();
   const here = decodeHere(request, body, model, version);
   if (!here) return forward(request, body);
@@ -267,7 +270,7 @@ function handle(request: Request): Promise<Response> {
     }
   }
   if (request.method === "GET" || request.method === "HEAD") return forward(request, null);
-  return readCapped(request, maxInputSize).then((body) => forward(request, body));
+  return readCapped(request, maxInputSize).then((body) => forward(request, body, body === null));
 }
 
 self.onmessage = (e: MessageEvent<ToWorker>) => {
