@@ -1080,7 +1080,7 @@ function peersMarkdown(cmp: PeerComparison): string {
 
 The peer is what a user would write instead (\`bench/peer_onnx_server.ts\`: \`Deno.serve\`, \`JSON.parse\`,
 onnxruntime-node's public \`await session.run()\` with default session options, \`Response.json\`); the floor is
-\`bench/floor_server.ts\`. dinfer runs twice: as configured (\`--http-thread-count=auto\`) and with two HTTP threads
+\`bench/floor_server.ts\`. dinfer runs twice: as configured (one HTTP thread by default) and with two HTTP threads
 (\`--http-thread-count=2\`: a listener thread beside the main thread, see the README). All four run as fresh child processes, measured one after the other in
 ${cmp.rounds} alternating rounds of ${cmp.roundS} s per connection count (the bench's closed-loop load generator);
 medians, with each round's value in brackets. Target: dinfer ≥ 1.0× the peer at 1 and at 16 connections.

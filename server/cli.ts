@@ -98,7 +98,7 @@ export const FLAGS: Record<string, FlagSpec> = {
   "http-address": { kind: "string", default: "0.0.0.0", help: "HTTP listen address" },
   "http-thread-count": {
     kind: "string",
-    default: "auto",
+    default: "1",
     help:
       "Threads that accept, read and answer HTTP requests (the main thread and listener threads): a number " +
       "(at most one per CPU core) or auto (half the cores, at most 8)",

@@ -25,7 +25,7 @@ import { TraceManager } from "./trace/trace.ts";
 import { ResponseCache } from "./cache/response_cache.ts";
 import { registerCacheMetrics } from "./metrics/cache_metrics.ts";
 import { RateLimiter } from "./scheduler/rate_limiter.ts";
-import { CloudRepositories } from "./repository/cloud.ts";
+import type { CloudRepositories } from "./repository/cloud.ts";
 
 /** The server's version, reported in server metadata. */
 export const VERSION = "0.1.0";
@@ -130,6 +130,8 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   let cloud: CloudRepositories | undefined;
   if (given.some((r) => /^(s3|gs|as):\/\//.test(r))) {
     try {
+      // Loaded only here: the three cloud SDKs cost start-up time and memory a local repository does not need.
+      const { CloudRepositories } = await import("./repository/cloud.ts");
       ({ paths: given, cloud } = await CloudRepositories.open(given));
     } catch (err) {
       throw new StartupError((err as Error).message);

@@ -47,7 +47,7 @@ const DEFAULTS: ServerOptions = {
   logFile: "",
   logFormat: "default",
   httpMaxInputSize: 67108864,
-  httpThreadCount: 0,
+  httpThreadCount: 1,
   autoCompleteConfig: true,
   backendConfig: {},
   allowClientShm: false,
