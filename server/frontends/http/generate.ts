@@ -19,6 +19,7 @@ import { requestArrived } from "../../core/load.ts";
 import type { InferRequest, InferResponse, ParamValue, Tensor } from "../../core/types.ts";
 import { validateRequest } from "../../core/validate.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
+import { readUpTo } from "./_body.ts";
 
 /** Limits of the generate endpoints. */
 export interface GenerateOptions {
@@ -65,28 +66,11 @@ export async function readLimitedBody(request: Request, limit: number, what: str
       `Cannot read ${what}: ${declared} bytes is more than --http-max-input-size (${limit} bytes)`,
     );
   }
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  const reader = request.body?.getReader();
-  if (reader) {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      total += value.byteLength;
-      if (total > limit) {
-        await reader.cancel();
-        throw invalidArg(`Cannot read ${what}: it is more than --http-max-input-size (${limit} bytes)`);
-      }
-      chunks.push(value);
-    }
+  const body = await readUpTo(request.body, limit);
+  if (body === null) {
+    throw invalidArg(`Cannot read ${what}: it is more than --http-max-input-size (${limit} bytes)`);
   }
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.byteLength;
-  }
-  return out;
+  return body;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

@@ -13,6 +13,7 @@ import type { ModelRegistry } from "../../models/registry.ts";
 import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
 import { ShmRequest } from "../../shm/system_shm.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
+import { concat, readUpTo } from "./_body.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import { createGenerateHandler } from "./generate.ts";
 import { createOpenAiHandler } from "./openai.ts";
@@ -64,24 +65,13 @@ async function readBody(request: Request, limit: number, asText = false): Promis
     }
     body = await request.bytes();
   } else {
-    const chunks: Uint8Array[] = [];
-    let total = 0;
-    const reader = request.body?.getReader();
-    if (reader) {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        total += value.byteLength;
-        if (total > limit) {
-          await reader.cancel();
-          throw invalidArg(
-            `Cannot read the request body: it is more than --http-max-input-size (${limit} bytes)`,
-          );
-        }
-        chunks.push(value);
-      }
+    const read = await readUpTo(request.body, limit);
+    if (read === null) {
+      throw invalidArg(
+        `Cannot read the request body: it is more than --http-max-input-size (${limit} bytes)`,
+      );
     }
-    body = concat(chunks, total);
+    body = read;
   }
   bodyReceived(request);
   if (!plain) {
@@ -117,17 +107,6 @@ function decodeBase64(text: string, model: string, key: string): Uint8Array {
   } catch {
     throw invalidArg(`Cannot load '${model}': parameter '${key}' is not valid base64`);
   }
-}
-
-function concat(chunks: Uint8Array[], total: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.byteLength;
-  }
-  return out;
 }
 
 async function inflate(body: Uint8Array, encoding: "gzip" | "deflate", limit: number): Promise<Uint8Array> {

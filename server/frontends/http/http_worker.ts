@@ -20,6 +20,7 @@ import {
   HEADER_LENGTH,
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
+import { readUpTo } from "./_body.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
 import {
@@ -129,26 +130,7 @@ async function readCapped(request: Request, limit: number): Promise<Uint8Array |
   if (declared !== null && Number(declared) > limit) return null;
   if (!request.body) return new Uint8Array(0);
   if (declared !== null) return await request.bytes();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  const reader = request.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > limit) {
-      await reader.cancel();
-      return null;
-    }
-    chunks.push(value);
-  }
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.byteLength;
-  }
-  return out;
+  return await readUpTo(request.body, limit);
 }
 
 /**
