@@ -13,8 +13,8 @@ const SHM_DIR = "/dev/shm";
 
 /** Names of the server's objects in /dev/shm: `<prefix>-<pid>-...`, where pid is the process that made it. */
 const SHM_NAMES = /^dinfer-(?:py|resp|bls|blsr)-(\d+)-/;
-/** Names of the server's folders in the temporary folder: uploaded models and Python stub sockets. */
-const TMP_NAMES = /^dinfer-(?:upload|py)-(\d+)-/;
+/** Names of the server's folders in the temporary folder: uploaded models, Python stubs' files, cloud mirrors. */
+const TMP_NAMES = /^dinfer-(?:upload|py|cloud)-(\d+)-/;
 
 function alive(pid: number): boolean {
   if (pid === Deno.pid) return true;

@@ -1101,7 +1101,8 @@ export class PythonBackend implements Backend {
       return; // Loading reports the missing file.
     }
     const python = pythonExecutable(config, ctx.backendConfig);
-    const dir = await Deno.makeTempDir({ prefix: "dinfer-py-ac-" });
+    // Named with the process id, as the stub folders: a later server removes what a crashed one left.
+    const dir = await Deno.makeTempDir({ prefix: `dinfer-py-${Deno.pid}-ac-` });
     try {
       const inPath = join(dir, "in.json");
       const outPath = join(dir, "out.json");

@@ -296,7 +296,7 @@ export class MirroredRepository {
    * @throws ServerError INVALID_ARG when it cannot be read
    */
   static async open(url: string, store: ObjectStore): Promise<MirroredRepository> {
-    const dir = await Deno.makeTempDir({ prefix: "dinfer-cloud-" });
+    const dir = await Deno.makeTempDir({ prefix: `dinfer-cloud-${Deno.pid}-` });
     const repo = new MirroredRepository(url, store, dir);
     try {
       await repo.sync();
