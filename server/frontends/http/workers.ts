@@ -266,8 +266,15 @@ export class HttpWorkers {
         } satisfies ToWorker,
         body ? [body.buffer as ArrayBuffer] : [],
       );
-    } else if (msg.op === "stopped") {
-      worker.terminate();
+    }
+  }
+
+  /** Ends the polling of every channel (each poll loop wakes once more and sees the flag). */
+  #stopPolling(): void {
+    this.#stopped = true;
+    for (const c of this.#channels) {
+      Atomics.add(c.control, 0, 1);
+      Atomics.notify(c.control, 0);
     }
   }
 
@@ -276,13 +283,6 @@ export class HttpWorkers {
    * @returns when every thread has stopped
    */
   async shutdown(): Promise<void> {
-    const stopPolling = () => {
-      this.#stopped = true;
-      for (const c of this.#channels) {
-        Atomics.add(c.control, 0, 1);
-        Atomics.notify(c.control, 0);
-      }
-    };
     await Promise.all(this.#workers.map((worker) =>
       new Promise<void>((resolve) => {
         const previous = worker.onmessage;
@@ -295,17 +295,13 @@ export class HttpWorkers {
         worker.postMessage({ op: "stop", id: -1 } satisfies ToWorker);
       })
     ));
-    stopPolling();
+    this.#stopPolling();
     this.#workers = [];
   }
 
   /** Ends the threads at once (requests they are answering are dropped). */
   terminate(): void {
-    this.#stopped = true;
-    for (const c of this.#channels) {
-      Atomics.add(c.control, 0, 1);
-      Atomics.notify(c.control, 0);
-    }
+    this.#stopPolling();
     for (const w of this.#workers) w.terminate();
     this.#workers = [];
   }
