@@ -13,6 +13,7 @@ import { startChildServer } from "./child_server.ts";
 import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
 import { findH2load, runH2load } from "./h2load.ts";
 import { freePort } from "./loadgen.ts";
+import { binaryBody, INPUT0, INPUT1 } from "./simple_requests.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const RESULTS = `${ROOT}bench/RESULTS.md`;
@@ -33,25 +34,10 @@ if (!h2load) {
   Deno.exit(1);
 }
 
-const input0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
-const input1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
-const header = new TextEncoder().encode(JSON.stringify({
-  inputs: [
-    { name: "INPUT0", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
-    { name: "INPUT1", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
-  ],
-  outputs: [
-    { name: "OUTPUT0", parameters: { binary_data: true } },
-    { name: "OUTPUT1", parameters: { binary_data: true } },
-  ],
-}));
-const binary = new Uint8Array(header.byteLength + 128);
-binary.set(header, 0);
-binary.set(new Uint8Array(input0.buffer), header.byteLength);
-binary.set(new Uint8Array(input1.buffer), header.byteLength + 64);
+const { body: binary, headerLength } = binaryBody();
 
 const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-grpc-floor-" });
-await Deno.writeFile(`${dir}/grpc.bin`, grpcFrame(simpleInferRequest(input0, input1)));
+await Deno.writeFile(`${dir}/grpc.bin`, grpcFrame(simpleInferRequest(INPUT0, INPUT1)));
 await Deno.writeFile(`${dir}/binary.bin`, binary);
 
 function args(protocol: "grpc" | "binary", ports: { http: number; grpc: number }, s: number): string[] {
@@ -67,7 +53,7 @@ function args(protocol: "grpc" | "binary", ports: { http: number; grpc: number }
       ...duration,
       ...["--h1", "-c", "16", "-m", "1", "-d", `${dir}/binary.bin`],
       ...["-H", "content-type: application/octet-stream"],
-      ...["-H", `inference-header-content-length: ${header.byteLength}`],
+      ...["-H", `inference-header-content-length: ${headerLength}`],
       `http://127.0.0.1:${ports.http}/v2/models/simple/infer`,
     ];
 }

@@ -24,6 +24,7 @@ import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
 import { cpuSeconds, machineBusySeconds, waitQuiet } from "./cpu_usage.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
+import { binaryBody, INPUT0, INPUT1, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { findH2load, type H2loadResult, h2loadVersion, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 
@@ -101,41 +102,9 @@ function parseFlags(args: string[]): Flags {
 // ---------------------------------------------------------------------------------------------------------
 // Data: fixed inputs and the outputs the model must give
 
-const INPUT0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
-const INPUT1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
-const OUTPUT0 = INPUT0.map((v, i) => v + INPUT1[i]!);
-const OUTPUT1 = INPUT0.map((v, i) => v - INPUT1[i]!);
 const EXPECTED: Record<string, Int32Array> = { OUTPUT0, OUTPUT1 };
 
-const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-
-function jsonBody(): Uint8Array {
-  return encoder.encode(JSON.stringify({
-    inputs: [
-      { name: "INPUT0", datatype: "INT32", shape: [1, 16], data: [...INPUT0] },
-      { name: "INPUT1", datatype: "INT32", shape: [1, 16], data: [...INPUT1] },
-    ],
-  }));
-}
-
-function binaryBody(): { body: Uint8Array; headerLength: number } {
-  const header = encoder.encode(JSON.stringify({
-    inputs: [
-      { name: "INPUT0", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
-      { name: "INPUT1", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
-    ],
-    outputs: [
-      { name: "OUTPUT0", parameters: { binary_data: true } },
-      { name: "OUTPUT1", parameters: { binary_data: true } },
-    ],
-  }));
-  const body = new Uint8Array(header.byteLength + 128);
-  body.set(header, 0);
-  body.set(new Uint8Array(INPUT0.buffer), header.byteLength);
-  body.set(new Uint8Array(INPUT1.buffer), header.byteLength + 64);
-  return { body, headerLength: header.byteLength };
-}
 
 interface OutputJson {
   name: string;

@@ -14,6 +14,7 @@
  * @module
  */
 
+import { binaryBody, INPUT0, INPUT1, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
@@ -57,13 +58,7 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
   \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
 
-const INPUT0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
-const INPUT1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
-const EXPECTED: Record<string, Int32Array> = {
-  OUTPUT0: INPUT0.map((v, i) => v + INPUT1[i]!),
-  OUTPUT1: INPUT0.map((v, i) => v - INPUT1[i]!),
-};
-const encoder = new TextEncoder();
+const EXPECTED: Record<string, Int32Array> = { OUTPUT0, OUTPUT1 };
 const decoder = new TextDecoder();
 
 type Protocol = "json" | "binary" | "grpc" | "grpc-h2load";
@@ -114,34 +109,6 @@ function parseFlags(args: string[]): Flags {
 
 // ---------------------------------------------------------------------------------------------------------
 // Requests and checks
-
-function jsonBody(): Uint8Array {
-  return encoder.encode(JSON.stringify({
-    inputs: [
-      { name: "INPUT0", datatype: "INT32", shape: [1, 16], data: [...INPUT0] },
-      { name: "INPUT1", datatype: "INT32", shape: [1, 16], data: [...INPUT1] },
-    ],
-  }));
-}
-
-/** The body tritonclient's HTTP client sends: a JSON header, then the inputs' bytes; binary outputs. */
-function binaryBody(): { body: Uint8Array; headerLength: number } {
-  const header = encoder.encode(JSON.stringify({
-    inputs: [
-      { name: "INPUT0", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
-      { name: "INPUT1", datatype: "INT32", shape: [1, 16], parameters: { binary_data_size: 64 } },
-    ],
-    outputs: [
-      { name: "OUTPUT0", parameters: { binary_data: true } },
-      { name: "OUTPUT1", parameters: { binary_data: true } },
-    ],
-  }));
-  const body = new Uint8Array(header.byteLength + 128);
-  body.set(header, 0);
-  body.set(new Uint8Array(INPUT0.buffer), header.byteLength);
-  body.set(new Uint8Array(INPUT1.buffer), header.byteLength + 64);
-  return { body, headerLength: header.byteLength };
-}
 
 interface OutputJson {
   name: string;

@@ -14,6 +14,7 @@ import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { lookupType } from "../server/core/protos.ts";
 import { GoawayFilter } from "../server/frontends/grpc/goaway_filter.ts";
+import { OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 
 function flag(name: string): number {
   const v = Number(Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3));
@@ -27,11 +28,9 @@ function flag(name: string): number {
 const httpPort = flag("http-port");
 const grpcPort = flag("grpc-port");
 
-// The answer to the benchmark's request (INPUT0 = 3i-7, INPUT1 = 100-i², see http_bench.ts), precomputed.
-const input0 = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
-const input1 = Int32Array.from({ length: 16 }, (_, i) => 100 - i * i);
-const sum = new Uint8Array(input0.map((v, i) => v + input1[i]!).buffer);
-const diff = new Uint8Array(input0.map((v, i) => v - input1[i]!).buffer);
+// The answer to the benchmarks' request (bench/simple_requests.ts), precomputed.
+const sum = new Uint8Array(OUTPUT0.buffer);
+const diff = new Uint8Array(OUTPUT1.buffer);
 
 const ResponseType = lookupType(".inference.ModelInferResponse");
 const grpcAnswer = Buffer.from(
