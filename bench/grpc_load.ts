@@ -12,6 +12,7 @@
 import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import { lookupType } from "../server/core/protos.ts";
+import { INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 
 const [target = "127.0.0.1:8001", inflightArg = "1", durationArg = "5", warmupArg = "1", model = "simple"] =
   Deno.args;
@@ -21,8 +22,6 @@ const warmupMs = Number(warmupArg) * 1000;
 
 const reqType = lookupType("ModelInferRequest");
 const resType = lookupType("ModelInferResponse");
-const a = Int32Array.from({ length: 16 }, (_, i) => i);
-const b = new Int32Array(16).fill(1);
 const bytes = (v: Int32Array) => new Uint8Array(v.buffer.slice(0));
 const request = Buffer.from(
   reqType.encode(reqType.fromObject({
@@ -32,7 +31,7 @@ const request = Buffer.from(
       { name: "INPUT1", datatype: "INT32", shape: [1, 16] },
     ],
     outputs: [{ name: "OUTPUT0" }, { name: "OUTPUT1" }],
-    raw_input_contents: [bytes(a), bytes(b)],
+    raw_input_contents: [bytes(INPUT0), bytes(INPUT1)],
   })).finish(),
 );
 
@@ -59,7 +58,7 @@ function check(res: Buffer): string | undefined {
     new Int32Array(Uint8Array.prototype.slice.call(u).buffer)
   );
   for (let i = 0; i < 16; i++) {
-    if (o0?.[i] !== a[i]! + b[i]! || o1?.[i] !== a[i]! - b[i]!) return `wrong output at ${i}`;
+    if (o0?.[i] !== OUTPUT0[i] || o1?.[i] !== OUTPUT1[i]) return `wrong output at ${i}`;
   }
   return undefined;
 }

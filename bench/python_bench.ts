@@ -62,7 +62,7 @@ const EXPECTED: Record<string, Int32Array> = { OUTPUT0, OUTPUT1 };
 const decoder = new TextDecoder();
 
 type Protocol = "json" | "binary" | "grpc" | "grpc-h2load";
-type ServerName = "dinfer" | "triton";
+type ServerName = "dinfer" | "triton" | "floor";
 
 interface Flags {
   rounds: number;
@@ -196,6 +196,28 @@ async function startDinfer(repo: string): Promise<Server> {
   const s: ChildServer = await startChildServer([], [`--model-repository=${repo}`, `--grpc-port=${grpc}`]);
   return {
     name: "dinfer",
+    http: s.port,
+    grpc,
+    pid: s.pid,
+    stop: () => s.stop(),
+    log: () => s.log(),
+    exited: () => s.exitCode() === undefined ? undefined : `exited with code ${s.exitCode()}`,
+  };
+}
+
+/**
+ * The floor of any server on dinfer's stack that hands each request to one Python process: the transport
+ * floor server (fixed answers) waiting for one 512-byte frame's round trip through a minimal Python echo.
+ */
+async function startFloor(): Promise<Server> {
+  const grpc = freePort();
+  const s = await startChildServer([], [
+    `--grpc-port=${grpc}`,
+    `--model=${MODEL}`,
+    `--python=${Deno.env.get("DINFER_PYTHON") ?? "python3"}`,
+  ], { script: "bench/transport_floor_server.ts" });
+  return {
+    name: "floor",
     http: s.port,
     grpc,
     pid: s.pid,
@@ -584,20 +606,31 @@ function markdown(
   const protocols = PROTOCOLS.filter((p) => points.some((x) => x.protocol === p));
   const rows: string[] = [];
   const ratios: number[] = [];
+  // Points where even the floor stays below the target ratio.
+  const unsound: string[] = [];
   for (const protocol of protocols) {
     for (const c of flags.connections) {
       const of = (server: ServerName) =>
         points.filter((p) => p.server === server && p.protocol === protocol && p.connections === c);
-      const d = of("dinfer"), t = of("triton");
+      const d = of("dinfer"), t = of("triton"), f = of("floor");
       const dr = median(d.map((p) => p.rate)), tr = median(t.map((p) => p.rate));
+      const fr = median(f.map((p) => p.rate));
       const ratio = dr / tr;
+      const floorRatio = fr / tr;
       if (Number.isFinite(ratio)) ratios.push(ratio);
-      const wrong = [...d, ...t].some((p) => p.errors || p.mismatches);
+      if (Number.isFinite(floorRatio) && floorRatio < TARGET_RATIO) {
+        unsound.push(
+          `${PROTOCOL_NAMES[protocol]} at ${c} connection${c > 1 ? "s" : ""} (${fmt(floorRatio, 2)})`,
+        );
+      }
+      const wrong = [...d, ...t, ...f].some((p) => p.errors || p.mismatches);
       rows.push(
         `| ${PROTOCOL_NAMES[protocol]} | ${c} | ${fmt(dr)} | ${fmt(median(d.map((p) => p.p50Us)))} | ${
           fmt(median(d.map((p) => p.cpuUs)))
         } | ${t.length ? fmt(tr) : "skipped"} | ${t.length ? fmt(median(t.map((p) => p.p50Us))) : "-"} | ${
           t.length ? fmt(median(t.map((p) => p.cpuUs))) : "-"
+        } | ${f.length ? fmt(fr) : "-"} | ${f.length ? fmt(median(f.map((p) => p.cpuUs))) : "-"} | ${
+          Number.isFinite(floorRatio) ? fmt(floorRatio, 2) : "-"
         } | ${
           Number.isFinite(ratio) ? `${fmt(ratio, 2)}${ratio >= TARGET_RATIO ? "" : " (below 1.5)"}` : "-"
         }${wrong ? " **errors**" : ""} |`,
@@ -618,7 +651,13 @@ function markdown(
 difference; max_batch_size 0; one KIND_CPU instance; backend "python"), copied into one temporary repository
 that both servers load unchanged.
 
-**Method**: both servers run at once (idle while the other is measured). ${flags.rounds} round(s); in each,
+**Floor**: \`bench/transport_floor_server.ts --python=...\` answers every request with fixed bytes after one
+round trip of a 512-byte frame through a minimal Python echo process (one process, frames in order), reading
+the request's bytes but not decoding them: the least any server on dinfer's stack (Deno.serve, @grpc/grpc-js,
+one Python process per model instance) can do per request. Its rate over Triton's bounds the ratio any such
+server can reach.
+
+**Method**: the three servers run at once (idle while another is measured). ${flags.rounds} round(s); in each,
 every server is measured at every point (${rounds} points: HTTP JSON, HTTP binary as tritonclient sends it,
 gRPC with raw contents; ${flags.connections.join(" and ")} connections), the servers' order alternating from
 one round to the next. HTTP load: \`bench/loadgen.ts\` (closed loop, one request in flight per keep-alive
@@ -635,13 +674,20 @@ ${TARGET_RATIO}).${info.skipped ? `\n\n**Triton skipped**: ${info.skipped}` : ""
     info.notes.map((n) => `\n\n**Note**: ${n}.`).join("")
   }
 
-| protocol | connections | dinfer infer/s | dinfer p50 µs | dinfer CPU µs/infer | Triton infer/s | Triton p50 µs | Triton CPU µs/infer | dinfer / Triton |
-|---|---:|---:|---:|---:|---:|---:|---:|---:|
+| protocol | connections | dinfer infer/s | dinfer p50 µs | dinfer CPU µs/infer | Triton infer/s | Triton p50 µs | Triton CPU µs/infer | floor infer/s | floor CPU µs/infer | floor / Triton | dinfer / Triton |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 ${rows.join("\n")}
 
 Target (≥ ${TARGET_RATIO}x Triton at every point): **${
     info.skipped ? "not measured" : met ? "met" : "not met"
-  }**.
+  }**.${
+    unsound.length
+      ? ` The floor itself stays below ${TARGET_RATIO}x Triton at: ${
+        unsound.join(", ")
+      }; there no server on ` +
+        `this stack can meet the target.`
+      : ""
+  }
 
 ${info.ipc}
 
@@ -729,6 +775,7 @@ async function main(args: string[]): Promise<void> {
   let tritonInfo = "not run";
   try {
     servers.push(await startDinfer(repo));
+    servers.push(await startFloor());
     const t = findTriton(flags.tritonVenv);
     if (typeof t === "string") {
       skipped =

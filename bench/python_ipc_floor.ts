@@ -9,23 +9,7 @@
  */
 
 import { cpuSeconds } from "./cpu_usage.ts";
-
-const ECHO = `
-import socket, struct, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect(sys.argv[1])
-buf = bytearray()
-while True:
-    while len(buf) < 4 or len(buf) < 4 + struct.unpack_from("<I", buf)[0]:
-        d = s.recv(65536)
-        if not d:
-            sys.exit(0)
-        buf += d
-    n = struct.unpack_from("<I", buf)[0]
-    frame = bytes(buf[: 4 + n])
-    del buf[: 4 + n]
-    s.sendall(frame)
-`;
+import { ECHO } from "./python_echo.ts";
 
 const python = Deno.args[0] ?? Deno.env.get("DINFER_PYTHON") ?? "python3";
 const seconds = Number(Deno.args[1] ?? 3);
