@@ -9,7 +9,7 @@ import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
 import { HttpWorkers } from "./frontends/http/workers.ts";
-import { type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
+import { type ConnectionLimits, type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
 import { removeStaleFiles } from "./cleanup.ts";
@@ -76,6 +76,16 @@ export class StartupError extends Error {
     super(message);
     this.name = "StartupError";
   }
+}
+
+/** The HTTP connection limits and timeouts the flags set (`--http-max-connections`, `--http-*-timeout-secs`). */
+function connectionLimits(options: ServerOptions): ConnectionLimits {
+  return {
+    maxConnections: options.httpMaxConnections,
+    headerTimeoutMs: options.httpHeaderTimeoutSecs * 1000,
+    idleTimeoutMs: options.httpIdleTimeoutSecs * 1000,
+    bodyTimeoutMs: options.httpBodyTimeoutSecs * 1000,
+  };
 }
 
 /**
@@ -225,6 +235,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   let metricsServer: ResilientServer | undefined;
   let httpAddr: Deno.NetAddr | undefined;
   let httpWorkers: HttpWorkers | undefined;
+  let httpLimits: ConnectionLimits | undefined;
   let metricsAddr: Deno.NetAddr | undefined;
   let grpcServer: GrpcServer | undefined;
   let grpcPort: number | undefined;
@@ -247,6 +258,11 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       restrictions: options.httpRestrictedApi,
     });
     const listeners = httpListenerCount(options.httpThreadCount, navigator.hardwareConcurrency || 1);
+    // The main thread and the listener threads count their open connections together.
+    httpLimits = {
+      ...connectionLimits(options),
+      openConnections: new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT)),
+    };
     try {
       httpServer = serveResilient(
         {
@@ -256,6 +272,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
           logger: log,
           // Listener threads join the same port; the kernel spreads connections over them.
           reusePort: listeners > 1,
+          limits: httpLimits,
         },
         http.handle,
       );
@@ -275,7 +292,9 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         port: httpAddr.port,
         maxInputSize: options.httpMaxInputSize,
         ...(options.httpRestrictedApi.inference ? { inference: options.httpRestrictedApi.inference } : {}),
+        limits: httpLimits,
         onError: (message) => log.error(message),
+        onInfo: (message) => log.info(message),
       });
       log.info(`HTTPService serves on ${listeners} threads`);
     }
@@ -316,7 +335,13 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   if (options.allowMetrics) {
     try {
       metricsServer = serveResilient(
-        { port: options.metricsPort, hostname: options.metricsAddress, name: "Metrics Service", logger: log },
+        {
+          port: options.metricsPort,
+          hostname: options.metricsAddress,
+          name: "Metrics Service",
+          logger: log,
+          limits: connectionLimits(options),
+        },
         createMetricsHandler(metrics!),
       );
     } catch (err) {
