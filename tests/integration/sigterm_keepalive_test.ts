@@ -51,6 +51,17 @@ async function answersAroundSigterm(flags: string[]): Promise<void> {
   const server = await startServerProcess(["--log-info=false", ...flags]);
   const conns: Deno.Conn[] = [];
   try {
+    // The HTTP endpoint answers from the main thread before the listener threads listen; the metrics
+    // endpoint starts after them.
+    let metrics = 0;
+    for (let i = 0; i < 200 && metrics !== 200; i++) {
+      metrics = await fetch(`http://127.0.0.1:${server.metrics}/metrics`).then(async (r) => {
+        await r.body?.cancel();
+        return r.status;
+      }, () => 0);
+      if (metrics !== 200) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(metrics, 200);
     for (let i = 0; i < 16; i++) conns.push(await Deno.connect({ hostname: "127.0.0.1", port: server.http }));
     // One request each, so that every connection is an idle keep-alive connection.
     for (const c of conns) await c.write(request(server.http));
