@@ -235,7 +235,7 @@ function tracked(state: State, handler: Handler) {
     const c = p.conn;
     if (c) {
       if (--c.active === 0) c.idleSince = Date.now();
-      if (request.body !== null && !p.received) c.unreadSince = Date.now();
+      if (!p.received && request.body !== null) c.unreadSince = Date.now();
     }
     if (p.expired) {
       response?.body?.cancel().catch(() => {});
