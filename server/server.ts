@@ -88,6 +88,41 @@ function connectionLimits(options: ServerOptions): ConnectionLimits {
   };
 }
 
+/** Descriptors kept for the server's own files (models, logs, stub sockets) beside its connections. */
+const OWN_DESCRIPTORS = 256;
+
+/** The soft limit on open files of this process (Linux; Deno raises it to the hard limit at start), if known. */
+function openFileLimit(): number | undefined {
+  try {
+    const line = Deno.readTextFileSync("/proc/self/limits").split("\n").find((l) =>
+      l.startsWith("Max open files")
+    );
+    const soft = line?.slice("Max open files".length).trim().split(/\s+/)[0];
+    return soft === undefined || !/^\d+$/.test(soft) ? undefined : Number(soft);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Warns when a connection limit leaves no room below the limit on open files: a flood would then run the
+ * process out of descriptors (refused by the kernel, with failed accepts) before the limit refuses it.
+ */
+function warnDescriptorLimit(options: ServerOptions, log: Logger): void {
+  const limit = openFileLimit();
+  if (limit === undefined) return;
+  const flags: [string, number][] = [];
+  if (options.allowHttp) flags.push(["--http-max-connections", options.httpMaxConnections]);
+  if (options.allowGrpc) flags.push(["--grpc-max-connections", options.grpcMaxConnections]);
+  for (const [flag, max] of flags) {
+    if (max > 0 && max + OWN_DESCRIPTORS > limit) {
+      log.warning(
+        `${flag}=${max} leaves less than ${OWN_DESCRIPTORS} of the ${limit} open files this process may have for its own files: raise the limit (ulimit -n, LimitNOFILE=) or lower ${flag}`,
+      );
+    }
+  }
+}
+
 /**
  * Warns, in explicit mode, for each endpoint whose model repository API any client can call: a model load can
  * upload files, and a Python model's files are code the server runs.
@@ -361,6 +396,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   }
 
   warnUnrestrictedRepository(options, log, httpAddr, grpcPort);
+  warnDescriptorLimit(options, log);
 
   let resolveFinished: () => void = () => {};
   const finished = new Promise<void>((r) => (resolveFinished = r));
