@@ -396,7 +396,32 @@ async function alive(server: Server): Promise<boolean> {
   return r === true;
 }
 
-async function flood(server: Server, connections: number): Promise<Row> {
+/** The HTTP connection limit and header timeout of the suite's server (the flood goes past the limit). */
+function connectionFlags(quick: boolean): string[] {
+  return [`--http-max-connections=${quick ? 200 : 2000}`, `--http-header-timeout-secs=${HEADER_TIMEOUT_S}`];
+}
+const HEADER_TIMEOUT_S = 2;
+
+/** What a connection receives within `ms`: its bytes and whether the server closed it (reset counts). */
+async function within(conn: Deno.Conn, ms: number): Promise<{ text: string; closed: boolean }> {
+  let text = "";
+  const buf = new Uint8Array(4096);
+  const read = (async () => {
+    try {
+      for (;;) {
+        const n = await conn.read(buf);
+        if (n === null) return true;
+        text += new TextDecoder().decode(buf.subarray(0, n));
+      }
+    } catch {
+      return true;
+    }
+  })();
+  const closed = await timed(read, ms);
+  return { text, closed: closed === true };
+}
+
+async function flood(server: Server, connections: number, limit: number): Promise<Row> {
   const row: Row = {
     part: "connection flood",
     inputs: connections,
@@ -408,21 +433,43 @@ async function flood(server: Server, connections: number): Promise<Row> {
   };
   const port = Number(new URL(server.http).port);
   const conns: Deno.Conn[] = [];
-  let refused = 0;
+  let failed = 0;
   for (let i = 0; i < connections; i++) {
     try {
       conns.push(await Deno.connect({ hostname: "127.0.0.1", port }));
     } catch {
-      refused++;
+      failed++;
     }
   }
-  const during = await alive(server);
-  for (const c of conns) c.close();
+  // Past --http-max-connections a connection is answered 503 and closed at once; the others stay open.
+  const seen = await Promise.all(conns.map((c) => within(c, 1_000)));
+  const refused = seen.filter((r) => r.closed && r.text.startsWith("HTTP/1.1 503 ")).length;
+  const held = seen.filter((r) => !r.closed).length;
+  const other = seen.length - refused - held;
+  // A new connection while the flood holds the server's connections.
+  let during = "not connected";
+  try {
+    const c = await Deno.connect({ hostname: "127.0.0.1", port });
+    await c.write(new TextEncoder().encode("GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"));
+    const { text } = await within(c, 2_000);
+    during = text.split("\r\n")[0] || "no answer";
+    c.close();
+  } catch (err) {
+    during = (err as Error).message;
+  }
+  for (const c of conns) {
+    try {
+      c.close();
+    } catch {
+      // Closed by the server.
+    }
+  }
   await new Promise((r) => setTimeout(r, 500));
   const after = await alive(server);
   if (server.exited()) row.crashes = 1;
   else if (!after) row.hangs = 1;
-  row.note = `${conns.length} held, ${refused} refused, answering while held: ${during}`;
+  row.note = `limit ${limit}: ${held} held, ${refused} answered 503 and closed, ${other} closed otherwise, ` +
+    `${failed} not connected; a new connection while full: ${during}; answering after: ${after}`;
   return row;
 }
 
@@ -448,11 +495,21 @@ async function slowloris(server: Server, connections: number): Promise<Row> {
     }
   }
   const ok = await alive(server);
-  for (const c of conns) c.close();
+  // The server closes each after --http-header-timeout-secs (checked a few times per timeout).
+  const seen = await Promise.all(conns.map((c) => within(c, HEADER_TIMEOUT_S * 1000 + 3_000)));
+  const closed = seen.filter((r) => r.closed).length;
+  for (const c of conns) {
+    try {
+      c.close();
+    } catch {
+      // Closed by the server.
+    }
+  }
   if (server.exited()) row.crashes = 1;
-  else if (!ok) row.hangs = 1;
+  else if (!ok || closed < conns.length) row.hangs = 1;
   row.note =
-    `${conns.length} half-sent requests held; others answered: ${ok} (no header timeout: see docs/security.md)`;
+    `${conns.length} half-sent requests held; others answered: ${ok}; ${closed} closed by the server ` +
+    `within --http-header-timeout-secs=${HEADER_TIMEOUT_S} + 3 s`;
   return row;
 }
 
@@ -611,6 +668,7 @@ export async function runReliability(options: ReliabilityOptions = {}): Promise<
     "--load-model=identity_int8",
     ...(options.python ? ["--load-model=crash_py"] : []),
     "--strict-readiness=false",
+    ...connectionFlags(quick),
   ];
   const server = await startServer(flags);
   try {
@@ -654,7 +712,7 @@ async function runAgainst(
     log("gRPC fuzz");
     rows.push({ ...await fuzzGrpc(server, quick ? 1000 : 6000, rnd, examples), rssMb: rssMb(server.pid) });
     log("connection flood");
-    rows.push({ ...await flood(server, quick ? 300 : 3000), rssMb: rssMb(server.pid) });
+    rows.push({ ...await flood(server, quick ? 300 : 3000, quick ? 200 : 2000), rssMb: rssMb(server.pid) });
     log("slowloris");
     rows.push({ ...await slowloris(server, quick ? 100 : 1000), rssMb: rssMb(server.pid) });
     log("reload under load");

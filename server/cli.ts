@@ -40,6 +40,14 @@ export interface ServerOptions {
   httpMaxInputSize: number;
   /** `--http-thread-count`; 0 for auto (see httpListenerCount). */
   httpThreadCount: number;
+  /** Most HTTP connections open at once (0: no limit). */
+  httpMaxConnections: number;
+  /** Seconds a new HTTP connection may take to send its first request's header (0: no limit). */
+  httpHeaderTimeoutSecs: number;
+  /** Seconds a kept-alive HTTP connection may wait for its next request (0: no limit). */
+  httpIdleTimeoutSecs: number;
+  /** Seconds an HTTP request body may take to arrive after its header (0: no limit). */
+  httpBodyTimeoutSecs: number;
   autoCompleteConfig: boolean;
   backendConfig: Record<string, Record<string, string>>;
   allowClientShm: boolean;
@@ -108,6 +116,33 @@ export const FLAGS: Record<string, FlagSpec> = {
     default: "67108864",
     min: 1,
     help: "Largest HTTP request body, in bytes",
+  },
+  "http-max-connections": {
+    kind: "int",
+    default: "10000",
+    min: 0,
+    help:
+      "Most HTTP connections open at once, all threads together (0: no limit); more are answered 503 and closed",
+  },
+  "http-header-timeout-secs": {
+    kind: "int",
+    default: "30",
+    min: 0,
+    help: "Seconds a new HTTP connection may take to send its first request's header (0: no limit)",
+  },
+  "http-idle-timeout-secs": {
+    kind: "int",
+    default: "75",
+    min: 0,
+    help:
+      "Seconds a kept-alive HTTP connection may wait for its next request before it is closed (0: no limit)",
+  },
+  "http-body-timeout-secs": {
+    kind: "int",
+    default: "60",
+    min: 0,
+    help:
+      "Seconds an HTTP request body may take to arrive after its header; later it is answered 408 (0: no limit)",
   },
   "http-restricted-api": {
     kind: "list",
@@ -460,6 +495,10 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
     logFormat: one("log-format") as "default" | "ISO8601",
     httpMaxInputSize: int("http-max-input-size"),
     httpThreadCount: threadCount(one("http-thread-count")),
+    httpMaxConnections: int("http-max-connections"),
+    httpHeaderTimeoutSecs: int("http-header-timeout-secs"),
+    httpIdleTimeoutSecs: int("http-idle-timeout-secs"),
+    httpBodyTimeoutSecs: int("http-body-timeout-secs"),
     autoCompleteConfig: !values["disable-auto-complete-config"] && !strictModelConfig,
     backendConfig,
     allowClientShm: bool("allow-client-shm"),

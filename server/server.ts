@@ -9,7 +9,7 @@ import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
 import { HttpWorkers } from "./frontends/http/workers.ts";
-import { type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
+import { type ConnectionLimits, type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
 import { removeStaleFiles } from "./cleanup.ts";
@@ -75,6 +75,51 @@ export class StartupError extends Error {
   constructor(message: string) {
     super(message);
     this.name = "StartupError";
+  }
+}
+
+/** The HTTP connection limits and timeouts the flags set (`--http-max-connections`, `--http-*-timeout-secs`). */
+function connectionLimits(options: ServerOptions): ConnectionLimits {
+  return {
+    maxConnections: options.httpMaxConnections,
+    headerTimeoutMs: options.httpHeaderTimeoutSecs * 1000,
+    idleTimeoutMs: options.httpIdleTimeoutSecs * 1000,
+    bodyTimeoutMs: options.httpBodyTimeoutSecs * 1000,
+  };
+}
+
+/** Descriptors kept for the server's own files (models, logs, stub sockets) beside its connections. */
+const OWN_DESCRIPTORS = 256;
+
+/** The soft limit on open files of this process (Linux; Deno raises it to the hard limit at start), if known. */
+function openFileLimit(): number | undefined {
+  try {
+    const line = Deno.readTextFileSync("/proc/self/limits").split("\n").find((l) =>
+      l.startsWith("Max open files")
+    );
+    const soft = line?.slice("Max open files".length).trim().split(/\s+/)[0];
+    return soft === undefined || !/^\d+$/.test(soft) ? undefined : Number(soft);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Warns when a connection limit leaves no room below the limit on open files: a flood would then run the
+ * process out of descriptors (refused by the kernel, with failed accepts) before the limit refuses it.
+ */
+function warnDescriptorLimit(options: ServerOptions, log: Logger): void {
+  const limit = openFileLimit();
+  if (limit === undefined) return;
+  const flags: [string, number][] = [];
+  if (options.allowHttp) flags.push(["--http-max-connections", options.httpMaxConnections]);
+  if (options.allowGrpc) flags.push(["--grpc-max-connections", options.grpcMaxConnections]);
+  for (const [flag, max] of flags) {
+    if (max > 0 && max + OWN_DESCRIPTORS > limit) {
+      log.warning(
+        `${flag}=${max} leaves less than ${OWN_DESCRIPTORS} of the ${limit} open files this process may have for its own files: raise the limit (ulimit -n, LimitNOFILE=) or lower ${flag}`,
+      );
+    }
   }
 }
 
@@ -225,6 +270,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   let metricsServer: ResilientServer | undefined;
   let httpAddr: Deno.NetAddr | undefined;
   let httpWorkers: HttpWorkers | undefined;
+  let httpLimits: ConnectionLimits | undefined;
   let metricsAddr: Deno.NetAddr | undefined;
   let grpcServer: GrpcServer | undefined;
   let grpcPort: number | undefined;
@@ -247,6 +293,11 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       restrictions: options.httpRestrictedApi,
     });
     const listeners = httpListenerCount(options.httpThreadCount, navigator.hardwareConcurrency || 1);
+    // The main thread and the listener threads count their open connections together.
+    httpLimits = {
+      ...connectionLimits(options),
+      openConnections: new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT)),
+    };
     try {
       httpServer = serveResilient(
         {
@@ -256,6 +307,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
           logger: log,
           // Listener threads join the same port; the kernel spreads connections over them.
           reusePort: listeners > 1,
+          limits: httpLimits,
         },
         http.handle,
       );
@@ -275,7 +327,9 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
         port: httpAddr.port,
         maxInputSize: options.httpMaxInputSize,
         ...(options.httpRestrictedApi.inference ? { inference: options.httpRestrictedApi.inference } : {}),
+        limits: httpLimits,
         onError: (message) => log.error(message),
+        onInfo: (message) => log.info(message),
       });
       log.info(`HTTPService serves on ${listeners} threads`);
     }
@@ -316,7 +370,13 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   if (options.allowMetrics) {
     try {
       metricsServer = serveResilient(
-        { port: options.metricsPort, hostname: options.metricsAddress, name: "Metrics Service", logger: log },
+        {
+          port: options.metricsPort,
+          hostname: options.metricsAddress,
+          name: "Metrics Service",
+          logger: log,
+          limits: connectionLimits(options),
+        },
         createMetricsHandler(metrics!),
       );
     } catch (err) {
@@ -336,6 +396,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   }
 
   warnUnrestrictedRepository(options, log, httpAddr, grpcPort);
+  warnDescriptorLimit(options, log);
 
   let resolveFinished: () => void = () => {};
   const finished = new Promise<void>((r) => (resolveFinished = r));

@@ -1,6 +1,7 @@
 /**
- * Running out of file descriptors does not end the server: a failed accept is logged, the HTTP and metrics
- * endpoints listen again, and the server answers once connections are given back.
+ * Running out of file descriptors does not end the server: a failed accept is logged and tried again (the HTTP
+ * endpoint without limits listens again), and the server answers once connections are given back; under
+ * --http-max-connections the HTTP endpoint does not run out at all.
  * @module
  */
 
@@ -18,7 +19,12 @@ async function answers(url: string): Promise<number | string> {
   }
 }
 
-Deno.test("the server survives running out of file descriptors on its HTTP port and answers again", async () => {
+/**
+ * Starts a server under a limit of 256 file descriptors, floods its HTTP and gRPC ports with 400 connections
+ * each, and checks that it answers once the flood ends.
+ * @returns what the server wrote to stderr
+ */
+async function flood(flags: string[]): Promise<string> {
   const ports = freePorts(3);
   const [http, grpc] = ports as [number, number, number];
   // 256 descriptors: the server needs about 60 of its own; the flood takes the rest.
@@ -31,6 +37,7 @@ Deno.test("the server survives running out of file descriptors on its HTTP port 
       "main.ts",
       "--model-repository=examples/models",
       "--allow-metrics=false",
+      ...flags,
       ...loopbackFlags(ports),
     ],
     cwd: ROOT,
@@ -70,11 +77,7 @@ Deno.test("the server survives running out of file descriptors on its HTTP port 
     const out = await output;
     const stderr = new TextDecoder().decode(out.stderr);
     assert.equal(out.code, 0, stderr);
-    assert.match(
-      stderr,
-      /HTTPService stopped accepting connections: Error: Too many open files \(os error 24\); listening again in \d+ ms/,
-    );
-    assert.match(stderr, /HTTPService listening again at 127\.0\.0\.1:\d+/);
+    return stderr;
   } finally {
     try {
       child.kill("SIGKILL");
@@ -83,6 +86,38 @@ Deno.test("the server survives running out of file descriptors on its HTTP port 
     }
     await output;
   }
+}
+
+Deno.test("the server survives running out of file descriptors on its HTTP port and answers again", async () => {
+  const stderr = await flood(["--http-max-connections=10000"]);
+  // The limit leaves no room below the 256 descriptors: the server says so at start.
+  assert.match(
+    stderr,
+    /--http-max-connections=10000 leaves less than 256 of the 256 open files this process may have for its own files/,
+  );
+  assert.match(
+    stderr,
+    /HTTPService cannot accept a connection: Too many open files \(os error 24\); accepting again in \d+ ms/,
+  );
+});
+
+Deno.test("without HTTP limits, plain Deno.serve listens again after running out of file descriptors", async () => {
+  const stderr = await flood([
+    "--http-max-connections=0",
+    "--http-header-timeout-secs=0",
+    "--http-idle-timeout-secs=0",
+    "--http-body-timeout-secs=0",
+  ]);
+  assert.match(
+    stderr,
+    /HTTPService stopped accepting connections: Error: Too many open files \(os error 24\); listening again in \d+ ms/,
+  );
+  assert.match(stderr, /HTTPService listening again at 127\.0\.0\.1:\d+/);
+});
+
+Deno.test("under --http-max-connections below the descriptor limit, a flood is refused and no HTTP accept fails", async () => {
+  const stderr = await flood(["--http-max-connections=100"]);
+  assert.doesNotMatch(stderr, /HTTPService cannot accept a connection/);
 });
 
 /** Whether the server closes a connection within `ms` (a read that ends). */

@@ -1,5 +1,6 @@
 /**
- * SIGTERM answers every request that arrived before it, also on keep-alive connections, then exits cleanly.
+ * SIGTERM answers every request that arrived before it, also on keep-alive connections and on the HTTP listener
+ * threads, then exits cleanly.
  * @module
  */
 
@@ -45,10 +46,22 @@ async function readResponse(conn: Deno.Conn): Promise<string> {
   }
 }
 
-Deno.test("requests arriving on keep-alive connections around SIGTERM are all answered", async () => {
-  const server = await startServerProcess(["--log-info=false"]);
+/** Sends requests on 16 keep-alive connections around SIGTERM and checks that all are answered. */
+async function answersAroundSigterm(flags: string[]): Promise<void> {
+  const server = await startServerProcess(["--log-info=false", ...flags]);
   const conns: Deno.Conn[] = [];
   try {
+    // The HTTP endpoint answers from the main thread before the listener threads listen; the metrics
+    // endpoint starts after them.
+    let metrics = 0;
+    for (let i = 0; i < 200 && metrics !== 200; i++) {
+      metrics = await fetch(`http://127.0.0.1:${server.metrics}/metrics`).then(async (r) => {
+        await r.body?.cancel();
+        return r.status;
+      }, () => 0);
+      if (metrics !== 200) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(metrics, 200);
     for (let i = 0; i < 16; i++) conns.push(await Deno.connect({ hostname: "127.0.0.1", port: server.http }));
     // One request each, so that every connection is an idle keep-alive connection.
     for (const c of conns) await c.write(request(server.http));
@@ -64,6 +77,8 @@ Deno.test("requests arriving on keep-alive connections around SIGTERM are all an
     for (const c of conns) await c.write(second.subarray(half)).catch(() => 0);
     const answers = await Promise.all(conns.map((c) => readResponse(c)));
     assert.deepEqual(answers.map((a) => a.split("\r\n")[0]), Array(16).fill("HTTP/1.1 200 OK"));
+    // Each answer says that the connection closes, so that no client sends another request into it.
+    assert.deepEqual(answers.map((a) => /\r\nconnection: close\r\n/i.test(a)), Array(16).fill(true));
     const out = await server.output;
     assert.equal(out.code, 0, decoder.decode(out.stderr));
   } finally {
@@ -81,4 +96,14 @@ Deno.test("requests arriving on keep-alive connections around SIGTERM are all an
     }
     await server.output;
   }
+}
+
+Deno.test("requests arriving on keep-alive connections around SIGTERM are all answered", async () => {
+  await answersAroundSigterm([]);
+});
+
+// The kernel spreads the 16 connections over the main thread and the listener thread (SO_REUSEPORT): the
+// chance that none reaches the listener thread is 2^-16.
+Deno.test("requests on the HTTP listener threads around SIGTERM are all answered", async () => {
+  await answersAroundSigterm(["--http-thread-count=2"]);
 });

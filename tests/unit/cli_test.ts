@@ -48,6 +48,10 @@ const DEFAULTS: ServerOptions = {
   logFormat: "default",
   httpMaxInputSize: 67108864,
   httpThreadCount: 1,
+  httpMaxConnections: 10000,
+  httpHeaderTimeoutSecs: 30,
+  httpIdleTimeoutSecs: 75,
+  httpBodyTimeoutSecs: 60,
   autoCompleteConfig: true,
   backendConfig: {},
   allowClientShm: false,
@@ -114,6 +118,10 @@ Deno.test("integer flags are parsed", () => {
     "--grpc-http2-max-pings-without-data=0",
     "--metrics-interval-ms=100",
     "--http-thread-count=4",
+    "--http-max-connections=0",
+    "--http-header-timeout-secs=5",
+    "--http-idle-timeout-secs=0",
+    "--http-body-timeout-secs=120",
   ]);
   assertEquals(o.grpcPort, 0);
   assertEquals(o.metricsPort, 65535);
@@ -126,6 +134,10 @@ Deno.test("integer flags are parsed", () => {
   assertEquals(o.grpcHttp2MaxPingsWithoutData, 0);
   assertEquals(o.metricsIntervalMs, 100);
   assertEquals(o.httpThreadCount, 4);
+  assertEquals(o.httpMaxConnections, 0);
+  assertEquals(o.httpHeaderTimeoutSecs, 5);
+  assertEquals(o.httpIdleTimeoutSecs, 0);
+  assertEquals(o.httpBodyTimeoutSecs, 120);
 });
 
 Deno.test("boolean flags take true/false, 1/0, yes/no, on/off in any case", () => {
@@ -247,6 +259,8 @@ Deno.test("a bad integer is refused", () => {
   );
   fails(["--http-max-input-size=0"], "Bad value '0' for --http-max-input-size: must be at least 1");
   fails(["--log-verbose=-1"], "Bad value '-1' for --log-verbose: must be at least 0");
+  fails(["--http-idle-timeout-secs=-1"], "Bad value '-1' for --http-idle-timeout-secs: must be at least 0");
+  fails(["--http-max-connections=1.5"], "Bad value '1.5' for --http-max-connections: expected an integer");
 });
 
 Deno.test("an out-of-range port is refused", () => {

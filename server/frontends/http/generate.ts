@@ -20,6 +20,7 @@ import type { InferRequest, InferResponse, ParamValue, Tensor } from "../../core
 import { validateRequest } from "../../core/validate.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import { readUpTo } from "./_body.ts";
+import { receiveBody } from "./listener.ts";
 
 /** Limits of the generate endpoints. */
 export interface GenerateOptions {
@@ -66,7 +67,7 @@ export async function readLimitedBody(request: Request, limit: number, what: str
       `Cannot read ${what}: ${declared} bytes is more than --http-max-input-size (${limit} bytes)`,
     );
   }
-  const body = await readUpTo(request.body, limit);
+  const body = await receiveBody(request, readUpTo(request.body, limit));
   if (body === null) {
     throw invalidArg(`Cannot read ${what}: it is more than --http-max-input-size (${limit} bytes)`);
   }

@@ -18,7 +18,7 @@ import { type FrontendOptions, serverReady } from "../frontend.ts";
 import { createGenerateHandler } from "./generate.ts";
 import { createOpenAiHandler } from "./openai.ts";
 import { type ApiGroup, httpApiGroup, matchesRestriction } from "../restricted.ts";
-import { bodyReceived } from "./listener.ts";
+import { receiveBody } from "./listener.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -59,13 +59,11 @@ async function readBody(request: Request, limit: number, asText = false): Promis
   let body: Uint8Array;
   if (declared !== null) {
     if (asText && plain) {
-      const text = await request.text();
-      bodyReceived(request);
-      return text;
+      return await receiveBody(request, request.text());
     }
-    body = await request.bytes();
+    body = await receiveBody(request, request.bytes());
   } else {
-    const read = await readUpTo(request.body, limit);
+    const read = await receiveBody(request, readUpTo(request.body, limit));
     if (read === null) {
       throw invalidArg(
         `Cannot read the request body: it is more than --http-max-input-size (${limit} bytes)`,
@@ -73,7 +71,6 @@ async function readBody(request: Request, limit: number, asText = false): Promis
     }
     body = read;
   }
-  bodyReceived(request);
   if (!plain) {
     if (encoding !== "gzip" && encoding !== "deflate") {
       throw unsupported(`Cannot read the request body: unsupported Content-Encoding '${encoding}'`);

@@ -21,6 +21,7 @@ import {
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
 import { readUpTo } from "./_body.ts";
+import { receiveBody, type ResilientServer, serveResilient } from "./listener.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
 import {
@@ -36,7 +37,7 @@ import {
 
 let nextId = 0;
 const pending = new Map<number, (reply: ToWorker) => void>();
-let server: Deno.HttpServer<Deno.NetAddr> | undefined;
+let server: ResilientServer | undefined;
 let maxInputSize = 0;
 /** The inference API's restriction: a request without the header goes to the main thread, which refuses it. */
 let inference: Restriction | undefined;
@@ -129,8 +130,8 @@ async function readCapped(request: Request, limit: number): Promise<Uint8Array |
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) return null;
   if (!request.body) return new Uint8Array(0);
-  if (declared !== null) return await request.bytes();
-  return await readUpTo(request.body, limit);
+  if (declared !== null) return await receiveBody(request, request.bytes());
+  return await receiveBody(request, readUpTo(request.body, limit));
 }
 
 /**
@@ -263,11 +264,18 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       inference = msg.inference;
       channel = new Channel(msg.channel);
       for (let slot = SLOTS - 1; slot >= 0; slot--) freeSlots.push(slot);
-      server = Deno.serve({
+      server = serveResilient({
         hostname: msg.hostname,
         port: msg.port,
         reusePort: true,
-        onListen: () => {},
+        name: `HTTPService (${self.name})`,
+        logger: {
+          info: (message: string) =>
+            self.postMessage({ op: "log", id: -1, level: "info", message } satisfies FromWorker),
+          error: (message: string) =>
+            self.postMessage({ op: "log", id: -1, level: "error", message } satisfies FromWorker),
+        },
+        limits: msg.limits,
         onError: (err) =>
           new Response(JSON.stringify({ error: `Cannot answer the request: ${(err as Error).message}` }), {
             status: 500,

@@ -10,6 +10,7 @@ import { type ErrorCode, toServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { HttpFrontend } from "./handler.ts";
 import type { Restriction } from "../restricted.ts";
+import { type ConnectionLimits, NO_LIMITS } from "./listener.ts";
 import {
   type Answer,
   Channel,
@@ -32,6 +33,8 @@ export type ToWorker =
     maxInputSize: number;
     channel: ChannelMemory;
     inference: Restriction | undefined;
+    /** The connection limits and timeouts (the open-connection count shared with the main thread). */
+    limits: ConnectionLimits;
   }
   | { op: "stop"; id: -1 }
   | { op: "inferred"; id: number; response: InferResponse }
@@ -42,6 +45,7 @@ export type ToWorker =
 export type FromWorker =
   | { op: "listening"; id: -1 }
   | { op: "stopped"; id: -1 }
+  | { op: "log"; id: -1; level: "info" | "error"; message: string }
   | { op: "infer"; id: number; request: InferRequest; recvStart: number; recvEnd: number }
   | {
     op: "http";
@@ -64,8 +68,12 @@ export interface HttpWorkersOptions {
   maxInputSize: number;
   /** The restriction of the inference API (`--http-restricted-api`), if any. */
   inference?: Restriction;
-  /** Reports a thread that failed after it started. */
+  /** The main thread's connection limits and timeouts; its `openConnections` count is shared. */
+  limits?: ConnectionLimits;
+  /** Reports a thread that failed after it started, and a thread's failed accepts. */
   onError?: (message: string) => void;
+  /** Reports what a thread logs at level info (listening again after a failure). */
+  onInfo?: (message: string) => void;
 }
 
 /** The buffers of a response's outputs, moved to the listener thread rather than copied. */
@@ -159,11 +167,15 @@ export class HttpWorkers {
             else reject(new Error(e.message));
           };
           worker.onmessage = (e: MessageEvent<FromWorker>) => {
-            if (e.data.op === "listening") {
+            const msg = e.data;
+            if (msg.op === "listening") {
               listening = true;
               void pool.#poll(channel, worker, frontend);
               resolve();
-            } else void pool.#serve(worker, e.data, frontend, options);
+            } else if (msg.op === "log") {
+              if (msg.level === "error") options.onError?.(msg.message);
+              else options.onInfo?.(msg.message);
+            } else void pool.#serve(worker, msg, frontend, options);
           };
         }),
       );
@@ -176,6 +188,7 @@ export class HttpWorkers {
           maxInputSize: options.maxInputSize,
           channel: memory,
           inference: options.inference,
+          limits: options.limits ?? NO_LIMITS,
         } satisfies ToWorker,
       );
     }
