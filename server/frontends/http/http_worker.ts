@@ -21,7 +21,7 @@ import {
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
 import { readUpTo } from "./_body.ts";
-import { receiveBody, type ResilientServer, serveResilient } from "./listener.ts";
+import { handlerFailed, receiveBody, type ResilientServer, serveResilient } from "./listener.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
 import {
@@ -276,11 +276,7 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
             self.postMessage({ op: "log", id: -1, level: "error", message } satisfies FromWorker),
         },
         limits: msg.limits,
-        onError: (err) =>
-          new Response(JSON.stringify({ error: `Cannot answer the request: ${(err as Error).message}` }), {
-            status: 500,
-            headers: JSON_HEADERS,
-          }),
+        onError: handlerFailed,
       }, handle);
       self.postMessage({ op: "listening", id: -1 } satisfies FromWorker);
       return;

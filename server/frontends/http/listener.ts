@@ -303,16 +303,21 @@ function limited(limits: ConnectionLimits): boolean {
     limits.bodyTimeoutMs > 0;
 }
 
+/**
+ * The 500 answer to a request whose handler threw.
+ * @param err what it threw
+ */
+export function handlerFailed(err: unknown): Response {
+  return new Response(
+    JSON.stringify({ error: `Cannot answer the request: ${(err as Error)?.message ?? err}` }),
+    { status: 500, headers: JSON_HEADERS },
+  );
+}
+
 function defaultOnError(options: ResilientServeOptions) {
   return (err: unknown) => {
     options.logger?.error(`${options.name} cannot answer a request: ${(err as Error)?.message ?? err}`);
-    return new Response(
-      JSON.stringify({ error: `Cannot answer the request: ${(err as Error)?.message ?? err}` }),
-      {
-        status: 500,
-        headers: JSON_HEADERS,
-      },
-    );
+    return handlerFailed(err);
   };
 }
 
