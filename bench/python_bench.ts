@@ -193,9 +193,14 @@ async function startDinfer(repo: string): Promise<Server> {
       // python3 from PATH; it needs numpy.
     }
   }
-  const s: ChildServer = await startChildServer([], [`--model-repository=${repo}`, `--grpc-port=${grpc}`]);
+  const s = await startChildServer([], [`--model-repository=${repo}`, `--grpc-port=${grpc}`]);
+  return childServer("dinfer", s, grpc);
+}
+
+/** A benchmark child process as one of the compared servers. */
+function childServer(name: ServerName, s: ChildServer, grpc: number): Server {
   return {
-    name: "dinfer",
+    name,
     http: s.port,
     grpc,
     pid: s.pid,
@@ -216,15 +221,7 @@ async function startFloor(): Promise<Server> {
     `--model=${MODEL}`,
     `--python=${Deno.env.get("DINFER_PYTHON") ?? "python3"}`,
   ], { script: "bench/transport_floor_server.ts" });
-  return {
-    name: "floor",
-    http: s.port,
-    grpc,
-    pid: s.pid,
-    stop: () => s.stop(),
-    log: () => s.log(),
-    exited: () => s.exitCode() === undefined ? undefined : `exited with code ${s.exitCode()}`,
-  };
+  return childServer("floor", s, grpc);
 }
 
 /** Where the Triton of the venv lives, or why it cannot run. */
