@@ -181,3 +181,66 @@ export async function runPython(
   const dec = new TextDecoder();
   return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
 }
+
+const responseDecoder = new TextDecoder();
+
+/**
+ * Reads one HTTP/1.1 response (with Content-Length) from a raw connection.
+ * @returns the response's text; what arrived when the connection ends first ("" for nothing); the read's
+ *   error message in parentheses when it fails before anything arrived
+ */
+export async function readHttpResponse(conn: Deno.Conn): Promise<string> {
+  let text = "";
+  const buf = new Uint8Array(65536);
+  for (;;) {
+    const end = text.indexOf("\r\n\r\n");
+    if (end >= 0) {
+      const length = Number(/content-length: *(\d+)/i.exec(text.slice(0, end))?.[1] ?? "0");
+      if (text.length >= end + 4 + length) return text.slice(0, end + 4 + length);
+    }
+    let n: number | null;
+    try {
+      n = await conn.read(buf);
+    } catch (err) {
+      return text === "" ? `(${(err as Error).message})` : text;
+    }
+    if (n === null) return text;
+    text += responseDecoder.decode(buf.subarray(0, n));
+  }
+}
+
+/**
+ * What a raw connection received until the server closed (or reset) it.
+ * @returns that text, or null when the connection is still open after `ms`
+ */
+export async function untilClosed(conn: Deno.Conn, ms: number): Promise<string | null> {
+  let text = "";
+  const buf = new Uint8Array(65536);
+  const read = (async () => {
+    try {
+      for (;;) {
+        const n = await conn.read(buf);
+        if (n === null) return text;
+        text += responseDecoder.decode(buf.subarray(0, n));
+      }
+    } catch {
+      return text; // reset: closed too
+    }
+  })();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<null>((r) => (timer = setTimeout(() => r(null), ms)));
+  const out = await Promise.race([read, late]);
+  clearTimeout(timer);
+  return out;
+}
+
+/** The HTTP status of a GET, or the error message when the request fails. */
+export async function httpStatus(url: string): Promise<number | string> {
+  try {
+    const r = await fetch(url);
+    await r.body?.cancel();
+    return r.status;
+  } catch (err) {
+    return (err as Error).message;
+  }
+}

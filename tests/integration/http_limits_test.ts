@@ -9,7 +9,15 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { EXAMPLES, pythonPath, type ServerProcess, startServerProcess } from "../helpers.ts";
+import {
+  EXAMPLES,
+  httpStatus,
+  pythonPath,
+  readHttpResponse,
+  type ServerProcess,
+  startServerProcess,
+  untilClosed,
+} from "../helpers.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -26,44 +34,6 @@ const INFER = JSON.stringify({
 
 function connect(port: number): Promise<Deno.TcpConn> {
   return Deno.connect({ hostname: "127.0.0.1", port });
-}
-
-/** What a connection received until the server closed it, or null when it is still open after `ms`. */
-async function untilClosed(conn: Deno.Conn, ms: number): Promise<string | null> {
-  let text = "";
-  const buf = new Uint8Array(65536);
-  const read = (async () => {
-    try {
-      for (;;) {
-        const n = await conn.read(buf);
-        if (n === null) return text;
-        text += decoder.decode(buf.subarray(0, n));
-      }
-    } catch {
-      return text; // reset: closed too
-    }
-  })();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<null>((r) => (timer = setTimeout(() => r(null), ms)));
-  const out = await Promise.race([read, late]);
-  clearTimeout(timer);
-  return out;
-}
-
-/** Reads one HTTP/1.1 response with a Content-Length from a connection. */
-async function readResponse(conn: Deno.Conn): Promise<string> {
-  let text = "";
-  const buf = new Uint8Array(65536);
-  for (;;) {
-    const end = text.indexOf("\r\n\r\n");
-    if (end >= 0) {
-      const length = Number(/content-length: *(\d+)/i.exec(text.slice(0, end))?.[1] ?? "0");
-      if (text.length >= end + 4 + length) return text.slice(0, end + 4 + length);
-    }
-    const n = await conn.read(buf);
-    if (n === null) return text;
-    text += decoder.decode(buf.subarray(0, n));
-  }
 }
 
 function inferRequest(port: number, body = INFER): string {
@@ -94,16 +64,6 @@ async function stop(server: ServerProcess, conns: Deno.Conn[] = []): Promise<[nu
   return [out.code, decoder.decode(out.stderr)];
 }
 
-async function status(url: string): Promise<number | string> {
-  try {
-    const r = await fetch(url);
-    await r.body?.cancel();
-    return r.status;
-  } catch (err) {
-    return (err as Error).message;
-  }
-}
-
 Deno.test("connections that send nothing or a partial header are closed after --http-header-timeout-secs", async () => {
   const server = await startServerProcess([
     `--model-repository=${EXAMPLES}`,
@@ -126,14 +86,14 @@ Deno.test("connections that send nothing or a partial header are closed after --
     await slow.write(request.subarray(0, 40));
     await new Promise((r) => setTimeout(r, 200));
     await slow.write(request.subarray(40));
-    const answer = await readResponse(slow);
+    const answer = await readHttpResponse(slow);
     assert.match(answer, /^HTTP\/1\.1 200 OK\r\n/);
     assert.deepEqual(JSON.parse(bodyOf(answer)).outputs[0].data, Array(16).fill(3));
 
     const closed = await Promise.all(conns.slice(0, 20).map((c) => untilClosed(c, 1_000 + MARGIN_MS)));
     // Closed without an answer.
     assert.deepEqual(closed, Array(20).fill(""));
-    assert.equal(await status(`${server.url}/v2/health/ready`), 200);
+    assert.equal(await httpStatus(`${server.url}/v2/health/ready`), 200);
     const [code, stderr] = await stop(server, conns);
     assert.equal(code, 0, stderr);
   } finally {
@@ -155,14 +115,14 @@ Deno.test("an idle kept-alive connection is closed after --http-idle-timeout-sec
     const busy = await connect(server.http);
     conns.push(idle, loris, busy);
     for (const c of conns) await c.write(encoder.encode(inferRequest(server.http)));
-    for (const c of conns) assert.match(await readResponse(c), /^HTTP\/1\.1 200 OK\r\n/);
+    for (const c of conns) assert.match(await readHttpResponse(c), /^HTTP\/1\.1 200 OK\r\n/);
     // The next request's header never ends: the idle timeout bounds it.
     await loris.write(encoder.encode("GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n"));
     // A request every 250 ms for 4.5 s, longer than the idle timeout, on one connection.
     const answers: string[] = [];
     for (let i = 0; i < 18; i++) {
       await busy.write(encoder.encode(inferRequest(server.http)));
-      answers.push((await readResponse(busy)).split("\r\n")[0]!);
+      answers.push((await readHttpResponse(busy)).split("\r\n")[0]!);
       await new Promise((r) => setTimeout(r, 250));
     }
     assert.deepEqual(answers, Array(18).fill("HTTP/1.1 200 OK"));
@@ -222,7 +182,7 @@ Deno.test("a body that trickles in is answered 408 after --http-body-timeout-sec
     const c = await connect(server.http);
     conns.push(c);
     await c.write(encoder.encode(inferRequest(server.http)));
-    assert.deepEqual(JSON.parse(bodyOf(await readResponse(c))).outputs[0].data, Array(16).fill(3));
+    assert.deepEqual(JSON.parse(bodyOf(await readHttpResponse(c))).outputs[0].data, Array(16).fill(3));
     const [code, stderr] = await stop(server, conns);
     assert.equal(code, 0, stderr);
   } finally {
@@ -262,12 +222,12 @@ Deno.test("past --http-max-connections a connection is answered 503 and closed; 
     );
     // The held connections are served.
     await conns[0]!.write(encoder.encode(inferRequest(server.http)));
-    assert.match(await readResponse(conns[0]!), /^HTTP\/1\.1 200 OK\r\n/);
+    assert.match(await readHttpResponse(conns[0]!), /^HTTP\/1\.1 200 OK\r\n/);
     // Once the flood ends, new clients are served.
     for (const c of conns.splice(0)) c.close();
     let ready: number | string = "";
     for (let i = 0; i < 100 && ready !== 200; i++) {
-      ready = await status(`${server.url}/v2/health/ready`);
+      ready = await httpStatus(`${server.url}/v2/health/ready`);
       if (ready !== 200) await new Promise((r) => setTimeout(r, 50));
     }
     assert.equal(ready, 200);

@@ -7,17 +7,15 @@
 
 import assert from "node:assert/strict";
 import { HANDSHAKE_TIMEOUT_MS } from "../../server/frontends/grpc/service.ts";
-import { EXAMPLES, freePorts, loopbackFlags, ROOT, startTestServer } from "../helpers.ts";
-
-async function answers(url: string): Promise<number | string> {
-  try {
-    const r = await fetch(url);
-    await r.body?.cancel();
-    return r.status;
-  } catch (err) {
-    return (err as Error).message;
-  }
-}
+import {
+  EXAMPLES,
+  freePorts,
+  httpStatus,
+  loopbackFlags,
+  ROOT,
+  startTestServer,
+  untilClosed,
+} from "../helpers.ts";
 
 /**
  * Starts a server under a limit of 256 file descriptors, floods its HTTP and gRPC ports with 400 connections
@@ -50,7 +48,7 @@ async function flood(flags: string[], nofile = 256): Promise<string> {
   try {
     let ready: number | string = "";
     for (let i = 0; i < 300 && ready !== 200; i++) {
-      ready = await answers(url);
+      ready = await httpStatus(url);
       if (ready !== 200) await new Promise((r) => setTimeout(r, 100));
     }
     assert.equal(ready, 200, "the server did not start");
@@ -68,7 +66,7 @@ async function flood(flags: string[], nofile = 256): Promise<string> {
       for (const c of conns) c.close();
       let status: number | string = "";
       for (let i = 0; i < 100 && status !== 200; i++) {
-        status = await answers(url);
+        status = await httpStatus(url);
         if (status !== 200) await new Promise((r) => setTimeout(r, 100));
       }
       assert.equal(status, 200, `the server does not answer after a flood of port ${port}`);
@@ -121,24 +119,6 @@ Deno.test("under --http-max-connections below the descriptor limit, a flood is r
   assert.doesNotMatch(stderr, /HTTPService cannot accept a connection/);
 });
 
-/** Whether the server closes a connection within `ms` (a read that ends). */
-async function closedWithin(conn: Deno.Conn, ms: number): Promise<boolean> {
-  const buf = new Uint8Array(1024);
-  const read = (async () => {
-    try {
-      while ((await conn.read(buf)) !== null) { /* the server's HTTP/2 preface, if any */ }
-    } catch {
-      // Reset: closed too.
-    }
-    return true;
-  })();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms)));
-  const closed = await Promise.race([read, late]);
-  clearTimeout(timer);
-  return closed;
-}
-
 Deno.test("gRPC: past --grpc-max-connections a connection is closed at once; a silent one after 10 s", async () => {
   await using s = await startTestServer([
     `--model-repository=${EXAMPLES}`,
@@ -151,12 +131,16 @@ Deno.test("gRPC: past --grpc-max-connections a connection is closed at once; a s
   await new Promise((r) => setTimeout(r, 200));
   const c = await Deno.connect({ hostname: "127.0.0.1", port });
   try {
-    assert.equal(await closedWithin(c, 2_000), true, "the third connection stays open");
+    assert.equal((await untilClosed(c, 2_000)) !== null, true, "the third connection stays open");
     // The first two never send the HTTP/2 preface: closed after HANDSHAKE_TIMEOUT_MS.
     const t0 = Date.now();
-    assert.equal(await closedWithin(a, HANDSHAKE_TIMEOUT_MS + 3_000), true, "a silent connection stays open");
+    assert.equal(
+      (await untilClosed(a, HANDSHAKE_TIMEOUT_MS + 3_000)) !== null,
+      true,
+      "a silent connection stays open",
+    );
     assert.ok(Date.now() - t0 > HANDSHAKE_TIMEOUT_MS - 1_000);
-    assert.equal(await closedWithin(b, 1_000), true);
+    assert.equal((await untilClosed(b, 1_000)) !== null, true);
   } finally {
     for (const conn of [a, b, c]) {
       try {

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { startServerProcess } from "../helpers.ts";
+import { readHttpResponse, startServerProcess } from "../helpers.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -23,27 +23,6 @@ function request(port: number): Uint8Array {
     `POST /v2/models/simple/infer HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\n` +
       `Content-Length: ${encoder.encode(BODY).byteLength}\r\n\r\n${BODY}`,
   );
-}
-
-/** Reads one HTTP/1.1 response (with Content-Length) from a connection; "" when the connection ends first. */
-async function readResponse(conn: Deno.Conn): Promise<string> {
-  let text = "";
-  const buf = new Uint8Array(65536);
-  for (;;) {
-    const end = text.indexOf("\r\n\r\n");
-    if (end >= 0) {
-      const length = Number(/content-length: *(\d+)/i.exec(text.slice(0, end))?.[1] ?? "0");
-      if (text.length >= end + 4 + length) return text.slice(0, end + 4 + length);
-    }
-    let n: number | null;
-    try {
-      n = await conn.read(buf);
-    } catch (err) {
-      return text === "" ? `(${(err as Error).message})` : text;
-    }
-    if (n === null) return text;
-    text += decoder.decode(buf.subarray(0, n));
-  }
 }
 
 /** Sends requests on 16 keep-alive connections around SIGTERM and checks that all are answered. */
@@ -65,7 +44,7 @@ async function answersAroundSigterm(flags: string[]): Promise<void> {
     for (let i = 0; i < 16; i++) conns.push(await Deno.connect({ hostname: "127.0.0.1", port: server.http }));
     // One request each, so that every connection is an idle keep-alive connection.
     for (const c of conns) await c.write(request(server.http));
-    for (const c of conns) assert.match(await readResponse(c), /^HTTP\/1\.1 200 /);
+    for (const c of conns) assert.match(await readHttpResponse(c), /^HTTP\/1\.1 200 /);
     // A second request on each: all but its last bytes, SIGTERM, then the rest.
     const second = request(server.http);
     const half = second.byteLength - 10;
@@ -75,7 +54,7 @@ async function answersAroundSigterm(flags: string[]): Promise<void> {
     // Longer than a quiet moment: the server waits for the bodies it has started to receive.
     await new Promise((r) => setTimeout(r, 500));
     for (const c of conns) await c.write(second.subarray(half)).catch(() => 0);
-    const answers = await Promise.all(conns.map((c) => readResponse(c)));
+    const answers = await Promise.all(conns.map((c) => readHttpResponse(c)));
     assert.deepEqual(answers.map((a) => a.split("\r\n")[0]), Array(16).fill("HTTP/1.1 200 OK"));
     // Each answer says that the connection closes, so that no client sends another request into it.
     assert.deepEqual(answers.map((a) => /\r\nconnection: close\r\n/i.test(a)), Array(16).fill(true));
