@@ -13,6 +13,7 @@ import { type ConnectionLimits, type ResilientServer, serveResilient } from "./f
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
 import { removeStaleFiles } from "./cleanup.ts";
+import { MemoryReclaimer } from "./core/memory.ts";
 import { openGpuReader } from "./metrics/gpu.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { SystemSampler } from "./metrics/sampler.ts";
@@ -397,6 +398,9 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
 
   warnUnrestrictedRepository(options, log, httpAddr, grpcPort);
   warnDescriptorLimit(options, log);
+  // An idle server gives back what a burst of requests grew it by.
+  const reclaimer = new MemoryReclaimer();
+  reclaimer.start();
 
   let resolveFinished: () => void = () => {};
   const finished = new Promise<void>((r) => (resolveFinished = r));
@@ -404,6 +408,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   const shutdown = (): Promise<void> => {
     shuttingDown ??= (async () => {
       stopping = true;
+      reclaimer.stop();
       log.info("Shutting down: finishing in-flight requests");
       let timer: ReturnType<typeof setTimeout> | undefined;
       const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));

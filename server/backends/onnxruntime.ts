@@ -12,7 +12,7 @@ import {
   toConfigType,
   typedView,
   utf8Decode,
-  utf8Encode,
+  utf8EncodeAll,
 } from "../core/dtypes.ts";
 import { internal, invalidArg, ServerError, unsupported } from "../core/errors.ts";
 import {
@@ -625,7 +625,7 @@ class OrtInstance implements BackendInstance {
       const spec = this.#outputs.get(name);
       let shape = v.dims;
       if (spec?.reshape) shape = resolveShape(shape, spec.dims, this.#batched);
-      const data = dt === "BYTES" ? (v.data as string[]).map(utf8Encode) : bytesOf(v.data as ArrayBufferView);
+      const data = dt === "BYTES" ? utf8EncodeAll(v.data as string[]) : bytesOf(v.data as ArrayBufferView);
       out.set(name, { name, datatype: dt, shape, data });
     }
     return out;

@@ -244,6 +244,53 @@ export function utf8Encode(s: string): Uint8Array {
   return encoder.encode(s);
 }
 
+/**
+ * Encodes strings as UTF-8 into one buffer: each element is a view of it. Elements of their own would each
+ * carry an ArrayBuffer and a native allocation, several times the bytes of a short string.
+ * @param strings the strings
+ * @param what names the tensor in error messages, e.g. `input 'INPUT0'`
+ * @returns one view per string, in order
+ */
+export function utf8EncodeAll(strings: readonly unknown[], what = "the tensor"): Uint8Array[] {
+  const n = strings.length;
+  let size = 0;
+  for (let i = 0; i < n; i++) {
+    const s = strings[i];
+    if (typeof s !== "string") {
+      throw invalidArg(
+        `Cannot read ${what}: element ${i} is ${JSON.stringify(s)}, expected a string for BYTES`,
+      );
+    }
+    size += s.length;
+  }
+  // One byte per UTF-16 unit fits ASCII; the buffer grows for the rest.
+  let buf = new Uint8Array(size + 16);
+  const ends = new Array<number>(n);
+  let off = 0;
+  for (let i = 0; i < n; i++) {
+    const s = strings[i] as string;
+    for (;;) {
+      const r = encoder.encodeInto(s, buf.subarray(off));
+      if (r.read === s.length) {
+        off += r.written;
+        break;
+      }
+      // At most 3 bytes per UTF-16 unit are still to come for this string.
+      const grown = new Uint8Array(Math.max(buf.byteLength * 2, off + 3 * s.length + 16));
+      grown.set(buf.subarray(0, off));
+      buf = grown;
+    }
+    ends[i] = off;
+  }
+  const out = new Array<Uint8Array>(n);
+  let start = 0;
+  for (let i = 0; i < n; i++) {
+    out[i] = buf.subarray(start, ends[i]);
+    start = ends[i]!;
+  }
+  return out;
+}
+
 const INT_RANGE: Partial<Record<Datatype, [number, number]>> = {
   UINT8: [0, 255],
   UINT16: [0, 65535],
@@ -271,13 +318,8 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     );
   };
   if (dt === "BYTES") {
-    const out: Uint8Array[] = new Array(n);
-    for (let i = 0; i < n; i++) {
-      const v = values[i];
-      if (typeof v !== "string") bad(i, "a string");
-      out[i] = encoder.encode(v as string);
-    }
-    return out;
+    for (let i = 0; i < n; i++) if (typeof values[i] !== "string") bad(i, "a string");
+    return utf8EncodeAll(values, what);
   }
   if (dt === "BOOL") {
     const out = new Uint8Array(n);

@@ -10,9 +10,11 @@ import { setImmediate } from "node:timers";
 let thisTurn = 0;
 let lastTurn = 0;
 let scheduled = false;
+let arrived = 0;
 
 /** Counts an arriving inference request (the frontends call it first thing). */
 export function requestArrived(): void {
+  arrived++;
   thisTurn++;
   if (scheduled) return;
   scheduled = true;
@@ -26,4 +28,9 @@ export function requestArrived(): void {
 /** Whether requests are arriving together: more than one in this turn or in the last turn that had arrivals. */
 export function arrivingTogether(): boolean {
   return thisTurn > 1 || lastTurn > 1;
+}
+
+/** How many inference requests have arrived since the process started (it only grows). */
+export function arrivalCount(): number {
+  return arrived;
 }

@@ -22,6 +22,7 @@ import {
   typedView,
   utf8Decode,
   utf8Encode,
+  utf8EncodeAll,
 } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
 
@@ -555,4 +556,16 @@ Deno.test("toJsonText writes the same text as JSON.stringify of toJsonValues for
   assertEquals(toJsonText("FP32", fp32), "[0.10000000149011612,-0.0,2]");
   assertEquals(toJsonText("FP64", bytesOf(new Float64Array([NaN, Infinity]))), "[null,null]");
   assertEquals(toJsonText("INT32", bytesOf(new Int32Array([1, -2, 3]))), "[1,-2,3]");
+});
+
+Deno.test("utf8EncodeAll encodes strings into one buffer, one view per element, multi-byte text included", () => {
+  const strings = ["ab", "", "é€😀", "x".repeat(40), "ü", "€".repeat(20)];
+  const views = utf8EncodeAll(strings);
+  assertEquals(views.map((v) => new TextDecoder().decode(v)), strings);
+  assertEquals(views.map((v) => v.byteLength), [2, 0, 9, 40, 2, 60]);
+  assert(views.every((v) => v.buffer === views[0]!.buffer));
+  assertThrows(() => utf8EncodeAll(["a", 1], "input 'X'"), ServerError, {
+    code: "INVALID_ARG",
+    message: "Cannot read input 'X': element 1 is 1, expected a string for BYTES",
+  });
 });

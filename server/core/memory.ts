@@ -1,0 +1,135 @@
+/**
+ * Gives memory back when the server goes idle: after a burst of requests that grew the process, a full V8
+ * garbage collection frees what the requests left (V8 collects on its own only when it allocates again, so an
+ * idle process keeps its garbage) and `malloc_trim(0)` returns the freed native memory of every malloc arena
+ * to the system.
+ * @module
+ */
+
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+import { arrivalCount } from "./load.ts";
+
+/** Options of {@linkcode MemoryReclaimer}. */
+export interface ReclaimOptions {
+  /** How often the process is looked at, in ms; it reclaims at a look that saw no new request since the last. */
+  intervalMs?: number;
+  /** Growth of the RSS over its level after the last reclaim, in bytes, that is worth a reclaim. */
+  growthBytes?: number;
+  /** Reads the process's RSS in bytes (tests pass their own). */
+  rss?: () => number;
+  /** Frees memory (tests pass their own); the default is {@linkcode reclaimMemory}. */
+  reclaim?: () => void;
+  /** How many requests have arrived so far (tests pass their own); the default counts the frontends'. */
+  arrivals?: () => number;
+}
+
+type Gc = (options?: { type: "major"; execution: "sync" }) => void;
+
+let gc: Gc | null | undefined;
+let trim: (() => void) | null | undefined;
+
+/** V8's `gc()`, exposed for this process once; null where the runtime refuses. */
+function v8Gc(): Gc | null {
+  if (gc !== undefined) return gc;
+  gc = null;
+  try {
+    const global = (globalThis as { gc?: Gc }).gc;
+    if (typeof global === "function") return (gc = global);
+    setFlagsFromString("--expose-gc");
+    // The flag applies to contexts made after it: a new context has `gc`, which collects the whole isolate.
+    const fn = runInNewContext("gc") as unknown;
+    if (typeof fn === "function") gc = fn as Gc;
+  } catch { /* not exposed: V8 collects on its own schedule */ }
+  return gc;
+}
+
+/** glibc's `malloc_trim(0)` through FFI once; null without glibc or without FFI permission. */
+function mallocTrim(): (() => void) | null {
+  if (trim !== undefined) return trim;
+  trim = null;
+  try {
+    const libc = Deno.dlopen("libc.so.6", { malloc_trim: { parameters: ["usize"], result: "i32" } });
+    trim = () => void libc.symbols.malloc_trim(0n);
+  } catch { /* musl or no --allow-ffi: the allocator keeps its free memory */ }
+  return trim;
+}
+
+/**
+ * Frees what it can at once: a full garbage collection of this isolate, then the malloc arenas' free memory
+ * back to the system. Each step is skipped where the runtime does not offer it.
+ * @returns which steps ran
+ */
+export function reclaimMemory(): { gc: boolean; trim: boolean } {
+  const collect = v8Gc();
+  collect?.({ type: "major", execution: "sync" });
+  const release = mallocTrim();
+  release?.();
+  return { gc: collect !== null, trim: release !== null };
+}
+
+/**
+ * Watches the process and reclaims memory when it is idle and has grown: at each look that saw no new request
+ * since the previous one, when the RSS is more than `growthBytes` above its level after the last reclaim.
+ * Under steady load it does nothing (V8 and the allocator reuse what they hold); a busy server that goes idle
+ * is brought back near its level before the burst within about two intervals.
+ */
+export class MemoryReclaimer {
+  #intervalMs: number;
+  #growth: number;
+  #rss: () => number;
+  #reclaim: () => void;
+  #arrivals: () => number;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #floor: number;
+  #lastArrivals: number;
+  #reclaims = 0;
+
+  /** @param options interval, growth threshold, and the readings tests replace */
+  constructor(options: ReclaimOptions = {}) {
+    this.#intervalMs = options.intervalMs ?? 1000;
+    this.#growth = options.growthBytes ?? 16 * 2 ** 20;
+    this.#rss = options.rss ?? (() => Deno.memoryUsage().rss);
+    this.#reclaim = options.reclaim ?? (() => void reclaimMemory());
+    this.#arrivals = options.arrivals ?? arrivalCount;
+    this.#floor = this.#rss();
+    this.#lastArrivals = this.#arrivals();
+  }
+
+  /** How many times memory was reclaimed. */
+  get reclaims(): number {
+    return this.#reclaims;
+  }
+
+  /** Starts looking every interval (the timer does not keep the process alive). */
+  start(): void {
+    if (this.#timer !== undefined) return;
+    const timer = setInterval(() => this.check(), this.#intervalMs);
+    Deno.unrefTimer(timer);
+    this.#timer = timer;
+  }
+
+  /** Stops looking. */
+  stop(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /**
+   * One look: reclaims when no request arrived since the previous look and the RSS grew past the threshold.
+   * @returns whether it reclaimed
+   */
+  check(): boolean {
+    const arrivals = this.#arrivals();
+    const busy = arrivals !== this.#lastArrivals;
+    this.#lastArrivals = arrivals;
+    const rss = this.#rss();
+    if (rss < this.#floor) this.#floor = rss;
+    if (busy || rss <= this.#floor + this.#growth) return false;
+    this.#reclaim();
+    this.#reclaims++;
+    // What is left after a reclaim (a model loaded since, caches) is the new level growth is measured from.
+    this.#floor = this.#rss();
+    return true;
+  }
+}
