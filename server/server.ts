@@ -296,6 +296,7 @@ function createServerMetrics(
   s.stack.defer("metrics sampler", () => sampler.stop());
   const metrics = createMetrics(registry, { config: m.settings, sampler });
   if (responseCache) registerCacheMetrics(metrics, registry, responseCache);
+  sampler.start();
   return metrics;
 }
 
