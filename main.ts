@@ -7,11 +7,15 @@ import { CliError, helpText, parseCommandLine } from "./server/cli.ts";
 import { removeOwnFiles } from "./server/cleanup.ts";
 import { startServer, StartupError } from "./server/server.ts";
 
+/** Aborted by SIGTERM, SIGINT or an uncaught error: the server's one cleanup path runs, then the process ends. */
+const stop = new AbortController();
+let failed = false;
+
 async function main(args: string[]): Promise<number> {
   if (args[0] === "serve") args = args.slice(1);
-  let options;
+  let config;
   try {
-    options = parseCommandLine(args);
+    config = parseCommandLine(args);
   } catch (err) {
     if (err instanceof CliError) {
       console.error(`dinfer: ${err.message}`);
@@ -19,35 +23,40 @@ async function main(args: string[]): Promise<number> {
     }
     throw err;
   }
-  if (options === "help") {
+  if (config === "help") {
     console.log(helpText());
     return 0;
   }
+  const onSignal = () => stop.abort();
+  Deno.addSignalListener("SIGTERM", onSignal);
+  Deno.addSignalListener("SIGINT", onSignal);
   let server;
   try {
-    server = await startServer(options);
+    server = await startServer(config, { signal: stop.signal });
   } catch (err) {
     if (err instanceof StartupError || (err instanceof Error && err.name === "ServerError")) {
       console.error(`dinfer: ${err.message}`);
       return 1;
     }
-    if (err instanceof Deno.errors.AddrInUse) {
-      console.error(`dinfer: ${err.message}`);
-      return 1;
-    }
     throw err;
   }
-  const stop = () => void server.shutdown();
-  Deno.addSignalListener("SIGTERM", stop);
-  Deno.addSignalListener("SIGINT", stop);
   await server.finished;
-  return 0;
+  return failed ? 1 : 0;
+}
+
+/** An uncaught error stops the server through the same path as a signal; the process then exits with 1. */
+function uncaught(event: Event, error: unknown): void {
+  event.preventDefault();
+  console.error(
+    `dinfer: uncaught error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`,
+  );
+  failed = true;
+  stop.abort();
 }
 
 if (import.meta.main) {
-  // An uncaught error ends the process: its files go first.
-  globalThis.addEventListener("error", () => removeOwnFiles());
-  globalThis.addEventListener("unhandledrejection", () => removeOwnFiles());
+  globalThis.addEventListener("error", (e) => uncaught(e, e.error));
+  globalThis.addEventListener("unhandledrejection", (e) => uncaught(e, e.reason));
   let code = 1;
   try {
     code = await main(Deno.args);

@@ -2,18 +2,28 @@
  * dinfer: a Triton-compatible inference server on Deno. This module is the embedding API.
  *
  * ```ts
- * import { defaultOptions, startServer } from "./mod.ts";
- * const server = await startServer({ ...defaultOptions(["./models"]), httpPort: 0, allowGrpc: false });
+ * import { startServer } from "./mod.ts";
+ * const server = await startServer({ repository: { paths: ["./models"] }, http: { port: 0 }, grpc: { enabled: false } });
  * // ... fetch(`http://127.0.0.1:${server.httpAddr!.port}/v2/health/ready`)
  * await server.shutdown();
  * ```
  * @module
  */
 
-export { CliError, defaultOptions, helpText, parseCommandLine, type ServerOptions } from "./server/cli.ts";
+export {
+  CliError,
+  ConfigError,
+  defaultConfig,
+  FLAGS,
+  helpText,
+  parseCommandLine,
+  resolveConfig,
+} from "./server/cli.ts";
+export type * from "./server/config.ts";
 export {
   EXAMPLE_REPOSITORY,
   type RunningServer,
+  type StartOptions,
   startServer,
   StartupError,
   VERSION,

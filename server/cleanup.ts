@@ -64,3 +64,119 @@ export function removeOwnFiles(): string[] {
   const own = (pid: number) => pid === Deno.pid;
   return [...sweep(SHM_DIR, SHM_NAMES, own), ...sweep(tmpdir(), TMP_NAMES, own)];
 }
+
+/** How a registered step is undone. */
+export interface CleanupOptions {
+  /**
+   * Steps of one group that follow each other on the stack are undone together (the endpoints stop accepting
+   * and drain at the same time).
+   */
+  group?: string;
+  /** Undoes the thing at once, without waiting; called instead of waiting once the time is up. */
+  force?: () => void;
+}
+
+interface Step extends CleanupOptions {
+  name: string;
+  undo: () => void | Promise<void>;
+}
+
+/**
+ * The undo of everything a start-up made, in the order it was made: every way out (a failed start, a signal, an
+ * uncaught error, a shutdown) unwinds the same stack, newest first, within one time limit.
+ *
+ * ```ts
+ * const stack = new CleanupStack();
+ * const file = await Deno.open("x");
+ * stack.defer("file", () => file.close());
+ * await stack.unwind(30_000);
+ * ```
+ */
+export class CleanupStack {
+  #steps: Step[] = [];
+  #unwinding: Promise<boolean> | undefined;
+  #onError: (name: string, err: unknown) => void;
+  #onLate: () => void;
+
+  /**
+   * Creates an empty stack.
+   * @param hooks `onError`: told of a step that failed (the others still run); `onLate`: told when the time
+   *   is up with steps still running
+   */
+  constructor(
+    hooks: { onError?: (name: string, err: unknown) => void; onLate?: () => void } = {},
+  ) {
+    this.#onError = hooks.onError ?? (() => {});
+    this.#onLate = hooks.onLate ?? (() => {});
+  }
+
+  /** The names of the steps registered, oldest first. */
+  get names(): string[] {
+    return this.#steps.map((s) => s.name);
+  }
+
+  /**
+   * Registers the undo of something just made.
+   * @param name what it undoes, for the log
+   * @param undo the undo; it may wait (drain requests, unload models) until the time is up
+   * @param options its group, and its undo without waiting
+   */
+  defer(name: string, undo: () => void | Promise<void>, options: CleanupOptions = {}): void {
+    if (this.#unwinding) throw new Error(`Cannot register '${name}': the cleanup stack is unwinding`);
+    this.#steps.push({ name, undo, ...options });
+  }
+
+  /**
+   * Undoes every step, newest first; a second call returns the first one's result. Once `timeoutMs` has passed,
+   * a step still running is left to its `force`, and each later step with a `force` runs that instead; the
+   * steps without one still run and are waited for (they must not wait on requests or models).
+   * @param timeoutMs the time limit for the steps that wait
+   * @returns whether every step finished within the time
+   */
+  unwind(timeoutMs: number): Promise<boolean> {
+    this.#unwinding ??= this.#unwind(timeoutMs);
+    return this.#unwinding;
+  }
+
+  async #unwind(timeoutMs: number): Promise<boolean> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let late = false;
+    const deadline = new Promise<void>((r) => (timer = setTimeout(r, timeoutMs)));
+    deadline.then(() => (late = true));
+    const steps = this.#steps.reverse();
+    this.#steps = [];
+    try {
+      for (let i = 0; i < steps.length;) {
+        let j = i + 1;
+        const group = steps[i]!.group;
+        if (group !== undefined) { while (j < steps.length && steps[j]!.group === group) j++; }
+        const batch = steps.slice(i, j);
+        i = j;
+        if (late) {
+          await Promise.all(
+            batch.map((s) => s.force ? this.#run(s.name, s.force) : this.#run(s.name, s.undo)),
+          );
+          continue;
+        }
+        const done = new Set<Step>();
+        const running = Promise.all(batch.map((s) => this.#run(s.name, s.undo).then(() => done.add(s))));
+        await Promise.race([running, deadline]);
+        if (late) {
+          this.#onLate();
+          for (const s of batch) if (!done.has(s) && s.force) await this.#run(s.name, s.force);
+        }
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+    return !late;
+  }
+
+  async #run(name: string, undo: () => void | Promise<void>): Promise<void> {
+    try {
+      await undo();
+    } catch (err) {
+      this.#onError(name, err);
+    }
+  }
+}

@@ -1,124 +1,124 @@
 /**
- * The command line: Triton's flag names and defaults turned into typed ServerOptions. An unknown flag or a
- * bad value is one CliError naming it.
+ * The command line: one table of Triton's flag names, each with its kind, default, help text and the field of the
+ * configuration it fills. Parsing, `--help` and the defaults of the embedding API all come from that table. An
+ * unknown flag or a bad value is one CliError naming it.
  * @module
  */
 
 import { parseArgs } from "node:util";
 import { parseRestrictions, type Restrictions } from "./frontends/restricted.ts";
 import type { RateLimitMode, ResourceLimit } from "./scheduler/rate_limiter.ts";
+import type { ServerConfig, ServerConfigInput } from "./config.ts";
 
-/** The model control modes. */
-export type ModelControlMode = "none" | "poll" | "explicit";
-
-/** Everything the server is configured with. */
-export interface ServerOptions {
-  modelRepositories: string[];
-  httpPort: number;
-  httpAddress: string;
-  grpcPort: number;
-  grpcAddress: string;
-  metricsPort: number;
-  metricsAddress: string;
-  allowHttp: boolean;
-  allowGrpc: boolean;
-  allowMetrics: boolean;
-  allowGpuMetrics: boolean;
-  allowCpuMetrics: boolean;
-  modelControlMode: ModelControlMode;
-  repositoryPollSecs: number;
-  loadModels: string[];
-  strictReadiness: boolean;
-  exitOnError: boolean;
-  exitTimeoutSecs: number;
-  logVerbose: number;
-  logInfo: boolean;
-  logWarning: boolean;
-  logError: boolean;
-  logFile: string;
-  logFormat: "default" | "ISO8601";
-  httpMaxInputSize: number;
-  /** `--http-thread-count`; 0 for auto (see httpListenerCount). */
-  httpThreadCount: number;
-  /** Most HTTP connections open at once (0: no limit). */
-  httpMaxConnections: number;
-  /** Seconds a new HTTP connection may take to send its first request's header (0: no limit). */
-  httpHeaderTimeoutSecs: number;
-  /** Seconds a kept-alive HTTP connection may wait for its next request (0: no limit). */
-  httpIdleTimeoutSecs: number;
-  /** Seconds an HTTP request body may take to arrive after its header (0: no limit). */
-  httpBodyTimeoutSecs: number;
-  autoCompleteConfig: boolean;
-  backendConfig: Record<string, Record<string, string>>;
-  allowClientShm: boolean;
-  id: string;
-  grpcKeepaliveTimeMs: number;
-  grpcKeepaliveTimeoutMs: number;
-  grpcKeepalivePermitWithoutCalls: boolean;
-  grpcHttp2MaxPingsWithoutData: number;
-  grpcMaxConnections: number;
-  grpcUseSsl: boolean;
-  grpcServerCert: string;
-  grpcServerKey: string;
-  grpcRootCert: string;
-  grpcInferResponseCompressionLevel: "none" | "low" | "medium" | "high";
-  metricsIntervalMs: number;
-  metricsConfig: string[];
-  traceConfig: string[];
-  /** HTTP API groups that need a header (`--http-restricted-api`). */
-  httpRestrictedApi: Restrictions;
-  /** gRPC API groups that need a metadata key (`--grpc-restricted-protocol`). */
-  grpcRestrictedProtocol: Restrictions;
-  /** The response cache's size in bytes (`--cache-config=local,size=<bytes>`); 0 for no cache. */
-  responseCacheSize: number;
-  /** `--cache-directory`: where Triton looks for cache libraries; `local` is built in and needs none. */
-  cacheDirectory: string;
-  /** `--rate-limit`: off, or execution_count (instances run when their rate_limiter resources are free). */
-  rateLimit: RateLimitMode;
-  /** `--rate-limit-resource=<name>:<count>[:<device>]` settings. */
-  rateLimitResources: ResourceLimit[];
+/** A configuration that cannot be used: a bad value, or settings that contradict each other. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
 }
 
 /** A bad command line. */
-export class CliError extends Error {
+export class CliError extends ConfigError {
   constructor(message: string) {
     super(message);
     this.name = "CliError";
   }
 }
 
-type Kind = "string" | "int" | "bool" | "list" | "flag";
+type Section = keyof ServerConfig;
 
-interface FlagSpec {
-  kind: Kind;
+/** Where a flag's value goes: a section of the configuration and a field of it. */
+export type FlagTarget = { [S in Section]: readonly [S, keyof ServerConfig[S] & string] }[Section];
+
+interface FlagBase {
+  /** The help text. */
   help: string;
-  default?: string;
-  choices?: readonly string[];
-  min?: number;
-  max?: number;
+  /** The field the value fills. */
+  to: FlagTarget;
 }
 
-/** Every flag, with its kind, default and help text. */
+/** A flag with one value (given at most once). */
+export interface ValueFlag extends FlagBase {
+  kind: "string" | "int" | "bool";
+  /**
+   * The value when the flag is not given, as written on the command line. A flag without one leaves its field
+   * to the flags before it in the table (or to the field's default) unless it is given.
+   */
+  default?: string;
+  /** The only values taken. */
+  choices?: readonly string[];
+  /** The least integer taken. */
+  min?: number;
+  /** The greatest integer taken. */
+  max?: number;
+  /** Turns the value into the field's value, for values that are not a plain string, integer or boolean. */
+  parse?: (value: string, flag: string) => unknown;
+}
+
+/** A flag that repeats; its values are collected in order. */
+export interface ListFlag extends FlagBase {
+  kind: "list";
+  default?: undefined;
+  /**
+   * Turns the values into the field's value; without it the field is the list, and two flags filling the same
+   * field add to it in the table's order.
+   */
+  parse?: (values: string[], flag: string) => unknown;
+}
+
+/** A flag without a value (`--disable-auto-complete-config`): when given, its field takes `value`. */
+export interface SwitchFlag extends FlagBase {
+  kind: "flag";
+  default?: undefined;
+  /** What the field takes when the flag is given. */
+  value: unknown;
+}
+
+/** One flag of the table. */
+export type FlagSpec = ValueFlag | ListFlag | SwitchFlag;
+
+/** Every flag: kind, default, help text and the field it fills. */
 export const FLAGS: Record<string, FlagSpec> = {
-  "model-repository": { kind: "list", help: "Path to a model repository (repeatable)" },
-  "model-store": { kind: "list", help: "Alias of --model-repository" },
-  "http-port": { kind: "int", default: "8000", min: 0, max: 65535, help: "HTTP port" },
-  "http-address": { kind: "string", default: "0.0.0.0", help: "HTTP listen address" },
+  "model-repository": {
+    kind: "list",
+    to: ["repository", "paths"],
+    help: "Path to a model repository (repeatable)",
+  },
+  "model-store": { kind: "list", to: ["repository", "paths"], help: "Alias of --model-repository" },
+  "http-port": {
+    kind: "int",
+    to: ["http", "port"],
+    default: "8000",
+    min: 0,
+    max: 65535,
+    help: "HTTP port",
+  },
+  "http-address": {
+    kind: "string",
+    to: ["http", "address"],
+    default: "0.0.0.0",
+    help: "HTTP listen address",
+  },
   "http-thread-count": {
     kind: "string",
+    to: ["http", "threadCount"],
     default: "1",
+    parse: threadCount,
     help:
       "Threads that accept, read and answer HTTP requests (the main thread and listener threads): a number " +
       "(at most one per CPU core) or auto (half the cores, at most 8)",
   },
   "http-max-input-size": {
     kind: "int",
+    to: ["http", "maxInputSize"],
     default: "67108864",
     min: 1,
     help: "Largest HTTP request body, in bytes",
   },
   "http-max-connections": {
     kind: "int",
+    to: ["http", "maxConnections"],
     default: "10000",
     min: 0,
     help:
@@ -126,12 +126,14 @@ export const FLAGS: Record<string, FlagSpec> = {
   },
   "http-header-timeout-secs": {
     kind: "int",
+    to: ["http", "headerTimeoutSecs"],
     default: "30",
     min: 0,
     help: "Seconds a new HTTP connection may take to send its first request's header (0: no limit)",
   },
   "http-idle-timeout-secs": {
     kind: "int",
+    to: ["http", "idleTimeoutSecs"],
     default: "75",
     min: 0,
     help:
@@ -139,6 +141,7 @@ export const FLAGS: Record<string, FlagSpec> = {
   },
   "http-body-timeout-secs": {
     kind: "int",
+    to: ["http", "bodyTimeoutSecs"],
     default: "60",
     min: 0,
     help:
@@ -146,125 +149,252 @@ export const FLAGS: Record<string, FlagSpec> = {
   },
   "http-restricted-api": {
     kind: "list",
+    to: ["http", "restrictedApi"],
+    parse: restrictions,
     help: "<api>[,<api>...]:<key>=<value>: those HTTP APIs need header <key> set to <value> (repeatable)",
   },
-  "grpc-port": { kind: "int", default: "8001", min: 0, max: 65535, help: "gRPC port" },
-  "grpc-address": { kind: "string", default: "0.0.0.0", help: "gRPC listen address" },
-  "metrics-port": { kind: "int", default: "8002", min: 0, max: 65535, help: "Prometheus metrics port" },
-  "metrics-address": { kind: "string", default: "0.0.0.0", help: "Metrics listen address" },
-  "allow-http": { kind: "bool", default: "true", help: "Serve HTTP" },
-  "allow-grpc": { kind: "bool", default: "true", help: "Serve gRPC" },
-  "allow-metrics": { kind: "bool", default: "true", help: "Serve Prometheus metrics" },
-  "allow-gpu-metrics": { kind: "bool", default: "true", help: "Report GPU metrics" },
-  "allow-cpu-metrics": { kind: "bool", default: "true", help: "Report CPU metrics" },
+  "grpc-port": {
+    kind: "int",
+    to: ["grpc", "port"],
+    default: "8001",
+    min: 0,
+    max: 65535,
+    help: "gRPC port",
+  },
+  "grpc-address": {
+    kind: "string",
+    to: ["grpc", "address"],
+    default: "0.0.0.0",
+    help: "gRPC listen address",
+  },
+  "metrics-port": {
+    kind: "int",
+    to: ["metrics", "port"],
+    default: "8002",
+    min: 0,
+    max: 65535,
+    help: "Prometheus metrics port",
+  },
+  "metrics-address": {
+    kind: "string",
+    to: ["metrics", "address"],
+    default: "0.0.0.0",
+    help: "Metrics listen address",
+  },
+  "allow-http": { kind: "bool", to: ["http", "enabled"], default: "true", help: "Serve HTTP" },
+  "allow-grpc": { kind: "bool", to: ["grpc", "enabled"], default: "true", help: "Serve gRPC" },
+  "allow-metrics": {
+    kind: "bool",
+    to: ["metrics", "enabled"],
+    default: "true",
+    help: "Serve Prometheus metrics",
+  },
+  "allow-gpu-metrics": { kind: "bool", to: ["metrics", "gpu"], default: "true", help: "Report GPU metrics" },
+  "allow-cpu-metrics": { kind: "bool", to: ["metrics", "cpu"], default: "true", help: "Report CPU metrics" },
   "metrics-interval-ms": {
     kind: "int",
+    to: ["metrics", "intervalMs"],
     default: "2000",
     min: 1,
     help: "Interval between samples of the CPU and GPU gauges, ms",
   },
-  "metrics-config": { kind: "list", help: "Metrics setting <key>=<value> (repeatable)" },
+  "metrics-config": {
+    kind: "list",
+    to: ["metrics", "settings"],
+    parse: (values, flag) => keyValues(values, flag, /^[^=]+=.*$/),
+    help: "Metrics setting <key>=<value> (repeatable)",
+  },
   "model-control-mode": {
     kind: "string",
+    to: ["repository", "controlMode"],
     default: "none",
     choices: ["none", "poll", "explicit"],
     help: "Model control mode: none, poll or explicit",
   },
   "repository-poll-secs": {
     kind: "int",
+    to: ["repository", "pollSecs"],
     default: "15",
     min: 0,
     help: "Repository poll interval in poll mode",
   },
-  "load-model": { kind: "list", help: "Model to load at start in explicit mode, '*' for all (repeatable)" },
-  "strict-readiness": { kind: "bool", default: "true", help: "Ready only when every model is ready" },
-  "exit-on-error": { kind: "bool", default: "true", help: "Exit when a model fails to load at start" },
+  "load-model": {
+    kind: "list",
+    to: ["repository", "loadModels"],
+    help: "Model to load at start in explicit mode, '*' for all (repeatable)",
+  },
+  "strict-readiness": {
+    kind: "bool",
+    to: ["server", "strictReadiness"],
+    default: "true",
+    help: "Ready only when every model is ready",
+  },
+  "exit-on-error": {
+    kind: "bool",
+    to: ["server", "exitOnError"],
+    default: "true",
+    help: "Exit when a model fails to load at start",
+  },
   "exit-timeout-secs": {
     kind: "int",
+    to: ["server", "exitTimeoutSecs"],
     default: "30",
     min: 0,
     help: "Seconds to finish in-flight requests at exit",
   },
-  "strict-model-config": { kind: "bool", help: "Deprecated: true disables auto-complete" },
-  "disable-auto-complete-config": { kind: "flag", help: "Do not complete configs from the models" },
-  "backend-config": { kind: "list", help: "<backend>,<key>=<value> (repeatable)" },
-  "allow-client-shm": { kind: "bool", default: "false", help: "Allow client shared-memory regions" },
-  "log-verbose": { kind: "int", default: "0", min: 0, help: "Verbose logging level" },
-  "log-info": { kind: "bool", default: "true", help: "Log info messages" },
-  "log-warning": { kind: "bool", default: "true", help: "Log warnings" },
-  "log-error": { kind: "bool", default: "true", help: "Log errors" },
-  "log-file": { kind: "string", default: "", help: "Log to this file instead of the console" },
+  // Both turn auto-complete off: the switch comes later in the table, so it wins over
+  // --strict-model-config=false.
+  "strict-model-config": {
+    kind: "bool",
+    to: ["repository", "autoCompleteConfig"],
+    default: "false",
+    parse: (value, flag) => !parseBool(flag, value),
+    help: "Deprecated: true disables auto-complete",
+  },
+  "disable-auto-complete-config": {
+    kind: "flag",
+    to: ["repository", "autoCompleteConfig"],
+    value: false,
+    help: "Do not complete configs from the models",
+  },
+  "backend-config": {
+    kind: "list",
+    to: ["backends", "settings"],
+    parse: backendSettings,
+    help: "<backend>,<key>=<value> (repeatable)",
+  },
+  "allow-client-shm": {
+    kind: "bool",
+    to: ["sharedMemory", "allowClient"],
+    default: "false",
+    help: "Allow client shared-memory regions",
+  },
+  "log-verbose": {
+    kind: "int",
+    to: ["logging", "verbose"],
+    default: "0",
+    min: 0,
+    help: "Verbose logging level",
+  },
+  "log-info": { kind: "bool", to: ["logging", "info"], default: "true", help: "Log info messages" },
+  "log-warning": { kind: "bool", to: ["logging", "warning"], default: "true", help: "Log warnings" },
+  "log-error": { kind: "bool", to: ["logging", "error"], default: "true", help: "Log errors" },
+  "log-file": {
+    kind: "string",
+    to: ["logging", "file"],
+    default: "",
+    help: "Log to this file instead of the console",
+  },
   "log-format": {
     kind: "string",
+    to: ["logging", "format"],
     default: "default",
     choices: ["default", "ISO8601"],
     help: "Log line format",
   },
-  "id": { kind: "string", default: "dinfer", help: "Server identifier (server metadata name)" },
+  "id": {
+    kind: "string",
+    to: ["server", "id"],
+    default: "dinfer",
+    help: "Server identifier (server metadata name)",
+  },
   "grpc-keepalive-time": {
     kind: "int",
+    to: ["grpc", "keepaliveTimeMs"],
     default: "7200000",
     min: 1,
     help: "gRPC keepalive ping interval, ms",
   },
-  "grpc-keepalive-timeout": { kind: "int", default: "20000", min: 1, help: "gRPC keepalive ack timeout, ms" },
+  "grpc-keepalive-timeout": {
+    kind: "int",
+    to: ["grpc", "keepaliveTimeoutMs"],
+    default: "20000",
+    min: 1,
+    help: "gRPC keepalive ack timeout, ms",
+  },
   "grpc-keepalive-permit-without-calls": {
     kind: "bool",
+    to: ["grpc", "keepalivePermitWithoutCalls"],
     default: "false",
     help: "Allow keepalive pings without calls",
   },
   "grpc-http2-max-pings-without-data": {
     kind: "int",
+    to: ["grpc", "http2MaxPingsWithoutData"],
     default: "2",
     min: 0,
     help: "Pings allowed without data",
   },
   "grpc-restricted-protocol": {
     kind: "list",
+    to: ["grpc", "restrictedProtocol"],
+    parse: restrictions,
     help:
       "<api>[,<api>...]:<key>=<value>: those gRPC APIs need metadata triton-grpc-protocol-<key> set to <value> (repeatable)",
   },
   "grpc-max-connections": {
     kind: "int",
+    to: ["grpc", "maxConnections"],
     default: "10000",
     min: 0,
     help: "Most gRPC connections open at once (0: no limit); more are closed at once",
   },
-  "grpc-use-ssl": { kind: "bool", default: "false", help: "Serve gRPC over TLS" },
-  "grpc-server-cert": { kind: "string", default: "", help: "TLS certificate file" },
-  "grpc-server-key": { kind: "string", default: "", help: "TLS key file" },
-  "grpc-root-cert": { kind: "string", default: "", help: "TLS root certificate (client authentication)" },
+  "grpc-use-ssl": { kind: "bool", to: ["grpc", "useSsl"], default: "false", help: "Serve gRPC over TLS" },
+  "grpc-server-cert": {
+    kind: "string",
+    to: ["grpc", "serverCert"],
+    default: "",
+    help: "TLS certificate file",
+  },
+  "grpc-server-key": { kind: "string", to: ["grpc", "serverKey"], default: "", help: "TLS key file" },
+  "grpc-root-cert": {
+    kind: "string",
+    to: ["grpc", "rootCert"],
+    default: "",
+    help: "TLS root certificate (client authentication)",
+  },
   "grpc-infer-response-compression-level": {
     kind: "string",
+    to: ["grpc", "inferResponseCompressionLevel"],
     default: "none",
     choices: ["none", "low", "medium", "high"],
     help: "Compression of gRPC infer responses",
   },
   "cache-config": {
     kind: "list",
+    to: ["cache", "size"],
+    parse: cacheSize,
     help: "Response cache setting <cache>,<key>=<value>; dinfer has the 'local' cache: local,size=<bytes>",
   },
   "cache-directory": {
     kind: "string",
+    to: ["cache", "directory"],
     default: "/opt/tritonserver/caches",
     help: "Where cache libraries are looked for (the built-in 'local' cache needs none)",
   },
   "response-cache-byte-size": {
     kind: "int",
+    to: ["cache", "size"],
     min: 0,
     help: "Deprecated: the same as --cache-config=local,size=<bytes>",
   },
   "rate-limit": {
     kind: "string",
+    to: ["rateLimit", "mode"],
     default: "off",
+    parse: rateLimitMode,
     help: "Rate limiting: off, or execution_count (instances run when their rate_limiter resources are free)",
   },
   "rate-limit-resource": {
     kind: "list",
+    to: ["rateLimit", "resources"],
+    parse: (values) => values.map(rateLimitResource),
     help: "Copies of a rate-limiter resource <name>:<count>[:<device>] (repeatable)",
   },
   "trace-config": {
     kind: "list",
+    to: ["trace", "settings"],
+    parse: (values, flag) => keyValues(values, flag, /^(?:[^,=]+,)?[^,=]+=.*$/),
     help: "Trace setting [<mode>,]<key>=<value>, mode triton or opentelemetry (repeatable)",
   },
 };
@@ -299,7 +429,7 @@ function parseBool(flag: string, v: string): boolean {
   throw new CliError(`Bad value '${v}' for --${flag}: expected true or false`);
 }
 
-function parseInt(flag: string, v: string, spec: FlagSpec): number {
+function parseInt(flag: string, v: string, spec: ValueFlag): number {
   if (!/^-?[0-9]+$/.test(v.trim())) throw new CliError(`Bad value '${v}' for --${flag}: expected an integer`);
   const n = Number(v);
   if (!Number.isSafeInteger(n)) throw new CliError(`Bad value '${v}' for --${flag}: out of range`);
@@ -310,6 +440,17 @@ function parseInt(flag: string, v: string, spec: FlagSpec): number {
     throw new CliError(`Bad value '${v}' for --${flag}: must be at most ${spec.max}`);
   }
   return n;
+}
+
+/** A single-valued flag's value: checked against its choices, then its kind, then its own parse. */
+function valueOf(flag: string, spec: ValueFlag, v: string): unknown {
+  if (spec.choices && !spec.choices.includes(v)) {
+    throw new CliError(`Bad value '${v}' for --${flag}: expected one of ${spec.choices.join(", ")}`);
+  }
+  if (spec.parse) return spec.parse(v, flag);
+  if (spec.kind === "int") return parseInt(flag, v, spec);
+  if (spec.kind === "bool") return parseBool(flag, v);
+  return v;
 }
 
 /** `--http-thread-count`: a positive number, or 0 for `auto`. */
@@ -332,18 +473,36 @@ export function httpListenerCount(requested: number, cores: number): number {
   return requested === 0 ? Math.min(8, Math.max(1, Math.floor(n / 2))) : Math.min(requested, n);
 }
 
-/**
- * The response cache size from `--cache-config` entries (`local,size=<bytes>`, the only cache dinfer has) or the
- * deprecated `--response-cache-byte-size`; 0 when neither asks for a cache.
- */
-function cacheSize(entries: string[], byteSize: string[] | undefined): number {
-  if (byteSize !== undefined) {
-    if (byteSize.length > 1) throw new CliError("Flag --response-cache-byte-size is given more than once");
-    if (entries.length > 0) {
-      throw new CliError("Flags --response-cache-byte-size and --cache-config cannot both be given");
-    }
-    return parseInt("response-cache-byte-size", byteSize[0]!, FLAGS["response-cache-byte-size"]!);
+/** `--http-restricted-api` and `--grpc-restricted-protocol` entries. */
+function restrictions(values: string[], flag: string): Restrictions {
+  try {
+    return parseRestrictions(values, flag);
+  } catch (err) {
+    throw new CliError((err as Error).message);
   }
+}
+
+/** `--metrics-config` and `--trace-config` entries, each checked against its form. */
+function keyValues(values: string[], flag: string, form: RegExp): string[] {
+  for (const entry of values) {
+    if (!form.test(entry)) throw new CliError(`Bad value '${entry}' for --${flag}: expected <key>=<value>`);
+  }
+  return values;
+}
+
+/** `--backend-config=[<backend>,]<key>=<value>` entries by backend; a later entry for the same key wins. */
+function backendSettings(values: string[]): Record<string, Record<string, string>> {
+  const settings: Record<string, Record<string, string>> = {};
+  for (const entry of values) {
+    const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);
+    if (!m) throw new CliError(`Bad value '${entry}' for --backend-config: expected <backend>,<key>=<value>`);
+    (settings[m[1] ?? ""] ??= {})[m[2]!] = m[3]!;
+  }
+  return settings;
+}
+
+/** The response cache size from `--cache-config` entries (`local,size=<bytes>`, the only cache dinfer has). */
+function cacheSize(entries: string[]): number {
   let size: number | undefined;
   for (const entry of entries) {
     const m = /^([^,=]+),([^,=]+)=(.*)$/.exec(entry);
@@ -389,13 +548,53 @@ function rateLimitResource(v: string): ResourceLimit {
     : { name: m[1]!, count: Number(m[2]), device: Number(m[3]) };
 }
 
+/** Puts a value into its field; a list added to a list already there (two flags, one field) joins it. */
+function put(config: Record<string, Record<string, unknown>>, [section, field]: FlagTarget, value: unknown) {
+  const fields = config[section] ??= {};
+  const before = fields[field];
+  fields[field] = Array.isArray(before) && Array.isArray(value) ? [...before, ...value] : value;
+}
+
+/** The rules between fields: settings that need another, or contradict each other. */
+function checkConfig(config: ServerConfig): void {
+  if (config.repository.loadModels.length > 0 && config.repository.controlMode !== "explicit") {
+    throw new ConfigError("Flag --load-model needs --model-control-mode=explicit");
+  }
+  if (config.grpc.useSsl && (!config.grpc.serverCert || !config.grpc.serverKey)) {
+    throw new ConfigError("Flag --grpc-use-ssl=true needs --grpc-server-cert and --grpc-server-key");
+  }
+}
+
+/** Fills the configuration from the table: each flag's given value, else its default. */
+function fromFlags(values: Record<string, unknown>): ServerConfig {
+  const config: Record<string, Record<string, unknown>> = {};
+  for (const [flag, spec] of Object.entries(FLAGS)) {
+    const given = values[flag];
+    if (spec.kind === "flag") {
+      if (given) put(config, spec.to, spec.value);
+    } else if (spec.kind === "list") {
+      const list = (given as string[] | undefined) ?? [];
+      put(config, spec.to, spec.parse ? spec.parse(list, flag) : list);
+    } else {
+      const list = given as string[] | undefined;
+      if (list && list.length > 1) throw new CliError(`Flag --${flag} is given more than once`);
+      const v = list?.[0] ?? spec.default;
+      if (v !== undefined) put(config, spec.to, valueOf(flag, spec, v));
+    }
+  }
+  if (values["response-cache-byte-size"] !== undefined && values["cache-config"] !== undefined) {
+    throw new CliError("Flags --response-cache-byte-size and --cache-config cannot both be given");
+  }
+  return config as unknown as ServerConfig;
+}
+
 /**
  * Parses the serve command line.
  * @param args the arguments after `serve`
- * @returns the options, or "help" when --help was given
+ * @returns the configuration, or "help" when --help was given
  * @throws CliError naming the bad flag or value
  */
-export function parseCommandLine(args: readonly string[]): ServerOptions | "help" {
+export function parseCommandLine(args: readonly string[]): ServerConfig | "help" {
   const options: Record<string, { type: "string" | "boolean"; multiple?: boolean }> = {
     help: { type: "boolean" },
   };
@@ -418,125 +617,53 @@ export function parseCommandLine(args: readonly string[]): ServerOptions | "help
   if (positionals.length > 0) {
     throw new CliError(`Unexpected argument '${positionals[0]}' (flags are --name=value)`);
   }
+  const config = fromFlags(values);
+  try {
+    checkConfig(config);
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
+  return config;
+}
 
-  const one = (name: string): string => {
-    const spec = FLAGS[name]!;
-    const list = values[name] as string[] | undefined;
-    if (list && list.length > 1) throw new CliError(`Flag --${name} is given more than once`);
-    const v = list?.[0] ?? spec.default ?? "";
-    if (spec.choices && !spec.choices.includes(v)) {
-      throw new CliError(`Bad value '${v}' for --${name}: expected one of ${spec.choices.join(", ")}`);
-    }
-    return v;
-  };
-  const int = (name: string) => parseInt(name, one(name), FLAGS[name]!);
-  const bool = (name: string) => parseBool(name, one(name));
-  const list = (name: string) => (values[name] as string[] | undefined) ?? [];
-
-  const repos = [...list("model-repository"), ...list("model-store")];
-  const backendConfig: Record<string, Record<string, string>> = {};
-  for (const entry of list("backend-config")) {
-    const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);
-    if (!m) throw new CliError(`Bad value '${entry}' for --backend-config: expected <backend>,<key>=<value>`);
-    const backend = m[1] ?? "";
-    (backendConfig[backend] ??= {})[m[2]!] = m[3]!;
-  }
-  for (
-    const [flag, re] of [["metrics-config", /^[^=]+=.*$/], [
-      "trace-config",
-      /^(?:[^,=]+,)?[^,=]+=.*$/,
-    ]] as const
-  ) {
-    for (const entry of list(flag)) {
-      if (!re.test(entry)) throw new CliError(`Bad value '${entry}' for --${flag}: expected <key>=<value>`);
-    }
-  }
-  const responseCacheSize = cacheSize(
-    list("cache-config"),
-    values["response-cache-byte-size"] as string[] | undefined,
-  );
-  const strictModelConfig = values["strict-model-config"] === undefined ? false : bool("strict-model-config");
-  const mode = one("model-control-mode") as ModelControlMode;
-  const loadModels = list("load-model");
-  if (loadModels.length > 0 && mode !== "explicit") {
-    throw new CliError("Flag --load-model needs --model-control-mode=explicit");
-  }
-  const restrictions = (flag: string): Restrictions => {
-    try {
-      return parseRestrictions(list(flag), flag);
-    } catch (err) {
-      throw new CliError((err as Error).message);
-    }
-  };
-  const result: ServerOptions = {
-    modelRepositories: repos,
-    httpPort: int("http-port"),
-    httpAddress: one("http-address"),
-    grpcPort: int("grpc-port"),
-    grpcAddress: one("grpc-address"),
-    metricsPort: int("metrics-port"),
-    metricsAddress: one("metrics-address"),
-    allowHttp: bool("allow-http"),
-    allowGrpc: bool("allow-grpc"),
-    allowMetrics: bool("allow-metrics"),
-    allowGpuMetrics: bool("allow-gpu-metrics"),
-    allowCpuMetrics: bool("allow-cpu-metrics"),
-    modelControlMode: mode,
-    repositoryPollSecs: int("repository-poll-secs"),
-    loadModels,
-    strictReadiness: bool("strict-readiness"),
-    exitOnError: bool("exit-on-error"),
-    exitTimeoutSecs: int("exit-timeout-secs"),
-    logVerbose: int("log-verbose"),
-    logInfo: bool("log-info"),
-    logWarning: bool("log-warning"),
-    logError: bool("log-error"),
-    logFile: one("log-file"),
-    logFormat: one("log-format") as "default" | "ISO8601",
-    httpMaxInputSize: int("http-max-input-size"),
-    httpThreadCount: threadCount(one("http-thread-count")),
-    httpMaxConnections: int("http-max-connections"),
-    httpHeaderTimeoutSecs: int("http-header-timeout-secs"),
-    httpIdleTimeoutSecs: int("http-idle-timeout-secs"),
-    httpBodyTimeoutSecs: int("http-body-timeout-secs"),
-    autoCompleteConfig: !values["disable-auto-complete-config"] && !strictModelConfig,
-    backendConfig,
-    allowClientShm: bool("allow-client-shm"),
-    id: one("id"),
-    grpcKeepaliveTimeMs: int("grpc-keepalive-time"),
-    grpcKeepaliveTimeoutMs: int("grpc-keepalive-timeout"),
-    grpcKeepalivePermitWithoutCalls: bool("grpc-keepalive-permit-without-calls"),
-    grpcHttp2MaxPingsWithoutData: int("grpc-http2-max-pings-without-data"),
-    grpcMaxConnections: int("grpc-max-connections"),
-    grpcUseSsl: bool("grpc-use-ssl"),
-    grpcServerCert: one("grpc-server-cert"),
-    grpcServerKey: one("grpc-server-key"),
-    grpcRootCert: one("grpc-root-cert"),
-    grpcInferResponseCompressionLevel: one("grpc-infer-response-compression-level") as ServerOptions[
-      "grpcInferResponseCompressionLevel"
-    ],
-    metricsIntervalMs: int("metrics-interval-ms"),
-    metricsConfig: list("metrics-config"),
-    traceConfig: list("trace-config"),
-    httpRestrictedApi: restrictions("http-restricted-api"),
-    grpcRestrictedProtocol: restrictions("grpc-restricted-protocol"),
-    responseCacheSize,
-    cacheDirectory: one("cache-directory"),
-    rateLimit: rateLimitMode(one("rate-limit")),
-    rateLimitResources: list("rate-limit-resource").map(rateLimitResource),
-  };
-  if (result.grpcUseSsl && (!result.grpcServerCert || !result.grpcServerKey)) {
-    throw new CliError("Flag --grpc-use-ssl=true needs --grpc-server-cert and --grpc-server-key");
-  }
-  return result;
+/** The configuration no flag changes: every field at its default. */
+export function defaultConfig(): ServerConfig {
+  return fromFlags({});
 }
 
 /**
- * The default options (as if no flag was given), with the given repositories.
- * @param repositories model repository paths
+ * A full configuration from a partial one: each field left out takes its default (the flag table's).
+ * @param input the sections and fields to set
+ * @returns the configuration
+ * @throws ConfigError for a section or field that does not exist, or settings that contradict each other
+ * @example
+ * ```ts
+ * const config = resolveConfig({ repository: { paths: ["./models"] }, http: { port: 0 }, grpc: { enabled: false } });
+ * ```
  */
-export function defaultOptions(repositories: string[] = []): ServerOptions {
-  const o = parseCommandLine([]) as ServerOptions;
-  o.modelRepositories = repositories;
-  return o;
+export function resolveConfig(input: ServerConfigInput = {}): ServerConfig {
+  const config = defaultConfig() as unknown as Record<string, Record<string, unknown>>;
+  for (const [section, fields] of Object.entries(input as Record<string, Record<string, unknown>>)) {
+    const defaults = config[section];
+    if (defaults === undefined) {
+      throw new ConfigError(
+        `Cannot configure '${section}': no such section (expected one of ${
+          Object.keys(config).sort().join(", ")
+        })`,
+      );
+    }
+    for (const [field, value] of Object.entries(fields ?? {})) {
+      if (!(field in defaults)) {
+        throw new ConfigError(
+          `Cannot configure '${section}.${field}': no such field (expected one of ${
+            Object.keys(defaults).sort().join(", ")
+          })`,
+        );
+      }
+      if (value !== undefined) defaults[field] = value;
+    }
+  }
+  const resolved = config as unknown as ServerConfig;
+  checkConfig(resolved);
+  return resolved;
 }

@@ -1,10 +1,13 @@
 /**
- * Server start-up and shutdown: loads the repositories, then serves HTTP and metrics.
+ * Server start-up and shutdown: a sequence of small steps (repositories, traces, models, metrics, polling,
+ * shared memory, then the endpoints), each registering its undo on one cleanup stack. Every way out (a failed
+ * start, an abort, `shutdown()`) unwinds that stack, newest first, within `--exit-timeout-secs`.
  * @module
  */
 
 import { fileURLToPath } from "node:url";
-import { httpListenerCount, type ServerOptions } from "./cli.ts";
+import { ConfigError, httpListenerCount, resolveConfig } from "./cli.ts";
+import type { ServerConfig, ServerConfigInput } from "./config.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
@@ -12,7 +15,7 @@ import { HttpWorkers } from "./frontends/http/workers.ts";
 import { type ConnectionLimits, type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
-import { removeStaleFiles } from "./cleanup.ts";
+import { CleanupStack, removeStaleFiles } from "./cleanup.ts";
 import { MemoryReclaimer } from "./core/memory.ts";
 import { openGpuReader } from "./metrics/gpu.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
@@ -65,6 +68,8 @@ export interface RunningServer {
   poller: Poller | undefined;
   /** Models that failed to load at start, with their reasons. */
   loadFailures: Map<string, string>;
+  /** The configuration it runs with, every field filled. */
+  config: ServerConfig;
   /** Stops accepting requests, finishes in-flight ones (up to exit-timeout-secs) and frees everything. */
   shutdown(): Promise<void>;
   /** Resolves when the server has shut down. */
@@ -79,13 +84,32 @@ export class StartupError extends Error {
   }
 }
 
+/** How a server starts, besides its configuration. */
+export interface StartOptions {
+  /** Where to log; when left out, one is made from the configuration's `logging` section (closed at the end). */
+  logger?: Logger;
+  /**
+   * Stops the server when aborted: during start-up the start fails and everything made so far is undone; once
+   * started, it is `shutdown()`.
+   */
+  signal?: AbortSignal;
+}
+
+/** What the start-up steps share: the configuration, the log, and the stack each step registers its undo on. */
+interface Startup {
+  config: ServerConfig;
+  log: Logger;
+  stack: CleanupStack;
+  signal: AbortSignal | undefined;
+}
+
 /** The HTTP connection limits and timeouts the flags set (`--http-max-connections`, `--http-*-timeout-secs`). */
-function connectionLimits(options: ServerOptions): ConnectionLimits {
+function connectionLimits(http: ServerConfig["http"]): ConnectionLimits {
   return {
-    maxConnections: options.httpMaxConnections,
-    headerTimeoutMs: options.httpHeaderTimeoutSecs * 1000,
-    idleTimeoutMs: options.httpIdleTimeoutSecs * 1000,
-    bodyTimeoutMs: options.httpBodyTimeoutSecs * 1000,
+    maxConnections: http.maxConnections,
+    headerTimeoutMs: http.headerTimeoutSecs * 1000,
+    idleTimeoutMs: http.idleTimeoutSecs * 1000,
+    bodyTimeoutMs: http.bodyTimeoutSecs * 1000,
   };
 }
 
@@ -109,12 +133,12 @@ function openFileLimit(): number | undefined {
  * Warns when a connection limit leaves no room below the limit on open files: a flood would then run the
  * process out of descriptors (refused by the kernel, with failed accepts) before the limit refuses it.
  */
-function warnDescriptorLimit(options: ServerOptions, log: Logger): void {
+function warnDescriptorLimit({ config, log }: Startup): void {
   const limit = openFileLimit();
   if (limit === undefined) return;
   const flags: [string, number][] = [];
-  if (options.allowHttp) flags.push(["--http-max-connections", options.httpMaxConnections]);
-  if (options.allowGrpc) flags.push(["--grpc-max-connections", options.grpcMaxConnections]);
+  if (config.http.enabled) flags.push(["--http-max-connections", config.http.maxConnections]);
+  if (config.grpc.enabled) flags.push(["--grpc-max-connections", config.grpc.maxConnections]);
   for (const [flag, max] of flags) {
     if (max > 0 && max + OWN_DESCRIPTORS > limit) {
       log.warning(
@@ -129,18 +153,17 @@ function warnDescriptorLimit(options: ServerOptions, log: Logger): void {
  * upload files, and a Python model's files are code the server runs.
  */
 function warnUnrestrictedRepository(
-  options: ServerOptions,
-  log: Logger,
+  { config, log }: Startup,
   httpAddr: Deno.NetAddr | undefined,
   grpcPort: number | undefined,
 ): void {
-  if (options.modelControlMode !== "explicit") return;
+  if (config.repository.controlMode !== "explicit") return;
   const open: string[] = [];
-  if (httpAddr && !options.httpRestrictedApi["model-repository"]) {
+  if (httpAddr && !config.http.restrictedApi["model-repository"]) {
     open.push(`HTTP at ${httpAddr.hostname}:${httpAddr.port} (--http-restricted-api)`);
   }
-  if (grpcPort !== undefined && !options.grpcRestrictedProtocol["model-repository"]) {
-    open.push(`gRPC at ${options.grpcAddress}:${grpcPort} (--grpc-restricted-protocol)`);
+  if (grpcPort !== undefined && !config.grpc.restrictedProtocol["model-repository"]) {
+    open.push(`gRPC at ${config.grpc.address}:${grpcPort} (--grpc-restricted-protocol)`);
   }
   for (const where of open) {
     log.warning(
@@ -149,74 +172,89 @@ function warnUnrestrictedRepository(
   }
 }
 
-/**
- * Starts a server.
- * @param options the parsed command line
- * @param logger where to log; one is made from the options when left out
- * @returns the running server
- */
-export async function startServer(options: ServerOptions, logger?: Logger): Promise<RunningServer> {
-  const log = logger ?? new Logger({
-    info: options.logInfo,
-    warning: options.logWarning,
-    error: options.logError,
-    verbose: options.logVerbose,
-    format: options.logFormat,
-    file: options.logFile,
-  });
+/** Fails the start when it was aborted (checked between steps). */
+function checkAborted({ signal }: Startup): void {
+  if (signal?.aborted) throw new StartupError("Cannot start: the start was aborted");
+}
+
+/** Removes the shared-memory objects and temporary folders that servers no longer running left behind. */
+function removeStale({ log }: Startup): void {
   const stale = removeStaleFiles();
   if (stale.length > 0) {
     log.info(
       `Removed ${stale.length} shared-memory objects and temporary folders of servers no longer running`,
     );
   }
-  // Cloud repositories (s3://, gs://, as://) are mirrored into local folders, brought up to date before
-  // every scan.
-  let given = options.modelRepositories;
+}
+
+/**
+ * The repositories as local absolute folders (models started in their own folder, Python stubs, find their
+ * files): cloud repositories (s3://, gs://, as://) are mirrored into local folders, brought up to date before
+ * every scan; none given is the bundled examples.
+ */
+async function openRepositories(
+  s: Startup,
+): Promise<{ paths: string[]; cloud: CloudRepositories | undefined }> {
+  let given = s.config.repository.paths;
   let cloud: CloudRepositories | undefined;
   if (given.some((r) => /^(s3|gs|as):\/\//.test(r))) {
-    try {
-      // Loaded only here: the three cloud SDKs cost start-up time and memory a local repository does not need.
-      const { CloudRepositories } = await import("./repository/cloud.ts");
-      ({ paths: given, cloud } = await CloudRepositories.open(given));
-    } catch (err) {
-      throw new StartupError((err as Error).message);
-    }
+    // Loaded only here: the three cloud SDKs cost start-up time and memory a local repository does not need.
+    const { CloudRepositories } = await import("./repository/cloud.ts");
+    ({ paths: given, cloud } = await CloudRepositories.open(given));
+    const opened = cloud;
+    s.stack.defer("cloud repositories", () => opened.close());
   }
-  // Absolute, so that models started in their own folder (Python stubs) find their files.
-  const repositories = given.length > 0 ? given.map((r) => resolvePath(r)) : [EXAMPLE_REPOSITORY];
-  let traces: TraceManager;
-  try {
-    traces = new TraceManager(options.traceConfig);
-    await traces.start();
-  } catch (err) {
-    await cloud?.close();
-    throw new StartupError((err as Error).message);
-  }
-  let metrics: ReturnType<typeof createMetrics> | undefined;
-  let sampler: SystemSampler | undefined;
-  const responseCache = options.responseCacheSize > 0
-    ? new ResponseCache(options.responseCacheSize)
-    : undefined;
+  return { paths: given.length > 0 ? given.map((r) => resolvePath(r)) : [EXAMPLE_REPOSITORY], cloud };
+}
+
+/** Starts tracing (`--trace-config`). */
+async function startTraces(s: Startup): Promise<TraceManager> {
+  const traces = new TraceManager(s.config.trace.settings);
+  await traces.start();
+  s.stack.defer("traces", () => traces.close());
+  return traces;
+}
+
+/** The model registry over the repositories, with its response cache and rate limiter. */
+function openRegistry(
+  s: Startup,
+  repositories: string[],
+  traces: TraceManager,
+  cloud: CloudRepositories | undefined,
+): { registry: ModelRegistry; responseCache: ResponseCache | undefined } {
+  const { config } = s;
+  const responseCache = config.cache.size > 0 ? new ResponseCache(config.cache.size) : undefined;
   const registry = new ModelRegistry({
     responseCache,
-    rateLimiter: options.rateLimit === "execution_count"
-      ? new RateLimiter(options.rateLimitResources)
+    rateLimiter: config.rateLimit.mode === "execution_count"
+      ? new RateLimiter(config.rateLimit.resources)
       : undefined,
     traces,
     repositories,
-    autoComplete: options.autoCompleteConfig,
-    backendConfig: options.backendConfig,
-    controlMode: options.modelControlMode,
-    logger: log,
+    autoComplete: config.repository.autoCompleteConfig,
+    backendConfig: config.backends.settings,
+    controlMode: config.repository.controlMode,
+    logger: s.log,
     ...(cloud ? { beforeScan: () => cloud.sync() } : {}),
   });
+  // Unloading waits for the requests in flight and for loads that hang; past the time limit it goes on
+  // unwaited (the stubs end with the process).
+  s.stack.defer("models", () => registry.close(), { force: () => void registry.close().catch(() => {}) });
   traces.modelKnown = (name) => registry.isReady(name, "");
+  return { registry, responseCache };
+}
+
+/** Loads the models of the start (all of them, or `--load-model` in explicit mode) and logs their states. */
+async function loadModels(s: Startup, registry: ModelRegistry): Promise<Map<string, string>> {
+  const { config, log } = s;
   let toLoad: string[] | undefined;
-  if (options.modelControlMode === "explicit") {
-    toLoad = options.loadModels.includes("*") ? undefined : options.loadModels;
+  if (config.repository.controlMode === "explicit") {
+    toLoad = config.repository.loadModels.includes("*") ? undefined : config.repository.loadModels;
   }
-  const failures = toLoad?.length === 0 ? new Map<string, string>() : await registry.loadModels(toLoad);
+  const loading = toLoad?.length === 0
+    ? Promise.resolve(new Map<string, string>())
+    : registry.loadModels(toLoad);
+  const failures = await untilAborted(s, loading);
   for (const row of await registry.index()) {
     log.info(
       `Model '${row.name}' version ${row.version || "-"}: ${row.state}${
@@ -224,229 +262,315 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
       }`,
     );
   }
-  if (failures.size > 0 && options.exitOnError) {
-    await registry.close();
-    await traces.close();
-    await cloud?.close();
+  if (failures.size > 0 && config.server.exitOnError) {
     const reasons = [...failures.entries()].map(([n, r]) => `'${n}': ${r}`).join("; ");
     throw new StartupError(`Cannot start: failed to load all models (${reasons})`);
   }
-  if (options.allowMetrics) {
-    // CPU and GPU gauges are sampled every --metrics-interval-ms; GPUs are those the shim sees.
-    sampler = new SystemSampler({
-      intervalMs: options.metricsIntervalMs,
-      cpu: options.allowCpuMetrics,
-      gpu: options.allowGpuMetrics
-        ? openGpuReader({ tensorrtConfig: options.backendConfig.tensorrt })
-        : undefined,
-    });
-    try {
-      metrics = createMetrics(registry, { config: options.metricsConfig, sampler });
-      if (responseCache) registerCacheMetrics(metrics, registry, responseCache);
-    } catch (err) {
-      await registry.close();
-      await traces.close();
-      await cloud?.close();
-      throw new StartupError((err as Error).message);
-    }
-  }
-  const poller = options.modelControlMode === "poll"
-    ? await startPoller(
-      registry,
-      repositories,
-      options.repositoryPollSecs,
-      (m) => log.info(m),
-      cloud ? () => cloud.sync() : undefined,
-    )
-    : undefined;
-  let stopping = false;
-  const shm = new SystemSharedMemory(options.allowClientShm);
+  return failures;
+}
+
+/** A step's promise, or a StartupError as soon as the start is aborted (a load that hangs does not hold it). */
+function untilAborted<T>({ signal }: Startup, step: Promise<T>): Promise<T> {
+  if (!signal) return step;
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(new StartupError("Cannot start: the start was aborted"));
+    if (signal.aborted) abort();
+    signal.addEventListener("abort", abort, { once: true });
+    step.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+  });
+}
+
+/** The Prometheus metrics and the CPU and GPU sampler (`--allow-metrics`), when on. */
+function createServerMetrics(
+  s: Startup,
+  registry: ModelRegistry,
+  responseCache: ResponseCache | undefined,
+): ReturnType<typeof createMetrics> | undefined {
+  const { metrics: m, backends } = s.config;
+  if (!m.enabled) return undefined;
+  // CPU and GPU gauges are sampled every --metrics-interval-ms; GPUs are those the shim sees.
+  const sampler = new SystemSampler({
+    intervalMs: m.intervalMs,
+    cpu: m.cpu,
+    gpu: m.gpu ? openGpuReader({ tensorrtConfig: backends.settings.tensorrt }) : undefined,
+  });
+  s.stack.defer("metrics sampler", () => sampler.stop());
+  const metrics = createMetrics(registry, { config: m.settings, sampler });
+  if (responseCache) registerCacheMetrics(metrics, registry, responseCache);
+  sampler.start();
+  return metrics;
+}
+
+/** Follows the repositories in poll mode (`--repository-poll-secs`). */
+async function startPolling(
+  s: Startup,
+  registry: ModelRegistry,
+  repositories: string[],
+  cloud: CloudRepositories | undefined,
+): Promise<Poller | undefined> {
+  const { repository } = s.config;
+  if (repository.controlMode !== "poll") return undefined;
+  const poller = await startPoller(
+    registry,
+    repositories,
+    repository.pollSecs,
+    (m) => s.log.info(m),
+    cloud ? () => cloud.sync() : undefined,
+  );
+  // A poll in progress may wait on a load that hangs: past the time limit it is left unwaited.
+  s.stack.defer("repository poller", () => poller.stop(), {
+    force: () => void poller.stop().catch(() => {}),
+  });
+  return poller;
+}
+
+/** The system and CUDA shared-memory regions clients register (`--allow-client-shm`). */
+function openSharedMemory(s: Startup): { shm: SystemSharedMemory; cudaShm: CudaSharedMemory } {
+  const allow = s.config.sharedMemory.allowClient;
+  const shm = new SystemSharedMemory(allow);
+  s.stack.defer("system shared memory", () => shm.close());
   const cudaShm = new CudaSharedMemory(
-    options.allowClientShm,
-    trtShimPath(options.backendConfig.tensorrt ?? {}),
+    allow,
+    trtShimPath(s.config.backends.settings.tensorrt ?? {}),
     (name) => shm.has(name),
   );
+  s.stack.defer("CUDA shared memory", () => cudaShm.close());
   shm.otherKind = (name) => cudaShm.has(name);
-  let httpServer: ResilientServer | undefined;
-  let metricsServer: ResilientServer | undefined;
-  let httpAddr: Deno.NetAddr | undefined;
-  let httpWorkers: HttpWorkers | undefined;
-  let httpLimits: ConnectionLimits | undefined;
-  let metricsAddr: Deno.NetAddr | undefined;
-  let grpcServer: GrpcServer | undefined;
-  let grpcPort: number | undefined;
+  return { shm, cudaShm };
+}
 
-  const frontend: FrontendOptions = {
-    serverName: options.id,
-    serverVersion: VERSION,
-    extensions: EXTENSIONS,
-    strictReadiness: options.strictReadiness,
-    isStopping: () => stopping,
-    logger: log,
-    shm,
-    cudaShm,
-    traces,
+/** The endpoints stop together: each stops accepting, then answers the requests it has. */
+const ENDPOINTS = "endpoints";
+
+/** Serves HTTP (`--allow-http`) on the main thread and `--http-thread-count` listener threads. */
+async function serveHttp(
+  s: Startup,
+  registry: ModelRegistry,
+  frontend: FrontendOptions,
+): Promise<{ addr: Deno.NetAddr; finished: Promise<void> } | undefined> {
+  const { http: config } = s.config;
+  if (!config.enabled) return undefined;
+  const http = createHttpFrontend(registry, {
+    ...frontend,
+    maxInputSize: config.maxInputSize,
+    restrictions: config.restrictedApi,
+  });
+  const listeners = httpListenerCount(config.threadCount, navigator.hardwareConcurrency || 1);
+  // The main thread and the listener threads count their open connections together.
+  const limits: ConnectionLimits = {
+    ...connectionLimits(config),
+    openConnections: new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT)),
   };
-  if (options.allowHttp) {
-    const http = createHttpFrontend(registry, {
-      ...frontend,
-      maxInputSize: options.httpMaxInputSize,
-      restrictions: options.httpRestrictedApi,
+  let server: ResilientServer;
+  try {
+    server = serveResilient(
+      {
+        port: config.port,
+        hostname: config.address,
+        name: "HTTPService",
+        logger: s.log,
+        // Listener threads join the same port; the kernel spreads connections over them.
+        reusePort: listeners > 1,
+        limits,
+      },
+      http.handle,
+    );
+  } catch (err) {
+    throw new StartupError(
+      `Cannot start the HTTP service on ${config.address}:${config.port}: ${(err as Error).message}`,
+    );
+  }
+  s.stack.defer("HTTP service", () => server.shutdown(), { group: ENDPOINTS });
+  const addr = server.addr;
+  if (listeners > 1) {
+    const workers = await HttpWorkers.start(listeners - 1, http, {
+      hostname: addr.hostname,
+      port: addr.port,
+      maxInputSize: config.maxInputSize,
+      ...(config.restrictedApi.inference ? { inference: config.restrictedApi.inference } : {}),
+      limits,
+      onError: (message) => s.log.error(message),
+      onInfo: (message) => s.log.info(message),
     });
-    const listeners = httpListenerCount(options.httpThreadCount, navigator.hardwareConcurrency || 1);
-    // The main thread and the listener threads count their open connections together.
-    httpLimits = {
-      ...connectionLimits(options),
-      openConnections: new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT)),
-    };
-    try {
-      httpServer = serveResilient(
-        {
-          port: options.httpPort,
-          hostname: options.httpAddress,
-          name: "HTTPService",
-          logger: log,
-          // Listener threads join the same port; the kernel spreads connections over them.
-          reusePort: listeners > 1,
-          limits: httpLimits,
-        },
-        http.handle,
-      );
-    } catch (err) {
-      await registry.close();
-      await traces.close();
-      throw new StartupError(
-        `Cannot start the HTTP service on ${options.httpAddress}:${options.httpPort}: ${
-          (err as Error).message
-        }`,
-      );
-    }
-    httpAddr = httpServer.addr;
-    if (listeners > 1) {
-      httpWorkers = await HttpWorkers.start(listeners - 1, http, {
-        hostname: httpAddr.hostname,
-        port: httpAddr.port,
-        maxInputSize: options.httpMaxInputSize,
-        ...(options.httpRestrictedApi.inference ? { inference: options.httpRestrictedApi.inference } : {}),
-        limits: httpLimits,
-        onError: (message) => log.error(message),
-        onInfo: (message) => log.info(message),
-      });
-      log.info(`HTTPService serves on ${listeners} threads`);
-    }
-    log.info(`Started HTTPService at ${httpAddr.hostname}:${httpAddr.port}`);
+    s.stack.defer("HTTP listener threads", () => workers.shutdown(), {
+      group: ENDPOINTS,
+      force: () => workers.terminate(),
+    });
+    s.log.info(`HTTPService serves on ${listeners} threads`);
   }
-  if (options.allowGrpc) {
-    try {
-      grpcServer = await startGrpcServer(registry, {
-        ...frontend,
-        restrictions: options.grpcRestrictedProtocol,
-        address: options.grpcAddress,
-        port: options.grpcPort,
-        keepaliveTimeMs: options.grpcKeepaliveTimeMs,
-        keepaliveTimeoutMs: options.grpcKeepaliveTimeoutMs,
-        keepalivePermitWithoutCalls: options.grpcKeepalivePermitWithoutCalls,
-        http2MaxPingsWithoutData: options.grpcHttp2MaxPingsWithoutData,
-        maxConnections: options.grpcMaxConnections,
-        compressionLevel: options.grpcInferResponseCompressionLevel,
-        useSsl: options.grpcUseSsl,
-        serverCert: options.grpcServerCert,
-        serverKey: options.grpcServerKey,
-        rootCert: options.grpcRootCert,
-      });
-    } catch (err) {
-      await httpServer?.shutdown();
-      await registry.close();
-      await traces.close();
-      await cloud?.close();
-      throw new StartupError(
-        `Cannot start the gRPC service on ${options.grpcAddress}:${options.grpcPort}: ${
-          (err as Error).message
-        }`,
-      );
-    }
-    grpcPort = grpcServer.port;
-    log.info(`Started GRPCInferenceService at ${options.grpcAddress}:${grpcPort}`);
-  }
-  if (options.allowMetrics) {
-    try {
-      metricsServer = serveResilient(
-        {
-          port: options.metricsPort,
-          hostname: options.metricsAddress,
-          name: "Metrics Service",
-          logger: log,
-          limits: connectionLimits(options),
-        },
-        createMetricsHandler(metrics!),
-      );
-    } catch (err) {
-      await httpServer?.shutdown();
-      grpcServer?.forceShutdown();
-      await registry.close();
-      await traces.close();
-      throw new StartupError(
-        `Cannot start the metrics service on ${options.metricsAddress}:${options.metricsPort}: ${
-          (err as Error).message
-        }`,
-      );
-    }
-    metricsAddr = metricsServer.addr;
-    log.info(`Started Metrics Service at ${metricsAddr.hostname}:${metricsAddr.port}`);
-    sampler?.start();
-  }
+  s.log.info(`Started HTTPService at ${addr.hostname}:${addr.port}`);
+  return { addr, finished: server.finished };
+}
 
-  warnUnrestrictedRepository(options, log, httpAddr, grpcPort);
-  warnDescriptorLimit(options, log);
-  // An idle server gives back what a burst of requests grew it by.
+/** Serves gRPC (`--allow-grpc`). */
+async function serveGrpc(
+  s: Startup,
+  registry: ModelRegistry,
+  frontend: FrontendOptions,
+): Promise<number | undefined> {
+  const { grpc: config } = s.config;
+  if (!config.enabled) return undefined;
+  let server: GrpcServer;
+  try {
+    server = await startGrpcServer(registry, {
+      ...frontend,
+      restrictions: config.restrictedProtocol,
+      address: config.address,
+      port: config.port,
+      keepaliveTimeMs: config.keepaliveTimeMs,
+      keepaliveTimeoutMs: config.keepaliveTimeoutMs,
+      keepalivePermitWithoutCalls: config.keepalivePermitWithoutCalls,
+      http2MaxPingsWithoutData: config.http2MaxPingsWithoutData,
+      maxConnections: config.maxConnections,
+      compressionLevel: config.inferResponseCompressionLevel,
+      useSsl: config.useSsl,
+      serverCert: config.serverCert,
+      serverKey: config.serverKey,
+      rootCert: config.rootCert,
+    });
+  } catch (err) {
+    throw new StartupError(
+      `Cannot start the gRPC service on ${config.address}:${config.port}: ${(err as Error).message}`,
+    );
+  }
+  s.stack.defer("gRPC service", () => server.shutdown(), {
+    group: ENDPOINTS,
+    force: () => server.forceShutdown(),
+  });
+  s.log.info(`Started GRPCInferenceService at ${config.address}:${server.port}`);
+  return server.port;
+}
+
+/** Serves the Prometheus metrics, when on. */
+function serveMetrics(
+  s: Startup,
+  metrics: ReturnType<typeof createMetrics> | undefined,
+): { addr: Deno.NetAddr; finished: Promise<void> } | undefined {
+  const { metrics: config } = s.config;
+  if (!metrics) return undefined;
+  let server: ResilientServer;
+  try {
+    server = serveResilient(
+      {
+        port: config.port,
+        hostname: config.address,
+        name: "Metrics Service",
+        logger: s.log,
+        limits: connectionLimits(s.config.http),
+      },
+      createMetricsHandler(metrics),
+    );
+  } catch (err) {
+    throw new StartupError(
+      `Cannot start the metrics service on ${config.address}:${config.port}: ${(err as Error).message}`,
+    );
+  }
+  s.stack.defer("metrics service", () => server.shutdown(), { group: ENDPOINTS });
+  s.log.info(`Started Metrics Service at ${server.addr.hostname}:${server.addr.port}`);
+  return { addr: server.addr, finished: server.finished };
+}
+
+/** An idle server gives back what a burst of requests grew it by (see core/memory.ts). */
+function reclaimIdleMemory(s: Startup): void {
   const reclaimer = new MemoryReclaimer();
   reclaimer.start();
+  s.stack.defer("memory reclaimer", () => reclaimer.stop());
+}
 
+/**
+ * Starts a server.
+ * @param input the configuration: any part of it; what is left out takes its default (see resolveConfig)
+ * @param options the logger, and a signal that stops the server
+ * @returns the running server
+ * @throws ConfigError for a configuration that cannot be used; StartupError when a step of the start fails,
+ *   after everything made so far has been undone
+ * @example
+ * ```ts
+ * const server = await startServer({ repository: { paths: ["./models"] }, http: { port: 0 } });
+ * await server.shutdown();
+ * ```
+ */
+export async function startServer(
+  input: ServerConfigInput = {},
+  options: StartOptions = {},
+): Promise<RunningServer> {
+  const config = resolveConfig(input);
+  const log = options.logger ?? new Logger(config.logging);
+  const timeoutMs = config.server.exitTimeoutSecs * 1000;
+  const stack = new CleanupStack({
+    onError: (name, err) => log.error(`Cannot stop the ${name}: ${(err as Error)?.message ?? err}`),
+    // Requests still queued or running are dropped: the process exits without waiting for them.
+    onLate: () =>
+      log.warning(
+        `In-flight requests did not finish within --exit-timeout-secs=${config.server.exitTimeoutSecs}`,
+      ),
+  });
+  // The last undo.
+  stack.defer("log", () => {
+    log.info("Stopped");
+    if (!options.logger) log.close();
+  });
+  const s: Startup = { config, log, stack, signal: options.signal };
+  let stopping = false;
+  let started: Omit<RunningServer, "shutdown" | "finished">;
+  const ended: Promise<void>[] = [];
+  try {
+    checkAborted(s);
+    removeStale(s);
+    const { paths, cloud } = await openRepositories(s);
+    const traces = await startTraces(s);
+    const { registry, responseCache } = openRegistry(s, paths, traces, cloud);
+    const loadFailures = await loadModels(s, registry);
+    checkAborted(s);
+    const metrics = createServerMetrics(s, registry, responseCache);
+    const poller = await startPolling(s, registry, paths, cloud);
+    const { shm, cudaShm } = openSharedMemory(s);
+    const frontend: FrontendOptions = {
+      serverName: config.server.id,
+      serverVersion: VERSION,
+      extensions: EXTENSIONS,
+      strictReadiness: config.server.strictReadiness,
+      isStopping: () => stopping,
+      logger: log,
+      shm,
+      cudaShm,
+      traces,
+    };
+    const http = await serveHttp(s, registry, frontend);
+    const grpcPort = await serveGrpc(s, registry, frontend);
+    const metricsServer = serveMetrics(s, metrics);
+    // The first undo: readiness turns false before the endpoints stop.
+    stack.defer("readiness", () => void (stopping = true));
+    checkAborted(s);
+    ended.push(...[http?.finished, metricsServer?.finished].filter((p) => p !== undefined));
+    warnUnrestrictedRepository(s, http?.addr, grpcPort);
+    warnDescriptorLimit(s);
+    reclaimIdleMemory(s);
+    started = {
+      registry,
+      httpAddr: http?.addr,
+      grpcPort,
+      metricsAddr: metricsServer?.addr,
+      poller,
+      loadFailures,
+      config,
+    };
+  } catch (err) {
+    await stack.unwind(timeoutMs);
+    if (err instanceof StartupError || err instanceof ConfigError) throw err;
+    throw new StartupError((err as Error).message);
+  }
   let resolveFinished: () => void = () => {};
   const finished = new Promise<void>((r) => (resolveFinished = r));
   let shuttingDown: Promise<void> | undefined;
   const shutdown = (): Promise<void> => {
     shuttingDown ??= (async () => {
-      stopping = true;
-      reclaimer.stop();
       log.info("Shutting down: finishing in-flight requests");
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const timeout = new Promise<void>((r) => (timer = setTimeout(r, options.exitTimeoutSecs * 1000)));
-      // Everything that may wait on a model (a poll, a load that hangs in initialize()) is inside the
-      // --exit-timeout-secs bound.
-      const drain = (async () => {
-        await poller?.stop();
-        await Promise.allSettled([
-          httpServer?.shutdown(),
-          httpWorkers?.shutdown(),
-          metricsServer?.shutdown(),
-          grpcServer?.shutdown(),
-        ]);
-        await registry.close();
-      })();
-      const drained = await Promise.race([drain.then(() => true), timeout.then(() => false)]);
-      clearTimeout(timer);
-      if (!drained) {
-        // Requests still queued or running are dropped: the process exits without waiting for them.
-        log.warning(
-          `In-flight requests did not finish within --exit-timeout-secs=${options.exitTimeoutSecs}`,
-        );
-        grpcServer?.forceShutdown();
-        httpWorkers?.terminate();
-        void registry.close();
-      } else {
-        await Promise.allSettled([httpServer?.finished, metricsServer?.finished]);
-      }
-      shm.close();
-      cudaShm.close();
-      sampler?.stop();
-      await traces.close();
-      await cloud?.close();
-      log.info("Stopped");
-      if (!logger) log.close();
+      if (await stack.unwind(timeoutMs)) await Promise.allSettled(ended);
       resolveFinished();
     })();
     return shuttingDown;
   };
-  return { registry, httpAddr, metricsAddr, grpcPort, poller, loadFailures: failures, shutdown, finished };
+  options.signal?.addEventListener("abort", () => void shutdown(), { once: true });
+  return { ...started, shutdown, finished };
 }

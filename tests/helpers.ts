@@ -5,7 +5,8 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { parseCommandLine, type ServerOptions } from "../server/cli.ts";
+import { parseCommandLine } from "../server/cli.ts";
+import type { ServerConfig } from "../server/config.ts";
 import { Logger } from "../server/logging.ts";
 import { type RunningServer, startServer } from "../server/server.ts";
 
@@ -132,7 +133,7 @@ export async function startTestServer(flags: string[] = [], log?: Logger): Promi
   // A flag the caller gives replaces the default of the same name (the CLI refuses repeated flags).
   const given = new Set(flags.map((f) => f.split("=")[0]));
   const defaults = base.filter((f) => !given.has(f.split("=")[0]));
-  const options = parseCommandLine([...defaults, ...flags]) as ServerOptions;
+  const config = parseCommandLine([...defaults, ...flags]) as ServerConfig;
   const logger = log ?? new Logger({
     info: false,
     warning: false,
@@ -141,7 +142,7 @@ export async function startTestServer(flags: string[] = [], log?: Logger): Promi
     format: "default",
     file: "",
   });
-  const server = await startServer(options, logger);
+  const server = await startServer(config, { logger });
   const port = server.httpAddr?.port ?? 0;
   const close = () => server.shutdown();
   return {

@@ -38,7 +38,7 @@ export const LAYERS: readonly { name: string; paths: readonly string[] }[] = [
   // What clients talk to: HTTP, gRPC, the Prometheus endpoint (and the GPU readings it shows).
   { name: "frontends", paths: ["server/frontends/", "server/metrics/"] },
   // Start-up: flags, wiring, the entry points.
-  { name: "server", paths: ["server/cli.ts", "server/server.ts", "main.ts", "mod.ts"] },
+  { name: "server", paths: ["server/config.ts", "server/cli.ts", "server/server.ts", "main.ts", "mod.ts"] },
 ];
 
 /** The modules the graph starts from: the entry points and the worker started by URL. */

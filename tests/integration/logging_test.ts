@@ -5,7 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { parseCommandLine, type ServerOptions } from "../../server/cli.ts";
+import { parseCommandLine } from "../../server/cli.ts";
+import type { ServerConfig } from "../../server/config.ts";
 import { type RunningServer, startServer } from "../../server/server.ts";
 import { startTestServer } from "../helpers.ts";
 import { call, get, inferJson, SIMPLE_REQUEST } from "./_http.ts";
@@ -22,14 +23,14 @@ const DEFAULTS = {
 
 /** Starts a server whose logger comes from the command line (not the test helper's silent one). */
 async function startWithOwnLogger(flags: string[]): Promise<{ server: RunningServer; url: string }> {
-  const options = parseCommandLine([
+  const config = parseCommandLine([
     "--http-port=0",
     "--http-address=127.0.0.1",
     "--allow-grpc=false",
     "--allow-metrics=false",
     ...flags,
-  ]) as ServerOptions;
-  const server = await startServer(options);
+  ]) as ServerConfig;
+  const server = await startServer(config);
   return { server, url: `http://127.0.0.1:${server.httpAddr!.port}` };
 }
 

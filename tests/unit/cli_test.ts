@@ -1,17 +1,19 @@
 import { assert, assertEquals, assertThrows } from "../assert.ts";
 import {
   CliError,
-  defaultOptions,
+  ConfigError,
+  defaultConfig,
   FLAGS,
   helpText,
   httpListenerCount,
   parseCommandLine,
-  type ServerOptions,
+  resolveConfig,
 } from "../../server/cli.ts";
+import type { ServerConfig } from "../../server/config.ts";
 import { GRPC_METHOD_GROUPS, httpApiGroup } from "../../server/frontends/restricted.ts";
 import { protoRoot } from "../../server/core/protos.ts";
 
-function parse(args: string[]): ServerOptions {
+function parse(args: string[]): ServerConfig {
   const o = parseCommandLine(args);
   if (o === "help") throw new Error("Expected options, got help");
   return o;
@@ -21,69 +23,101 @@ function fails(args: string[], message: string): void {
   assertThrows(() => parseCommandLine(args), CliError, { message });
 }
 
-const DEFAULTS: ServerOptions = {
-  modelRepositories: [],
-  httpPort: 8000,
-  httpAddress: "0.0.0.0",
-  grpcPort: 8001,
-  grpcAddress: "0.0.0.0",
-  metricsPort: 8002,
-  metricsAddress: "0.0.0.0",
-  allowHttp: true,
-  allowGrpc: true,
-  allowMetrics: true,
-  allowGpuMetrics: true,
-  allowCpuMetrics: true,
-  modelControlMode: "none",
-  repositoryPollSecs: 15,
-  loadModels: [],
-  strictReadiness: true,
-  exitOnError: true,
-  exitTimeoutSecs: 30,
-  logVerbose: 0,
-  logInfo: true,
-  logWarning: true,
-  logError: true,
-  logFile: "",
-  logFormat: "default",
-  httpMaxInputSize: 67108864,
-  httpThreadCount: 1,
-  httpMaxConnections: 10000,
-  httpHeaderTimeoutSecs: 30,
-  httpIdleTimeoutSecs: 75,
-  httpBodyTimeoutSecs: 60,
-  autoCompleteConfig: true,
-  backendConfig: {},
-  allowClientShm: false,
-  id: "dinfer",
-  grpcKeepaliveTimeMs: 7200000,
-  grpcKeepaliveTimeoutMs: 20000,
-  grpcKeepalivePermitWithoutCalls: false,
-  grpcHttp2MaxPingsWithoutData: 2,
-  grpcMaxConnections: 10000,
-  grpcUseSsl: false,
-  grpcServerCert: "",
-  grpcServerKey: "",
-  grpcRootCert: "",
-  grpcInferResponseCompressionLevel: "none",
-  metricsIntervalMs: 2000,
-  metricsConfig: [],
-  traceConfig: [],
-  httpRestrictedApi: {},
-  grpcRestrictedProtocol: {},
-  responseCacheSize: 0,
-  cacheDirectory: "/opt/tritonserver/caches",
-  rateLimit: "off",
-  rateLimitResources: [],
+const DEFAULTS: ServerConfig = {
+  server: { id: "dinfer", strictReadiness: true, exitOnError: true, exitTimeoutSecs: 30 },
+  repository: { paths: [], controlMode: "none", pollSecs: 15, loadModels: [], autoCompleteConfig: true },
+  http: {
+    enabled: true,
+    address: "0.0.0.0",
+    port: 8000,
+    threadCount: 1,
+    maxInputSize: 67108864,
+    maxConnections: 10000,
+    headerTimeoutSecs: 30,
+    idleTimeoutSecs: 75,
+    bodyTimeoutSecs: 60,
+    restrictedApi: {},
+  },
+  grpc: {
+    enabled: true,
+    address: "0.0.0.0",
+    port: 8001,
+    keepaliveTimeMs: 7200000,
+    keepaliveTimeoutMs: 20000,
+    keepalivePermitWithoutCalls: false,
+    http2MaxPingsWithoutData: 2,
+    maxConnections: 10000,
+    useSsl: false,
+    serverCert: "",
+    serverKey: "",
+    rootCert: "",
+    inferResponseCompressionLevel: "none",
+    restrictedProtocol: {},
+  },
+  metrics: {
+    enabled: true,
+    address: "0.0.0.0",
+    port: 8002,
+    gpu: true,
+    cpu: true,
+    intervalMs: 2000,
+    settings: [],
+  },
+  logging: { info: true, warning: true, error: true, verbose: 0, format: "default", file: "" },
+  trace: { settings: [] },
+  backends: { settings: {} },
+  sharedMemory: { allowClient: false },
+  cache: { size: 0, directory: "/opt/tritonserver/caches" },
+  rateLimit: { mode: "off", resources: [] },
 };
 
 Deno.test("no flags give Triton's defaults", () => {
   assertEquals(parse([]), DEFAULTS);
 });
 
-Deno.test("defaultOptions gives the defaults with the given repositories", () => {
-  assertEquals(defaultOptions(), DEFAULTS);
-  assertEquals(defaultOptions(["/models"]), { ...DEFAULTS, modelRepositories: ["/models"] });
+Deno.test("defaultConfig gives the defaults, and resolveConfig fills a partial configuration with them", () => {
+  assertEquals(defaultConfig(), DEFAULTS);
+  assertEquals(resolveConfig(), DEFAULTS);
+  assertEquals(
+    resolveConfig({ repository: { paths: ["/models"] }, http: { port: 0 }, grpc: { enabled: false } }),
+    {
+      ...DEFAULTS,
+      repository: { ...DEFAULTS.repository, paths: ["/models"] },
+      http: { ...DEFAULTS.http, port: 0 },
+      grpc: { ...DEFAULTS.grpc, enabled: false },
+    },
+  );
+});
+
+Deno.test("resolveConfig refuses a section or field that does not exist, and contradicting settings", () => {
+  const bad = (input: unknown, message: string) =>
+    assertThrows(() => resolveConfig(input as Parameters<typeof resolveConfig>[0]), ConfigError, { message });
+  bad(
+    { htp: { port: 1 } },
+    "Cannot configure 'htp': no such section (expected one of backends, cache, grpc, http, logging, metrics, rateLimit, repository, server, sharedMemory, trace)",
+  );
+  bad(
+    { http: { prot: 1 } },
+    "Cannot configure 'http.prot': no such field (expected one of address, bodyTimeoutSecs, enabled, headerTimeoutSecs, idleTimeoutSecs, maxConnections, maxInputSize, port, restrictedApi, threadCount)",
+  );
+  bad({ repository: { loadModels: ["a"] } }, "Flag --load-model needs --model-control-mode=explicit");
+  bad({ grpc: { useSsl: true } }, "Flag --grpc-use-ssl=true needs --grpc-server-cert and --grpc-server-key");
+});
+
+Deno.test("every field of the configuration documents its default, and the flag table gives that default", async () => {
+  const source = await Deno.readTextFile(new URL("../../server/config.ts", import.meta.url));
+  // The section each interface is: `  http: HttpSection;` in ServerConfig.
+  const sections = new Map(
+    [...source.matchAll(/^ {2}(\w+): (\w+Section);$/gm)].map((m) => [m[2]!, m[1]!] as const),
+  );
+  const documented: Record<string, Record<string, unknown>> = {};
+  for (const block of source.matchAll(/^export interface (\w+Section)[^{]*\{\n([\s\S]*?)^\}/gm)) {
+    const fields = documented[sections.get(block[1]!)!] = {} as Record<string, unknown>;
+    for (const field of block[2]!.matchAll(/@default (.*?)\s*\*\/\n {2}(\w+):/g)) {
+      fields[field[2]!] = JSON.parse(field[1]!);
+    }
+  }
+  assertEquals(documented, defaultConfig() as unknown as Record<string, Record<string, unknown>>);
 });
 
 Deno.test("--help asks for the help text", () => {
@@ -93,16 +127,16 @@ Deno.test("--help asks for the help text", () => {
 
 Deno.test("--model-repository repeats and --model-store is its alias, repositories in order", () => {
   const o = parse(["--model-repository=/a", "--model-store", "/c", "--model-repository", "/b"]);
-  assertEquals(o.modelRepositories, ["/a", "/b", "/c"]);
+  assertEquals(o.repository.paths, ["/a", "/b", "/c"]);
 });
 
 Deno.test("flags take their value as --flag=value or --flag value", () => {
   const a = parse(["--http-port=9000", "--grpc-address=127.0.0.1", "--log-format=ISO8601"]);
   const b = parse(["--http-port", "9000", "--grpc-address", "127.0.0.1", "--log-format", "ISO8601"]);
   assertEquals(a, b);
-  assertEquals(a.httpPort, 9000);
-  assertEquals(a.grpcAddress, "127.0.0.1");
-  assertEquals(a.logFormat, "ISO8601");
+  assertEquals(a.http.port, 9000);
+  assertEquals(a.grpc.address, "127.0.0.1");
+  assertEquals(a.logging.format, "ISO8601");
 });
 
 Deno.test("integer flags are parsed", () => {
@@ -123,33 +157,33 @@ Deno.test("integer flags are parsed", () => {
     "--http-idle-timeout-secs=0",
     "--http-body-timeout-secs=120",
   ]);
-  assertEquals(o.grpcPort, 0);
-  assertEquals(o.metricsPort, 65535);
-  assertEquals(o.repositoryPollSecs, 0);
-  assertEquals(o.exitTimeoutSecs, 5);
-  assertEquals(o.logVerbose, 2);
-  assertEquals(o.httpMaxInputSize, 1024);
-  assertEquals(o.grpcKeepaliveTimeMs, 1000);
-  assertEquals(o.grpcKeepaliveTimeoutMs, 500);
-  assertEquals(o.grpcHttp2MaxPingsWithoutData, 0);
-  assertEquals(o.metricsIntervalMs, 100);
-  assertEquals(o.httpThreadCount, 4);
-  assertEquals(o.httpMaxConnections, 0);
-  assertEquals(o.httpHeaderTimeoutSecs, 5);
-  assertEquals(o.httpIdleTimeoutSecs, 0);
-  assertEquals(o.httpBodyTimeoutSecs, 120);
+  assertEquals(o.grpc.port, 0);
+  assertEquals(o.metrics.port, 65535);
+  assertEquals(o.repository.pollSecs, 0);
+  assertEquals(o.server.exitTimeoutSecs, 5);
+  assertEquals(o.logging.verbose, 2);
+  assertEquals(o.http.maxInputSize, 1024);
+  assertEquals(o.grpc.keepaliveTimeMs, 1000);
+  assertEquals(o.grpc.keepaliveTimeoutMs, 500);
+  assertEquals(o.grpc.http2MaxPingsWithoutData, 0);
+  assertEquals(o.metrics.intervalMs, 100);
+  assertEquals(o.http.threadCount, 4);
+  assertEquals(o.http.maxConnections, 0);
+  assertEquals(o.http.headerTimeoutSecs, 5);
+  assertEquals(o.http.idleTimeoutSecs, 0);
+  assertEquals(o.http.bodyTimeoutSecs, 120);
 });
 
 Deno.test("boolean flags take true/false, 1/0, yes/no, on/off in any case", () => {
-  assertEquals(parse(["--strict-readiness=false"]).strictReadiness, false);
-  assertEquals(parse(["--strict-readiness", "0"]).strictReadiness, false);
-  assertEquals(parse(["--exit-on-error=FALSE"]).exitOnError, false);
-  assertEquals(parse(["--exit-on-error=no"]).exitOnError, false);
-  assertEquals(parse(["--allow-grpc=off"]).allowGrpc, false);
-  assertEquals(parse(["--allow-client-shm=true"]).allowClientShm, true);
-  assertEquals(parse(["--allow-client-shm=1"]).allowClientShm, true);
-  assertEquals(parse(["--allow-client-shm=Yes"]).allowClientShm, true);
-  assertEquals(parse(["--allow-client-shm=on"]).allowClientShm, true);
+  assertEquals(parse(["--strict-readiness=false"]).server.strictReadiness, false);
+  assertEquals(parse(["--strict-readiness", "0"]).server.strictReadiness, false);
+  assertEquals(parse(["--exit-on-error=FALSE"]).server.exitOnError, false);
+  assertEquals(parse(["--exit-on-error=no"]).server.exitOnError, false);
+  assertEquals(parse(["--allow-grpc=off"]).grpc.enabled, false);
+  assertEquals(parse(["--allow-client-shm=true"]).sharedMemory.allowClient, true);
+  assertEquals(parse(["--allow-client-shm=1"]).sharedMemory.allowClient, true);
+  assertEquals(parse(["--allow-client-shm=Yes"]).sharedMemory.allowClient, true);
+  assertEquals(parse(["--allow-client-shm=on"]).sharedMemory.allowClient, true);
   const o = parse([
     "--allow-http=false",
     "--allow-metrics=0",
@@ -162,25 +196,25 @@ Deno.test("boolean flags take true/false, 1/0, yes/no, on/off in any case", () =
   ]);
   assertEquals(
     [
-      o.allowHttp,
-      o.allowMetrics,
-      o.allowGpuMetrics,
-      o.allowCpuMetrics,
-      o.logInfo,
-      o.logWarning,
-      o.logError,
-      o.grpcKeepalivePermitWithoutCalls,
+      o.http.enabled,
+      o.metrics.enabled,
+      o.metrics.gpu,
+      o.metrics.cpu,
+      o.logging.info,
+      o.logging.warning,
+      o.logging.error,
+      o.grpc.keepalivePermitWithoutCalls,
     ],
     [false, false, false, false, false, false, false, true],
   );
 });
 
 Deno.test("--model-control-mode takes none, poll or explicit, and --load-model repeats in explicit mode", () => {
-  assertEquals(parse(["--model-control-mode=poll"]).modelControlMode, "poll");
+  assertEquals(parse(["--model-control-mode=poll"]).repository.controlMode, "poll");
   const o = parse(["--model-control-mode=explicit", "--load-model=a", "--load-model", "b"]);
-  assertEquals(o.modelControlMode, "explicit");
-  assertEquals(o.loadModels, ["a", "b"]);
-  assertEquals(parse(["--model-control-mode=explicit", "--load-model=*"]).loadModels, ["*"]);
+  assertEquals(o.repository.controlMode, "explicit");
+  assertEquals(o.repository.loadModels, ["a", "b"]);
+  assertEquals(parse(["--model-control-mode=explicit", "--load-model=*"]).repository.loadModels, ["*"]);
 });
 
 Deno.test("--backend-config parses <backend>,<key>=<value> and global <key>=<value>", () => {
@@ -191,7 +225,7 @@ Deno.test("--backend-config parses <backend>,<key>=<value> and global <key>=<val
     "--backend-config=backend-directory=/opt/backends",
     "--backend-config=onnxruntime,empty=",
   ]);
-  assertEquals(o.backendConfig, {
+  assertEquals(o.backends.settings, {
     onnxruntime: { "default-max-batch-size": "8", "enable-global-threadpool": "1", empty: "" },
     python: { "shm-default-byte-size": "a=b" },
     "": { "backend-directory": "/opt/backends" },
@@ -200,13 +234,13 @@ Deno.test("--backend-config parses <backend>,<key>=<value> and global <key>=<val
 
 Deno.test("a later --backend-config for the same key wins", () => {
   const o = parse(["--backend-config=onnxruntime,k=1", "--backend-config=onnxruntime,k=2"]);
-  assertEquals(o.backendConfig, { onnxruntime: { k: "2" } });
+  assertEquals(o.backends.settings, { onnxruntime: { k: "2" } });
 });
 
 Deno.test("--disable-auto-complete-config and --strict-model-config=true turn auto-complete off", () => {
-  assertEquals(parse(["--disable-auto-complete-config"]).autoCompleteConfig, false);
-  assertEquals(parse(["--strict-model-config=true"]).autoCompleteConfig, false);
-  assertEquals(parse(["--strict-model-config=false"]).autoCompleteConfig, true);
+  assertEquals(parse(["--disable-auto-complete-config"]).repository.autoCompleteConfig, false);
+  assertEquals(parse(["--strict-model-config=true"]).repository.autoCompleteConfig, false);
+  assertEquals(parse(["--strict-model-config=false"]).repository.autoCompleteConfig, true);
 });
 
 Deno.test("--metrics-config and --trace-config collect their entries", () => {
@@ -215,8 +249,8 @@ Deno.test("--metrics-config and --trace-config collect their entries", () => {
     "--trace-config=rate=100",
     "--trace-config=triton,file=/tmp/t.json",
   ]);
-  assertEquals(o.metricsConfig, ["summary_latencies=true"]);
-  assertEquals(o.traceConfig, ["rate=100", "triton,file=/tmp/t.json"]);
+  assertEquals(o.metrics.settings, ["summary_latencies=true"]);
+  assertEquals(o.trace.settings, ["rate=100", "triton,file=/tmp/t.json"]);
 });
 
 Deno.test("TLS flags are taken when --grpc-use-ssl has a certificate and key", () => {
@@ -226,7 +260,7 @@ Deno.test("TLS flags are taken when --grpc-use-ssl has a certificate and key", (
     "--grpc-server-key=k.pem",
     "--grpc-root-cert=r",
   ]);
-  assertEquals([o.grpcUseSsl, o.grpcServerCert, o.grpcServerKey, o.grpcRootCert], [
+  assertEquals([o.grpc.useSsl, o.grpc.serverCert, o.grpc.serverKey, o.grpc.rootCert], [
     true,
     "c.pem",
     "k.pem",
@@ -342,14 +376,14 @@ Deno.test("the help text lists every flag with its default", () => {
 
 Deno.test("every flag's default parses as its kind", () => {
   for (const [name, spec] of Object.entries(FLAGS)) {
-    if (spec.default === undefined || spec.kind === "flag" || spec.kind === "list") continue;
+    if (spec.kind === "flag" || spec.kind === "list" || spec.default === undefined) continue;
     parse([`--${name}=${spec.default}`]);
   }
 });
 
 Deno.test("--http-thread-count takes auto or a number from 1 to 256", () => {
-  assertEquals(parse(["--http-thread-count=auto"]).httpThreadCount, 0);
-  assertEquals(parse(["--http-thread-count=256"]).httpThreadCount, 256);
+  assertEquals(parse(["--http-thread-count=auto"]).http.threadCount, 0);
+  assertEquals(parse(["--http-thread-count=256"]).http.threadCount, 256);
   fails(
     ["--http-thread-count=0"],
     "Bad value '0' for --http-thread-count: expected 'auto' or a number from 1 to 256",
@@ -376,12 +410,12 @@ Deno.test("--http-restricted-api and --grpc-restricted-protocol map each API gro
     "--http-restricted-api=inference:infer-key=i",
     "--grpc-restricted-protocol=health, metadata ,trace,logging,statistics,model-config:k=v",
   ]);
-  assertEquals(o.httpRestrictedApi, {
+  assertEquals(o.http.restrictedApi, {
     "model-repository": { key: "admin-key", value: "a:b=c" },
     "shared-memory": { key: "admin-key", value: "a:b=c" },
     inference: { key: "infer-key", value: "i" },
   });
-  assertEquals(o.grpcRestrictedProtocol, {
+  assertEquals(o.grpc.restrictedProtocol, {
     health: { key: "k", value: "v" },
     metadata: { key: "k", value: "v" },
     trace: { key: "k", value: "v" },
@@ -475,5 +509,5 @@ Deno.test("every HTTP endpoint and gRPC method belongs to Triton's API group", (
 
 Deno.test("cloud model repositories are taken as given", () => {
   const repos = ["s3://127.0.0.1:9000/bucket/models", "gs://bucket/models", "as://account/container/models"];
-  assertEquals(parse(repos.map((r) => `--model-repository=${r}`)).modelRepositories, repos);
+  assertEquals(parse(repos.map((r) => `--model-repository=${r}`)).repository.paths, repos);
 });

@@ -5,7 +5,8 @@
  */
 
 import { assertEquals, assertThrows } from "../assert.ts";
-import { CliError, parseCommandLine, type ServerOptions } from "../../server/cli.ts";
+import { CliError, parseCommandLine } from "../../server/cli.ts";
+import type { ServerConfig } from "../../server/config.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { Tensor } from "../../server/core/types.ts";
 import type { ValidatedRequest } from "../../server/core/validate.ts";
@@ -219,16 +220,16 @@ Deno.test("unregistering instances recomputes the default copies", () => {
 });
 
 Deno.test("--rate-limit and --rate-limit-resource parse Triton's forms and name bad values", () => {
-  const parse = (args: string[]) => parseCommandLine(args) as ServerOptions;
-  assertEquals([parse([]).rateLimit, parse([]).rateLimitResources], ["off", []]);
+  const parse = (args: string[]) => parseCommandLine(args) as ServerConfig;
+  assertEquals([parse([]).rateLimit.mode, parse([]).rateLimit.resources], ["off", []]);
   const o = parse([
     "--rate-limit=EXECUTION_COUNT",
     "--rate-limit-resource=R1:10",
     "--rate-limit-resource=R2:5:0",
     "--rate-limit-resource=R2:8:1",
   ]);
-  assertEquals(o.rateLimit, "execution_count");
-  assertEquals(o.rateLimitResources, [
+  assertEquals(o.rateLimit.mode, "execution_count");
+  assertEquals(o.rateLimit.resources, [
     { name: "R1", count: 10 },
     { name: "R2", count: 5, device: 0 },
     { name: "R2", count: 8, device: 1 },

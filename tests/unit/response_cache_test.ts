@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { CliError, parseCommandLine, type ServerOptions } from "../../server/cli.ts";
+import { CliError, parseCommandLine } from "../../server/cli.ts";
+import type { ServerConfig } from "../../server/config.ts";
 import { entryBytes, ResponseCache } from "../../server/cache/response_cache.ts";
 import type { InferResponse, RequestedOutput, Tensor } from "../../server/core/types.ts";
 import type { ValidatedRequest } from "../../server/core/validate.ts";
@@ -111,13 +112,13 @@ Deno.test("a stored response is a copy: changing the original afterwards does no
 });
 
 Deno.test("--cache-config=local,size=N and the deprecated --response-cache-byte-size set the cache size", () => {
-  const size = (args: string[]) => (parseCommandLine(args) as ServerOptions).responseCacheSize;
+  const size = (args: string[]) => (parseCommandLine(args) as ServerConfig).cache.size;
   assert.equal(size([]), 0);
   assert.equal(size(["--cache-config=local,size=1048576"]), 1048576);
   assert.equal(size(["--response-cache-byte-size=4096"]), 4096);
-  assert.equal((parseCommandLine([]) as ServerOptions).cacheDirectory, "/opt/tritonserver/caches");
+  assert.equal((parseCommandLine([]) as ServerConfig).cache.directory, "/opt/tritonserver/caches");
   assert.equal(
-    (parseCommandLine(["--cache-directory=/srv/caches"]) as ServerOptions).cacheDirectory,
+    (parseCommandLine(["--cache-directory=/srv/caches"]) as ServerConfig).cache.directory,
     "/srv/caches",
   );
   const bad: [string[], string][] = [
