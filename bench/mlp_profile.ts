@@ -5,7 +5,7 @@
  * functions and files with the most self time, beside the point's throughput, mean batch and CPU per inference.
  *
  * Usage: `deno run -A bench/mlp_profile.ts [--model=mlp] [--duration=4] [--top=40] [--out=FILE.cpuprofile]
- * [-- server flags...]`.
+ * [--models=REPOSITORY] [-- server flags...]`.
  * @module
  */
 
@@ -17,7 +17,7 @@ import type { LoadReport, LoadSpec } from "./mlp_load.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-let model = "mlp", durationS = 4, top = 40, out = "";
+let model = "mlp", durationS = 4, top = 40, out = "", models = `${ROOT}bench/models`;
 const serverArgs: string[] = [];
 let rest = false;
 for (const arg of Deno.args) {
@@ -31,12 +31,13 @@ for (const arg of Deno.args) {
   else if (k === "--duration") durationS = Number(v);
   else if (k === "--top") top = Number(v);
   else if (k === "--out") out = v!;
+  else if (k === "--models") models = v!;
   else throw new Error(`Cannot parse '${arg}': unknown flag`);
 }
 
 const inspector = `127.0.0.1:${freePort()}`;
 const server = await startChildServer([`--inspect=${inspector}`], [
-  `--model-repository=${ROOT}bench/models`,
+  `--model-repository=${models}`,
   ...serverArgs,
 ]);
 try {

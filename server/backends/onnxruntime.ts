@@ -521,9 +521,12 @@ class InputBuffers {
     return this.#lent.has(view.buffer as ArrayBuffer);
   }
 
-  /** Takes a buffer back; the largest ones are kept. */
+  /**
+   * Takes a buffer back (one it lent, or what a worker gave back for one: a new object over the same memory);
+   * the largest ones are kept.
+   */
   give(name: string, buffer: ArrayBuffer): void {
-    if (!this.#lent.has(buffer) || buffer.detached) return;
+    if (buffer.detached) return;
     const list = this.#free.get(name) ?? [];
     list.push(buffer);
     list.sort((a, b) => b.byteLength - a.byteLength);
