@@ -353,9 +353,9 @@ export function mlpMarkdown(r: MlpResult): string {
     .sort((x, y) => y[1] - x[1])
     .map(([name, s]) => `${name} ${f((100 * s) / b.seconds)}% (${f(perInference(s, b))} µs/infer)`)
     .join(", ");
-  const errors = [b, r.batchedTwoThreads, r.batchedMainThread, r.unbatched, r.bare].filter((p) => p.load.firstError).map((p) =>
-    `\n${p.model}: first error: ${p.load.firstError}`
-  ).join("");
+  const errors = [b, r.batchedTwoThreads, r.batchedMainThread, r.unbatched, r.bare].filter((p) =>
+    p.load.firstError
+  ).map((p) => `\n${p.model}: first error: ${p.load.firstError}`).join("");
   const x = (rate: number) => `${f(rate)} inferences/s, ${(rate / base).toFixed(2)}×`;
   const combined = 1 / (1 / base + 1 / Math.max(1, r.bare.load.rate));
   return `## Batching: MLP 784-1024-1024-10
@@ -397,7 +397,9 @@ the same requests from the same load generator and answers fixed bytes, ${
 same cores, so together they reach at most 1 / (1/raw + 1/bare) = **${f(combined)} inferences/s**. dinfer with
 dynamic batching: **${(b.load.rate / combined).toFixed(2)}** of it (target ≥ 0.8: ${
     b.load.rate / combined >= 0.8 ? "met" : "**not met**"
-  }); with two HTTP threads: **${(r.batchedTwoThreads.load.rate / combined).toFixed(2)}**; with the instance on
+  }); with two HTTP threads: **${
+    (r.batchedTwoThreads.load.rate / combined).toFixed(2)
+  }**; with the instance on
 the main thread (\`--backend-config=onnxruntime,instance-thread=main\`, the default before instances of
 dynamic-batching models got a worker thread): **${(r.batchedMainThread.load.rate / combined).toFixed(2)}**.
 

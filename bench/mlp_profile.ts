@@ -63,7 +63,9 @@ try {
   const profile = await profiler.stop();
   const result = await load;
   const text = new TextDecoder().decode(result.stdout).trim();
-  if (!text.startsWith("{")) throw new Error(`The load process failed: ${new TextDecoder().decode(result.stderr)}`);
+  if (!text.startsWith("{")) {
+    throw new Error(`The load process failed: ${new TextDecoder().decode(result.stderr)}`);
+  }
   const report = JSON.parse(text) as LoadReport;
   if (out) await Deno.writeTextFile(out, JSON.stringify(profile));
   const s = summarizeProfile(profile);
@@ -76,7 +78,9 @@ try {
     }), threads ${
       Object.entries(report.cpu.serverThreads).map(([k, v]) => `${k} ${(1e6 * v / n).toFixed(1)}`).join(", ")
     }, load ${(1e6 * report.cpu.load / n).toFixed(1)} µs/req, errors ${report.load.errors}, ` +
-      `other CPU ${(100 * (report.cpu.machine - report.cpu.server - report.cpu.load) / durationS).toFixed(0)}%`,
+      `other CPU ${
+        (100 * (report.cpu.machine - report.cpu.server - report.cpu.load) / durationS).toFixed(0)
+      }%`,
   );
   console.log(`profile: wall ${s.wallMs.toFixed(0)} ms, busy ${s.busyMs.toFixed(0)} ms`);
   console.log("\nself%  total%  function");

@@ -619,7 +619,11 @@ class WorkerRunner implements SessionRunner {
       if (!this.#buffers.owns(data)) {
         const bytes = this.#buffers.take(f.name, data.byteLength);
         bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-        const ctor = data.constructor as new (b: ArrayBuffer, offset: number, length: number) => ArrayBufferView;
+        const ctor = data.constructor as new (
+          b: ArrayBuffer,
+          offset: number,
+          length: number,
+        ) => ArrayBufferView;
         const per = (data as unknown as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
         data = new ctor(bytes.buffer as ArrayBuffer, 0, data.byteLength / per);
       }

@@ -402,7 +402,11 @@ Deno.test("instances on worker threads compute the same results and run at the s
 });
 
 /** Fills a buffer the instance lends with the given floats. */
-function lent(instance: { inputBuffer?: (name: string, n: number) => Uint8Array }, name: string, v: Uint8Array) {
+function lent(
+  instance: { inputBuffer?: (name: string, n: number) => Uint8Array },
+  name: string,
+  v: Uint8Array,
+) {
   const buf = instance.inputBuffer!(name, v.byteLength);
   buf.set(v);
   return buf;
