@@ -7,6 +7,7 @@ import {
   instanceThread,
   onnxRuntimeBackend,
   sessionOptions,
+  WORKER_MIN_MODEL_BYTES,
 } from "../../server/backends/onnxruntime.ts";
 import type { InstanceContext } from "../../server/backends/backend.ts";
 import { bytesOf } from "../../server/core/dtypes.ts";
@@ -450,12 +451,15 @@ Deno.test("an instance on the main thread reuses the input buffers it lends once
 Deno.test("instance_thread comes from the config parameter, then the backend config, and is checked", () => {
   const config = addSubConfig();
   assertEquals(instanceThread(config, {}), "main");
-  // Dynamic batching means many requests in flight: the instance gets a thread of its own by default.
-  assertEquals(instanceThread({ ...config, max_batch_size: 8, dynamic_batching: {} }, {}), "worker");
-  assertEquals(
-    instanceThread({ ...config, max_batch_size: 8, dynamic_batching: {} }, { "instance-thread": "main" }),
-    "main",
-  );
+  // Dynamic batching means many requests in flight: the instance of a model big enough that a run outweighs
+  // the hop gets a thread of its own by default.
+  const batching = { ...config, max_batch_size: 8, dynamic_batching: {} };
+  assertEquals(instanceThread(batching, {}, WORKER_MIN_MODEL_BYTES), "worker");
+  assertEquals(instanceThread(batching, {}, WORKER_MIN_MODEL_BYTES - 1), "main");
+  assertEquals(instanceThread({ ...batching, max_batch_size: 1 }, {}, WORKER_MIN_MODEL_BYTES), "main");
+  assertEquals(instanceThread(config, {}, WORKER_MIN_MODEL_BYTES), "main");
+  assertEquals(instanceThread(batching, { "instance-thread": "main" }, WORKER_MIN_MODEL_BYTES), "main");
+  assertEquals(WORKER_MIN_MODEL_BYTES, 1048576);
   assertEquals(instanceThread(config, { "instance-thread": "worker" }), "worker");
   config.parameters = { instance_thread: { string_value: "main" } };
   assertEquals(instanceThread(config, { "instance-thread": "worker" }), "main");
