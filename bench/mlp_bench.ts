@@ -69,6 +69,11 @@ export interface MlpResult {
   unbatched: MlpPoint;
   /** The same load with the server's HTTP side on two threads (`--http-thread-count=2`). */
   batchedTwoThreads: MlpPoint;
+  /**
+   * The same load with the instance on the server's main thread (`--backend-config=onnxruntime,
+   * instance-thread=main`), as dynamic-batching models ran before they got a worker thread by default.
+   */
+  batchedMainThread: MlpPoint;
   /** The bare exchange (bench/mlp_bare_server.ts): the same requests answered with fixed bytes, no model. */
   bare: MlpPoint;
   /** The bare HTTP exchange: the same server answering empty `GET /v2/health/live` requests. */
@@ -242,6 +247,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
   const expected = await expectedLogits();
   const server = await startServer();
   let batched: MlpPoint, unbatched: MlpPoint, empty: EmptyPoint, batchedTwoThreads: MlpPoint, bare: MlpPoint;
+  let batchedMainThread: MlpPoint;
   const runOn = (s: ChildServer, model: string) =>
     leastDisturbed(
       () => loadOnce(s, { model, connections: CONNECTIONS, durationS, warmupS, expected }),
@@ -259,6 +265,12 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     batchedTwoThreads = await runOn(twoThreads, "mlp");
   } finally {
     await twoThreads.stop();
+  }
+  const mainThread = await startServer(["--backend-config=onnxruntime,instance-thread=main"]);
+  try {
+    batchedMainThread = await runOn(mainThread, "mlp");
+  } finally {
+    await mainThread.stop();
   }
   const bareServer = await startServer([], "bench/mlp_bare_server.ts");
   try {
@@ -278,6 +290,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     batched,
     unbatched,
     batchedTwoThreads,
+    batchedMainThread,
     bare,
     empty,
     connections: CONNECTIONS,
@@ -328,10 +341,9 @@ export function mlpMarkdown(r: MlpResult): string {
   const cores = r.cores;
   const server = perInference(b.cpu.server, b);
   const main = perInference(b.cpu.serverMain, b);
-  // ONNX Runtime runs part of each run on the calling thread: in-process, at the server's batch size, that part
-  // is the caller's CPU per inference; what the main thread spends beyond it is the server's own work.
-  const callerShare = (r.inProcessAtServerBatch ?? best).callerUsPerInference;
-  const mainRest = Math.max(0, main - callerShare);
+  // The instance of a dynamic-batching model runs on a worker thread of its own: everything the main thread
+  // spends is the server's own work.
+  const mainRest = main;
   const load = perInference(b.cpu.load, b);
   const compute = best.cpuUsPerInference;
   const budget = (cores * 1e6) / (TARGET * base);
@@ -341,9 +353,9 @@ export function mlpMarkdown(r: MlpResult): string {
     .sort((x, y) => y[1] - x[1])
     .map(([name, s]) => `${name} ${f((100 * s) / b.seconds)}% (${f(perInference(s, b))} µs/infer)`)
     .join(", ");
-  const errors = [b, r.batchedTwoThreads, r.unbatched, r.bare].filter((p) => p.load.firstError).map((p) =>
-    `\n${p.model}: first error: ${p.load.firstError}`
-  ).join("");
+  const errors = [b, r.batchedTwoThreads, r.batchedMainThread, r.unbatched, r.bare].filter((p) =>
+    p.load.firstError
+  ).map((p) => `\n${p.model}: first error: ${p.load.firstError}`).join("");
   const x = (rate: number) => `${f(rate)} inferences/s, ${(rate / base).toFixed(2)}×`;
   const combined = 1 / (1 / base + 1 / Math.max(1, r.bare.load.rate));
   return `## Batching: MLP 784-1024-1024-10
@@ -371,6 +383,7 @@ it; a point above ${DISTURBED_PCT}% is measured again, up to 3 times, and the le
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 ${row("mlp (dynamic batching)", b)}
 ${row("mlp, 2 HTTP threads", r.batchedTwoThreads)}
+${row("mlp, instance on the main thread", r.batchedMainThread)}
 ${row("mlp_nobatch", r.unbatched)}
 ${row("bare exchange (no model)", r.bare)}
 ${errors}
@@ -384,7 +397,11 @@ the same requests from the same load generator and answers fixed bytes, ${
 same cores, so together they reach at most 1 / (1/raw + 1/bare) = **${f(combined)} inferences/s**. dinfer with
 dynamic batching: **${(b.load.rate / combined).toFixed(2)}** of it (target ≥ 0.8: ${
     b.load.rate / combined >= 0.8 ? "met" : "**not met**"
-  }); with two HTTP threads: **${(r.batchedTwoThreads.load.rate / combined).toFixed(2)}**.
+  }); with two HTTP threads: **${
+    (r.batchedTwoThreads.load.rate / combined).toFixed(2)
+  }**; with the instance on
+the main thread (\`--backend-config=onnxruntime,instance-thread=main\`, the default before instances of
+dynamic-batching models got a worker thread): **${(r.batchedMainThread.load.rate / combined).toFixed(2)}**.
 
 Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.toFixed(2)}×** — ${
     ratio >= TARGET ? "met" : "**not met**"
@@ -392,11 +409,9 @@ Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.
 
 **Where the cores go** (dynamic batching). The machine was ${f(used)}% busy of ${cores * 100}%${
     otherPct(b) > DISTURBED_PCT ? ` (disturbed: other processes used ${f(otherPct(b))}%, read with care)` : ""
-  }. Per answered request, the server's main thread spent ${f(main)} µs: about ${
-    f(callerShare)
-  } µs of it is ONNX Runtime's work on the calling thread (what the calling thread spends per inference
-in-process), the other ${f(mainRest)} µs is the server's own (HTTP, decoding, validation, batching,
-answering). The instance was executing a batch ${
+  }. Per answered request, the server's main thread spent ${f(main)} µs, all of it the server's own
+(HTTP, decoding, validation, batching, answering): the instance runs ONNX Runtime on a worker thread of its own
+(the "worker-N" thread below, with the pool threads it starts). The instance was executing a batch ${
     f((100 * b.executionSeconds) / b.seconds)
   }% of the time (wall clock). The server's other threads: ${threads || "none"}. The load generator: ${
     f(load)
@@ -436,8 +451,7 @@ answering). The instance was executing a batch ${
   }.
 - One event loop: the server's main thread serves every request, so its ${
     f(mainRest)
-  } µs per request outside ONNX
-  Runtime alone cap it at ${x(1e6 / Math.max(1, mainRest))}, on any number of cores.
+  } µs per request alone cap it at ${x(1e6 / Math.max(1, mainRest))}, on any number of cores.
 `;
 }
 

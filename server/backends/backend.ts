@@ -70,6 +70,14 @@ export interface BackendInstance {
    * the next one early, so that it finds it waiting when it finishes the one before.
    */
   readonly pipelineDepth?: number;
+  /**
+   * Optional: a buffer of exactly `byteLength` bytes for the scheduler to concatenate one batched input into
+   * (not BYTES). The instance keeps such buffers for later batches and hands them to its runtime without a copy;
+   * the scheduler passes the filled buffer to the next `execute` and keeps no reference to it after that.
+   * @param name the input
+   * @param byteLength its size in bytes
+   */
+  inputBuffer?(name: string, byteLength: number): Uint8Array;
   /** Frees the instance's runtime resources. */
   close(): Promise<void>;
 }

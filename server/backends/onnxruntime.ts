@@ -25,7 +25,7 @@ import {
 import type { Tensor } from "../core/types.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
 import { initializerTypes } from "./onnx_proto.ts";
-import type { WorkerReply, WorkerRequest } from "./onnxruntime_worker.ts";
+import type { WorkerReply, WorkerRequest, WorkerValueMetadata } from "./onnxruntime_worker.ts";
 
 const TO_ORT: Partial<Record<Datatype, ort.Tensor.Type>> = {
   BOOL: "bool",
@@ -340,6 +340,8 @@ interface OrtValue {
 /** Runs a session: in this thread, or on a worker thread of its own. */
 interface SessionRunner extends ModelIo {
   readonly inputNames: readonly string[];
+  /** Lends a buffer for a batched input (see BackendInstance.inputBuffer), where the runner reuses them. */
+  inputBuffer?(name: string, byteLength: number): Uint8Array;
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
   close(): Promise<void>;
 }
@@ -448,11 +450,15 @@ class NativeRunner implements SessionRunner {
   readonly inputNames: readonly string[];
   readonly inputMetadata: readonly ort.InferenceSession.ValueMetadata[];
   readonly outputMetadata: readonly ort.InferenceSession.ValueMetadata[];
+  #buffers = new InputBuffers();
   constructor(session: NativeSession) {
     this.#session = session;
     this.inputNames = session.inputMetadata.map((m) => m.name);
     this.inputMetadata = session.inputMetadata.map(fromNativeMetadata);
     this.outputMetadata = session.outputMetadata.map(fromNativeMetadata);
+  }
+  inputBuffer(name: string, byteLength: number): Uint8Array {
+    return this.#buffers.take(name, byteLength);
   }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     try {
@@ -460,7 +466,17 @@ class NativeRunner implements SessionRunner {
       for (const f of feeds) input[f.name] = { type: f.type, dims: f.dims, location: "cpu", data: f.data };
       const want: Record<string, null> = {};
       for (const name of fetches) want[name] = null;
-      const results = this.#session.run(input, want, {});
+      let results: Record<string, ort.Tensor>;
+      try {
+        results = this.#session.run(input, want, {});
+      } finally {
+        // The run is over (it is synchronous): the batch's input buffers serve the next batch.
+        for (const f of feeds) {
+          if (ArrayBuffer.isView(f.data) && this.#buffers.owns(f.data)) {
+            this.#buffers.give(f.name, f.data.buffer as ArrayBuffer);
+          }
+        }
+      }
       return Promise.resolve(fetches.map((name) => {
         const v = results[name];
         if (!v) throw new Error(`no output '${name}'`);
@@ -476,15 +492,66 @@ class NativeRunner implements SessionRunner {
   }
 }
 
-/** A session on a worker thread of its own, so that instances of a model run truly at the same time. */
+/**
+ * Buffers for one instance's batched inputs, by input name: the scheduler concatenates a batch straight into one
+ * (BackendInstance.inputBuffer) and gets it back for a later batch once the run is over, so that a batch
+ * allocates nothing for its inputs.
+ */
+class InputBuffers {
+  /** Free buffers kept per input: one being filled while one runs. */
+  static readonly KEEP = 2;
+  #free = new Map<string, ArrayBuffer[]>();
+  #lent = new WeakSet<ArrayBuffer>();
+
+  /** A view of exactly `byteLength` bytes at the start of a free buffer (or a new one). */
+  take(name: string, byteLength: number): Uint8Array {
+    const list = this.#free.get(name);
+    let buffer: ArrayBuffer | undefined;
+    if (list) {
+      const i = list.findIndex((b) => b.byteLength >= byteLength);
+      if (i >= 0) buffer = list.splice(i, 1)[0];
+    }
+    buffer ??= new ArrayBuffer(byteLength);
+    this.#lent.add(buffer);
+    return new Uint8Array(buffer, 0, byteLength);
+  }
+
+  /** Whether a view lies in a buffer this pool lent (and may be handed on without a copy). */
+  owns(view: ArrayBufferView): boolean {
+    return this.#lent.has(view.buffer as ArrayBuffer);
+  }
+
+  /**
+   * Takes a buffer back (one it lent, or what a worker gave back for one: a new object over the same memory);
+   * the largest ones are kept.
+   */
+  give(name: string, buffer: ArrayBuffer): void {
+    if (buffer.detached) return;
+    const list = this.#free.get(name) ?? [];
+    list.push(buffer);
+    list.sort((a, b) => b.byteLength - a.byteLength);
+    if (list.length > InputBuffers.KEEP) list.length = InputBuffers.KEEP;
+    this.#free.set(name, list);
+  }
+}
+
+/**
+ * A session on a worker thread of its own: the main thread goes on reading and answering requests while the
+ * worker runs a batch, and instances of a model run truly at the same time. Inputs cross in buffers of
+ * InputBuffers, transferred (not copied) and given back with the reply; outputs are transferred back.
+ */
 class WorkerRunner implements SessionRunner {
   #worker: Worker;
   #inputNames: string[] = [];
   #inputMetadata: ort.InferenceSession.ValueMetadata[] = [];
   #outputMetadata: ort.InferenceSession.ValueMetadata[] = [];
   #nextId = 0;
-  #pending = new Map<number, { resolve: (v: OrtValue[]) => void; reject: (e: Error) => void }>();
+  #pending = new Map<
+    number,
+    { resolve: (v: OrtValue[]) => void; reject: (e: Error) => void; names: string[] }
+  >();
   #closed: (() => void) | undefined;
+  #buffers = new InputBuffers();
 
   private constructor(worker: Worker) {
     this.#worker = worker;
@@ -504,9 +571,9 @@ class WorkerRunner implements SessionRunner {
       worker.onmessage = (e: MessageEvent<WorkerReply>) => {
         const msg = e.data;
         if (msg.op === "opened") {
-          runner.#inputNames = msg.inputNames;
-          runner.#inputMetadata = msg.inputMetadata;
-          runner.#outputMetadata = msg.outputMetadata;
+          runner.#inputNames = msg.inputMetadata.map((m) => m.name);
+          runner.#inputMetadata = msg.inputMetadata.map(fromWorkerMetadata);
+          runner.#outputMetadata = msg.outputMetadata.map(fromWorkerMetadata);
           resolve(runner);
         } else if (msg.op === "error" && msg.id === -1) {
           worker.terminate();
@@ -514,6 +581,7 @@ class WorkerRunner implements SessionRunner {
         } else if (msg.op === "result" || msg.op === "error") {
           const p = runner.#pending.get(msg.id);
           runner.#pending.delete(msg.id);
+          msg.buffers.forEach((b, i) => b && p && runner.#buffers.give(p.names[i]!, b));
           if (msg.op === "result") p?.resolve(msg.outputs as OrtValue[]);
           else p?.reject(new Error(msg.message));
         } else if (msg.op === "closed") {
@@ -536,21 +604,36 @@ class WorkerRunner implements SessionRunner {
     return this.#outputMetadata;
   }
 
+  inputBuffer(name: string, byteLength: number): Uint8Array {
+    return this.#buffers.take(name, byteLength);
+  }
+
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     const id = this.#nextId++;
-    // Compact copies cross to the worker (transferred); the request's own buffers stay untouched.
-    const compact = feeds.map((f) => ({
-      ...f,
-      data: ArrayBuffer.isView(f.data) ? copyView(f.data) : f.data,
-    }));
-    const transfer = compact.map((
-      f,
-    ) => (ArrayBuffer.isView(f.data) ? f.data.buffer as ArrayBuffer : undefined))
-      .filter((b): b is ArrayBuffer => b !== undefined);
+    const transfer: ArrayBuffer[] = [];
+    const sent = feeds.map((f) => {
+      if (!ArrayBuffer.isView(f.data)) return f;
+      let data = f.data;
+      // A buffer the scheduler filled from InputBuffers crosses as it is; anything else (a request's own
+      // buffer) is copied into one first and stays untouched.
+      if (!this.#buffers.owns(data)) {
+        const bytes = this.#buffers.take(f.name, data.byteLength);
+        bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+        const ctor = data.constructor as new (
+          b: ArrayBuffer,
+          offset: number,
+          length: number,
+        ) => ArrayBufferView;
+        const per = (data as unknown as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
+        data = new ctor(bytes.buffer as ArrayBuffer, 0, data.byteLength / per);
+      }
+      if (!transfer.includes(data.buffer as ArrayBuffer)) transfer.push(data.buffer as ArrayBuffer);
+      return { ...f, data };
+    });
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
+      this.#pending.set(id, { resolve, reject, names: feeds.map((f) => f.name) });
       this.#worker.postMessage(
-        { op: "run", id, feeds: compact, fetches: [...fetches] } satisfies WorkerRequest,
+        { op: "run", id, feeds: sent, fetches: [...fetches] } satisfies WorkerRequest,
         transfer,
       );
     });
@@ -564,10 +647,10 @@ class WorkerRunner implements SessionRunner {
   }
 }
 
-function copyView(v: ArrayBufferView): ArrayBufferView {
-  const ctor = v.constructor as new (buf: ArrayBuffer) => ArrayBufferView;
-  const bytes = new Uint8Array(v.buffer, v.byteOffset, v.byteLength).slice();
-  return new ctor(bytes.buffer);
+/** Metadata from the worker: the native binding's (element types by number) or the public API's. */
+function fromWorkerMetadata(m: WorkerValueMetadata): ort.InferenceSession.ValueMetadata {
+  if (typeof m.type === "number" || !m.isTensor) return fromNativeMetadata(m as NativeValueMetadata);
+  return m as ort.InferenceSession.ValueMetadata;
 }
 
 class OrtInstance implements BackendInstance {
@@ -576,9 +659,11 @@ class OrtInstance implements BackendInstance {
   #batched: boolean;
   #inputs: Map<string, ModelInputConfig>;
   #outputs: Map<string, ModelOutputConfig>;
+  readonly inputBuffer?: (name: string, byteLength: number) => Uint8Array;
 
   constructor(runner: SessionRunner, config: ModelConfig) {
     this.#runner = runner;
+    if (runner.inputBuffer) this.inputBuffer = (name, byteLength) => runner.inputBuffer!(name, byteLength);
     this.#config = config;
     this.#batched = config.max_batch_size > 0;
     this.#inputs = new Map(config.input.map((i) => [i.name, i]));
@@ -637,17 +722,30 @@ class OrtInstance implements BackendInstance {
 }
 
 /**
- * Where a model's instances run: `main` (the server's thread, the default: no thread hop, best for small
- * models) or `worker` (a thread per instance, so that instances run at the same time): the config parameter
- * `instance_thread`, else `--backend-config=onnxruntime,instance-thread=...`.
+ * The smallest model file whose dynamic-batching instances run on a worker thread by default: below it a run
+ * costs less than the hop to a worker and back (two postMessage calls, about 25 µs on 2 cores).
+ */
+export const WORKER_MIN_MODEL_BYTES = 1 << 20;
+
+/**
+ * Where a model's instances run: `main` (the server's thread: no thread hop, best for a lone request to a small
+ * model) or `worker` (a thread per instance: the server's thread goes on reading and answering requests while a
+ * batch runs, and instances run at the same time): the config parameter `instance_thread`, else
+ * `--backend-config=onnxruntime,instance-thread=...`, else `worker` for a model with dynamic batching (many
+ * requests in flight are what it is for) whose file has at least WORKER_MIN_MODEL_BYTES, and `main` for the
+ * others.
  * @param config the model config
  * @param backendConfig the server-wide settings
+ * @param modelBytes the size of the model file (Infinity where unknown, a folder for example)
  */
 export function instanceThread(
   config: ModelConfig,
   backendConfig: Record<string, string>,
+  modelBytes = 0,
 ): "main" | "worker" {
-  const v = config.parameters?.instance_thread?.string_value || backendConfig["instance-thread"] || "main";
+  const batching = config.dynamic_batching !== undefined && config.max_batch_size > 1;
+  const byDefault = batching && modelBytes >= WORKER_MIN_MODEL_BYTES ? "worker" : "main";
+  const v = config.parameters?.instance_thread?.string_value || backendConfig["instance-thread"] || byDefault;
   if (v !== "main" && v !== "worker") {
     throw invalidArg(`Cannot load '${config.name}': instance_thread is '${v}', expected 'main' or 'worker'`);
   }
@@ -666,10 +764,20 @@ function resolveShape(shape: readonly number[], target: readonly number[], batch
   return [...batch, ...dims];
 }
 
+/** The size of a model file; Infinity for a folder or a file that cannot be read (opening it will say why). */
+async function fileBytes(path: string): Promise<number> {
+  try {
+    const info = await Deno.stat(path);
+    return info.isFile ? info.size : Infinity;
+  } catch {
+    return Infinity;
+  }
+}
+
 /** Opens the session of one instance: on a worker thread, through the native binding, or the public API. */
 async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<SessionRunner> {
   const options = sessionOptions(config);
-  if (instanceThread(config, ctx.backendConfig) === "worker") {
+  if (instanceThread(config, ctx.backendConfig, await fileBytes(modelPathOf(ctx))) === "worker") {
     try {
       return await WorkerRunner.open(modelPathOf(ctx), options);
     } catch (err) {

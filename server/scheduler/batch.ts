@@ -39,7 +39,7 @@ export interface BatchModel {
   gate?: InstanceGate;
 }
 
-function concatInput(name: string, parts: Tensor[]): Tensor {
+function concatInput(name: string, parts: Tensor[], instance: BackendInstance): Tensor {
   const first = parts[0]!;
   if (parts.length === 1) return first;
   const batch = parts.reduce((n, t) => n + t.shape[0]!, 0);
@@ -48,7 +48,8 @@ function concatInput(name: string, parts: Tensor[]): Tensor {
     return { name, datatype: "BYTES", shape, data: parts.flatMap((t) => t.data as Uint8Array[]) };
   }
   const total = parts.reduce((n, t) => n + (t.data as Uint8Array).byteLength, 0);
-  const out = new Uint8Array(total);
+  // Straight into a buffer the instance lends (and reuses), where it has one.
+  const out = instance.inputBuffer?.(name, total) ?? new Uint8Array(total);
   let off = 0;
   for (const t of parts) {
     out.set(t.data as Uint8Array, off);
@@ -228,7 +229,7 @@ async function runBatch(
   const first = requests[0]!;
   const inputs = new Map<string, Tensor>();
   for (const name of first.inputs.keys()) {
-    inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!)));
+    inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!), instance));
   }
   const wanted = new Set<string>();
   for (const r of requests) for (const o of r.outputs) wanted.add(o.name);

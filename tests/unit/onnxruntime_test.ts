@@ -7,6 +7,7 @@ import {
   instanceThread,
   onnxRuntimeBackend,
   sessionOptions,
+  WORKER_MIN_MODEL_BYTES,
 } from "../../server/backends/onnxruntime.ts";
 import type { InstanceContext } from "../../server/backends/backend.ts";
 import { bytesOf } from "../../server/core/dtypes.ts";
@@ -401,9 +402,64 @@ Deno.test("instances on worker threads compute the same results and run at the s
   }
 });
 
+/** Fills a buffer the instance lends with the given floats. */
+function lent(
+  instance: { inputBuffer?: (name: string, n: number) => Uint8Array },
+  name: string,
+  v: Uint8Array,
+) {
+  const buf = instance.inputBuffer!(name, v.byteLength);
+  buf.set(v);
+  return buf;
+}
+
+Deno.test("a worker instance lends input buffers that cross to its thread without a copy and come back", async () => {
+  const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
+  try {
+    for (let round = 0; round < 3; round++) {
+      const a = lent(instance, "INPUT0", f32(1, 2, 3, round));
+      const b = lent(instance, "INPUT1", f32(0.5, -1, 10, 4));
+      assertEquals([a.byteLength, a.byteOffset, b.byteLength], [16, 0, 16]);
+      const out = await instance.execute(inputs(a, b), ["OUTPUT0", "OUTPUT1"]);
+      assertEquals(out.get("OUTPUT0")!.data, f32(1.5, 1, 13, round + 4));
+      assertEquals(out.get("OUTPUT1")!.data, f32(0.5, 3, -7, round - 4));
+      // Transferred to the worker: the lent views are detached here.
+      assertEquals([a.byteLength, b.byteLength], [0, 0]);
+    }
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("an instance on the main thread reuses the input buffers it lends once a run is over", async () => {
+  const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "main" } };
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
+  try {
+    const a = lent(instance, "INPUT0", f32(1, 2, 3, 4));
+    const b = lent(instance, "INPUT1", f32(1, 1, 1, 1));
+    const out = await instance.execute(inputs(a, b), ["OUTPUT0"]);
+    assertEquals(out.get("OUTPUT0")!.data, f32(2, 3, 4, 5));
+    const again = instance.inputBuffer!("INPUT0", 16);
+    assert(again.buffer === a.buffer, "the buffer of the finished run is lent again");
+    assert(instance.inputBuffer!("INPUT0", 16).buffer !== a.buffer, "a lent buffer is not lent twice");
+  } finally {
+    await instance.close();
+  }
+});
+
 Deno.test("instance_thread comes from the config parameter, then the backend config, and is checked", () => {
   const config = addSubConfig();
   assertEquals(instanceThread(config, {}), "main");
+  // Dynamic batching means many requests in flight: the instance of a model big enough that a run outweighs
+  // the hop gets a thread of its own by default.
+  const batching = { ...config, max_batch_size: 8, dynamic_batching: {} };
+  assertEquals(instanceThread(batching, {}, WORKER_MIN_MODEL_BYTES), "worker");
+  assertEquals(instanceThread(batching, {}, WORKER_MIN_MODEL_BYTES - 1), "main");
+  assertEquals(instanceThread({ ...batching, max_batch_size: 1 }, {}, WORKER_MIN_MODEL_BYTES), "main");
+  assertEquals(instanceThread(config, {}, WORKER_MIN_MODEL_BYTES), "main");
+  assertEquals(instanceThread(batching, { "instance-thread": "main" }, WORKER_MIN_MODEL_BYTES), "main");
+  assertEquals(WORKER_MIN_MODEL_BYTES, 1048576);
   assertEquals(instanceThread(config, { "instance-thread": "worker" }), "worker");
   config.parameters = { instance_thread: { string_value: "main" } };
   assertEquals(instanceThread(config, { "instance-thread": "worker" }), "main");

@@ -206,6 +206,32 @@ Deno.test("dynamic batcher combines queued requests up to max_batch_size", async
   assertEquals(answers.map(rowsOf), [1, 2, 3, 4, 5, 6].map((v) => [[2 * v, -2 * v]]));
 });
 
+Deno.test("a batch is concatenated straight into the buffer its instance lends", async () => {
+  const inst = new FakeInstance();
+  const lent: Uint8Array[] = [];
+  const seen: ArrayBufferLike[] = [];
+  const lending = Object.assign(inst, {
+    inputBuffer(name: string, byteLength: number): Uint8Array {
+      assertEquals(name, "X");
+      const buffer = new Uint8Array(byteLength + 8).subarray(0, byteLength);
+      lent.push(buffer);
+      return buffer;
+    },
+  });
+  const execute = inst.execute.bind(inst);
+  lending.execute = (inputs, names) => {
+    seen.push((inputs.get("X")!.data as Uint8Array).buffer);
+    return execute(inputs, names);
+  };
+  const s = scheduler([lending], { maxBatchSize: 4 });
+  const answers = await Promise.all([s.enqueue(request([[1, 2]])), s.enqueue(request([[3, 4], [5, 6]]))]);
+  assertEquals(firsts(inst), [[1, 3, 5]]);
+  assertEquals(answers.map(rowsOf), [[[2, 4]], [[6, 8], [10, 12]]]);
+  // One buffer of the batch's 3 rows x 2 INT32, and it is what the instance executed.
+  assertEquals(lent.map((b) => b.byteLength), [24]);
+  assertEquals(seen, [lent[0]!.buffer]);
+});
+
 Deno.test("dynamic batcher cuts at the largest preferred batch size reached", async () => {
   const inst = new FakeInstance(true);
   const s = scheduler([inst], { maxBatchSize: 8, preferredBatchSizes: [4, 2] });

@@ -1,0 +1,125 @@
+/**
+ * The MLP benchmark's server points in alternating rounds, for comparing server variants on a shared machine:
+ * each round measures every variant once (64 connections, single-sample binary requests, bench/mlp_load.ts in
+ * a process of its own), and the medians per variant are printed with their ratio to the combined limit
+ * 1 / (1/raw + 1/bare), raw being ONNX Runtime in-process at batch 64 measured before the rounds.
+ *
+ * Usage: `deno run -A bench/mlp_rounds.ts [--rounds=3] [--duration=3] [--connections=64]` (with
+ * `--connections=1`, the p50 latency of a lone request is the number to read).
+ * @module
+ */
+
+import * as ort from "onnxruntime-node";
+import { fileURLToPath } from "node:url";
+import { startChildServer } from "./child_server.ts";
+import { type LoadReport, type LoadSpec, mlpInput } from "./mlp_load.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const MODELS = `${ROOT}bench/models`;
+
+let rounds = 3, durationS = 3, connections = 64;
+for (const arg of Deno.args) {
+  const [k, v] = arg.split("=");
+  if (k === "--rounds") rounds = Number(v);
+  else if (k === "--duration") durationS = Number(v);
+  else if (k === "--connections") connections = Number(v);
+  else throw new Error(`Cannot parse '${arg}': unknown flag`);
+}
+
+const VARIANTS: { name: string; args: string[]; script?: string }[] = [
+  { name: "dinfer (instance on a worker thread)", args: [] },
+  {
+    name: "dinfer, instance on the main thread",
+    args: ["--backend-config=onnxruntime,instance-thread=main"],
+  },
+  { name: "dinfer, 2 HTTP threads", args: ["--http-thread-count=2"] },
+  { name: "bare exchange", args: [], script: "bench/mlp_bare_server.ts" },
+];
+
+async function raw(seconds: number): Promise<number> {
+  const session = await ort.InferenceSession.create(`${MODELS}/mlp/1/model.onnx`, { logSeverityLevel: 3 });
+  const x = new Float32Array(64 * 784);
+  for (let b = 0; b < 64; b++) x.set(mlpInput(), b * 784);
+  const feeds = { input: new ort.Tensor("float32", x, [64, 784]) };
+  for (let i = 0; i < 5; i++) await session.run(feeds);
+  let runs = 0;
+  const start = performance.now();
+  while (performance.now() - start < seconds * 1000) {
+    await session.run(feeds);
+    runs++;
+  }
+  const rate = (runs * 64) / ((performance.now() - start) / 1000);
+  await session.release();
+  return rate;
+}
+
+async function point(v: (typeof VARIANTS)[number]): Promise<LoadReport> {
+  const server = await startChildServer(
+    [],
+    [`--model-repository=${MODELS}`, ...v.args],
+    v.script ? { script: v.script } : {},
+  );
+  try {
+    const spec: LoadSpec = {
+      port: server.port,
+      serverPid: server.pid,
+      model: "mlp",
+      connections,
+      durationS,
+      warmupS: 1,
+      expected: [],
+    };
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "bench/mlp_load.ts", JSON.stringify(spec)],
+      cwd: ROOT,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(out.stdout).trim();
+    if (!text.startsWith("{")) {
+      throw new Error(`The load process failed: ${new TextDecoder().decode(out.stderr)}`);
+    }
+    return JSON.parse(text) as LoadReport;
+  } finally {
+    await server.stop();
+  }
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const raws: number[] = [];
+const rates = new Map<string, number[]>(VARIANTS.map((v) => [v.name, []]));
+const batches = new Map<string, number[]>(VARIANTS.map((v) => [v.name, []]));
+const p50s = new Map<string, number[]>(VARIANTS.map((v) => [v.name, []]));
+const cpu = new Map<string, number[]>(VARIANTS.map((v) => [v.name, []]));
+for (let r = 0; r < rounds; r++) {
+  raws.push(await raw(durationS));
+  for (const v of VARIANTS) {
+    const p = await point(v);
+    rates.get(v.name)!.push(p.load.rate);
+    p50s.get(v.name)!.push(p.load.p50Us);
+    batches.get(v.name)!.push(p.inferences / Math.max(1, p.executions));
+    cpu.get(v.name)!.push((1e6 * p.cpu.server) / Math.max(1, p.load.count));
+    console.error(`round ${r + 1}: ${v.name}: ${p.load.rate.toFixed(0)}/s, errors ${p.load.errors}`);
+  }
+}
+const rawRate = median(raws);
+const bare = median(rates.get("bare exchange")!);
+const combined = 1 / (1 / rawRate + 1 / bare);
+console.log(
+  `raw ONNX Runtime in-process (batch 64): ${rawRate.toFixed(0)}/s (rounds: ${
+    raws.map((x) => x.toFixed(0)).join(", ")
+  })`,
+);
+console.log(`combined limit 1/(1/raw + 1/bare): ${combined.toFixed(0)}/s`);
+for (const v of VARIANTS) {
+  const rs = rates.get(v.name)!;
+  console.log(
+    `${v.name}: median ${median(rs).toFixed(0)}/s (${rs.map((x) => x.toFixed(0)).join(", ")}), ` +
+      `${(median(rs) / combined).toFixed(2)} of the combined limit, mean batch ${
+        median(batches.get(v.name)!).toFixed(1)
+      }, ` +
+      `server CPU ${median(cpu.get(v.name)!).toFixed(0)} µs/infer, p50 ${
+        median(p50s.get(v.name)!).toFixed(0)
+      } µs`,
+  );
+}
