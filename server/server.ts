@@ -17,6 +17,7 @@ import { openGpuReader } from "./metrics/gpu.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { SystemSampler } from "./metrics/sampler.ts";
 import { ModelRegistry } from "./models/registry.ts";
+import { InferencePipeline } from "./pipeline/pipeline.ts";
 import { type Poller, startPoller } from "./repository/poller.ts";
 import { SystemSharedMemory } from "./shm/system_shm.ts";
 import { CudaSharedMemory } from "./shm/cuda_shm.ts";
@@ -202,7 +203,6 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     rateLimiter: options.rateLimit === "execution_count"
       ? new RateLimiter(options.rateLimitResources)
       : undefined,
-    traces,
     repositories,
     autoComplete: options.autoCompleteConfig,
     backendConfig: options.backendConfig,
@@ -211,6 +211,15 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     ...(cloud ? { beforeScan: () => cloud.sync() } : {}),
   });
   traces.modelKnown = (name) => registry.isReady(name, "");
+  const shm = new SystemSharedMemory(options.allowClientShm);
+  const cudaShm = new CudaSharedMemory(
+    options.allowClientShm,
+    trtShimPath(options.backendConfig.tensorrt ?? {}),
+    (name) => shm.has(name),
+  );
+  shm.otherKind = (name) => cudaShm.has(name);
+  // Every inference request takes this one path; the models' own requests (ensemble steps, BLS) too.
+  const pipeline = new InferencePipeline(registry, { shm, cudaShm, traces });
   let toLoad: string[] | undefined;
   if (options.modelControlMode === "explicit") {
     toLoad = options.loadModels.includes("*") ? undefined : options.loadModels;
@@ -259,13 +268,6 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     )
     : undefined;
   let stopping = false;
-  const shm = new SystemSharedMemory(options.allowClientShm);
-  const cudaShm = new CudaSharedMemory(
-    options.allowClientShm,
-    trtShimPath(options.backendConfig.tensorrt ?? {}),
-    (name) => shm.has(name),
-  );
-  shm.otherKind = (name) => cudaShm.has(name);
   let httpServer: ResilientServer | undefined;
   let metricsServer: ResilientServer | undefined;
   let httpAddr: Deno.NetAddr | undefined;
@@ -287,7 +289,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
     traces,
   };
   if (options.allowHttp) {
-    const http = createHttpFrontend(registry, {
+    const http = createHttpFrontend(pipeline, {
       ...frontend,
       maxInputSize: options.httpMaxInputSize,
       restrictions: options.httpRestrictedApi,
@@ -337,7 +339,7 @@ export async function startServer(options: ServerOptions, logger?: Logger): Prom
   }
   if (options.allowGrpc) {
     try {
-      grpcServer = await startGrpcServer(registry, {
+      grpcServer = await startGrpcServer(pipeline, {
         ...frontend,
         restrictions: options.grpcRestrictedProtocol,
         address: options.grpcAddress,

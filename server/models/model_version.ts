@@ -5,7 +5,8 @@
 
 import { join } from "node:path";
 import { type Datatype, fromConfigType } from "../core/dtypes.ts";
-import { invalidArg, unavailable } from "../core/errors.ts";
+import { unavailable } from "../core/errors.ts";
+import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
 import { type ModelSignature, validateRequest } from "../core/validate.ts";
@@ -71,6 +72,8 @@ export class ModelVersion {
   readonly #generation = ++loads;
   /** The server's rate limiter under `--rate-limit=execution_count`. */
   rateLimiter: RateLimiter | undefined;
+  /** The server's count of arriving requests, which the dynamic batcher asks whether requests come together. */
+  arrivals: ArrivalCounter | undefined;
   #limited: LimitedInstance[] = [];
 
   /**
@@ -161,7 +164,7 @@ export class ModelVersion {
         : new PoolScheduler(
           batchModel,
           this.#instances,
-          batchingOptions(this.config),
+          { ...batchingOptions(this.config), arrivals: this.arrivals },
           this.stats,
         );
       this.#loaded(started);
@@ -221,7 +224,8 @@ export class ModelVersion {
   }
 
   /**
-   * Validates and runs one request.
+   * Validates and runs one request (the inference pipeline has resolved this version and applied the
+   * decoupled rule: a request to a decoupled model carries its `stream`).
    * @param request the decoded request
    */
   infer(request: InferRequest): Promise<InferResponse> {
@@ -229,11 +233,6 @@ export class ModelVersion {
       return Promise.reject(
         unavailable(`Cannot infer '${this.name}': version ${this.version} is ${this.state}`),
       );
-    }
-    if (this.decoupled && !request.stream) {
-      return Promise.reject(invalidArg(
-        `Cannot infer '${this.name}': the model is decoupled (model_transaction_policy); its responses stream over gRPC ModelStreamInfer or HTTP generate_stream`,
-      ));
     }
     const received = nowNs();
     try {

@@ -18,7 +18,8 @@ import {
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { shapeText } from "../../core/validate.ts";
-import { shmLocation, type ShmReader } from "../../shm/system_shm.ts";
+import { shmLocation } from "../../shm/regions.ts";
+import type { ShmReader } from "../../shm/session.ts";
 
 /** An int64/uint64 as protobufjs decodes it: a number, or a Long. */
 type LongLike = number | { toString(): string; toNumber?(): number; unsigned?: boolean };

@@ -21,7 +21,8 @@ import {
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { shapeText } from "../../core/validate.ts";
-import { shmLocation, type ShmReader } from "../../shm/system_shm.ts";
+import { shmLocation } from "../../shm/regions.ts";
+import type { ShmReader } from "../../shm/session.ts";
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
