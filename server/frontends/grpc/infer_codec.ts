@@ -10,14 +10,13 @@ import {
   type Datatype,
   deserializeBytes,
   elementCount,
-  elementSize,
   fromJsonValues,
   isDatatype,
   serializeBytes,
 } from "../../core/dtypes.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
-import { shapeText } from "../../core/validate.ts";
+import { requestedClassification, shapeText } from "../../core/validate.ts";
 import { shmLocation } from "../../shm/regions.ts";
 import type { ShmReader } from "../../shm/session.ts";
 
@@ -222,13 +221,6 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
           data: deserializeBytes(bytes, count, `${where}, ${what}`, { input: t.name, model: msg.model_name }),
         };
       }
-      const want = count * elementSize(t.datatype);
-      if (bytes.byteLength !== want) {
-        // Triton's wording, which its clients and tests match on.
-        throw invalidArg(
-          `Cannot read ${where}: input byte size mismatch for input '${t.name}' for model '${msg.model_name}'. Expected ${want}, got ${bytes.byteLength}`,
-        );
-      }
       return { name: t.name, datatype: t.datatype, shape, data: bytes };
     }
     if (!t.contents) {
@@ -251,13 +243,7 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
   });
   const outputs: RequestedOutput[] = (msg.outputs ?? []).map((o) => {
     const parameters = fromInferParameters(o.parameters);
-    const c = parameters.classification ?? 0;
-    if (typeof c !== "number" || !Number.isInteger(c) || c < 0) {
-      throw invalidArg(
-        `Cannot read ${where}: output '${o.name}' 'classification' must be a non-negative integer`,
-      );
-    }
-    return { name: o.name, classification: c, parameters };
+    return { name: o.name, classification: requestedClassification(parameters), parameters };
   });
   const parameters = fromInferParameters(msg.parameters);
   // As Triton: 'triton_' keys are reserved; the one a client may send is the stream's, not the model's.

@@ -9,7 +9,6 @@ import {
   type Datatype,
   deserializeBytes,
   elementCount,
-  elementSize,
   fromJsonValues,
   isDatatype,
   parseJsonExact,
@@ -20,7 +19,7 @@ import {
 } from "../../core/dtypes.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
-import { shapeText } from "../../core/validate.ts";
+import { requestedClassification, shapeText } from "../../core/validate.ts";
 import { shmLocation } from "../../shm/regions.ts";
 import type { ShmReader } from "../../shm/session.ts";
 
@@ -202,14 +201,6 @@ function decodeJson(
       }
       const chunk = binary.subarray(offset, offset + size);
       offset += size;
-      if (datatype !== "BYTES" && size !== count * elementSize(datatype)) {
-        // Triton's wording, which its clients and tests match on.
-        throw invalidArg(
-          `Cannot read ${where}: input byte size mismatch for input '${name}' for model '${target.model}'. Expected ${
-            count * elementSize(datatype)
-          }, got ${size}`,
-        );
-      }
       const data = datatype === "BYTES"
         ? deserializeBytes(chunk, count, what, { input: name, model: target.model })
         : chunk;
@@ -247,13 +238,7 @@ function decodeJson(
         throw invalidArg(`Cannot read ${where}: output ${i} must be an object with a 'name'`);
       }
       const p = parameters(raw.parameters, `${where}, output '${raw.name}'`);
-      const c = p.classification ?? 0;
-      if (typeof c !== "number" || !Number.isInteger(c) || c < 0) {
-        throw invalidArg(
-          `Cannot read ${where}: output '${raw.name}' 'classification' must be a non-negative integer`,
-        );
-      }
-      return { name: raw.name, classification: c, parameters: p };
+      return { name: raw.name, classification: requestedClassification(p), parameters: p };
     });
   }
   const binaryOutput = params.binary_data_output === true;
