@@ -21,6 +21,30 @@ import type { SystemSharedMemory } from "./system_shm.ts";
 /** Reads an input's contents from shared memory (what the frontends' decoders call). */
 export type ShmReader = (loc: ShmLocation, datatype: Datatype, shape: number[], what: string) => TensorData;
 
+/**
+ * Reads an input that names shared memory with the request's reader, refusing it where the request has none
+ * (an endpoint or server without shared memory): what both inference codecs call.
+ * @param reader the request's reader, if any
+ * @param loc where the contents are
+ * @param datatype the tensor datatype
+ * @param shape the tensor shape
+ * @param where names the request in error messages
+ * @param what names the input in error messages
+ */
+export function readShmInput(
+  reader: ShmReader | undefined,
+  loc: ShmLocation,
+  datatype: Datatype,
+  shape: number[],
+  where: string,
+  what: string,
+): TensorData {
+  if (!reader) {
+    throw invalidArg(`Cannot read ${where}: ${what} names shared memory, which this endpoint does not read`);
+  }
+  return reader(loc, datatype, shape, `${where}, ${what}`);
+}
+
 /** The parameters of the outputs written to shared memory, by output name (what the encoders report). */
 export type ShmWritten = Map<string, Record<string, ParamValue>>;
 

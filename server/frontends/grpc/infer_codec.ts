@@ -18,7 +18,7 @@ import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { requestedClassification, shapeText } from "../../core/validate.ts";
 import { shmLocation } from "../../shm/regions.ts";
-import type { ShmReader } from "../../shm/session.ts";
+import { readShmInput, type ShmReader } from "../../shm/session.ts";
 
 /** An int64/uint64 as protobufjs decodes it: a number, or a Long. */
 type LongLike = number | { toString(): string; toNumber?(): number; unsigned?: boolean };
@@ -196,16 +196,11 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
       if (hasTyped) {
         throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and typed contents`);
       }
-      if (!shm) {
-        throw invalidArg(
-          `Cannot read ${where}: ${what} names shared memory, which this endpoint does not read`,
-        );
-      }
       return {
         name: t.name,
         datatype: t.datatype,
         shape,
-        data: shm(loc, t.datatype, shape, `${where}, ${what}`),
+        data: readShmInput(shm, loc, t.datatype, shape, where, what),
       };
     }
     if (raw.length > 0) {

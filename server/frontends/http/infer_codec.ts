@@ -21,7 +21,7 @@ import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { requestedClassification, shapeText } from "../../core/validate.ts";
 import { shmLocation } from "../../shm/regions.ts";
-import type { ShmReader } from "../../shm/session.ts";
+import { readShmInput, type ShmReader } from "../../shm/session.ts";
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
@@ -177,12 +177,7 @@ function decodeJson(
       if (raw.data !== undefined || p.binary_data_size !== undefined) {
         throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and data`);
       }
-      if (!shm) {
-        throw invalidArg(
-          `Cannot read ${where}: ${what} names shared memory, which this endpoint does not read`,
-        );
-      }
-      return { name, datatype, shape, data: shm(loc, datatype, shape, `${where}, ${what}`) };
+      return { name, datatype, shape, data: readShmInput(shm, loc, datatype, shape, where, what) };
     }
     if (p.binary_data_size !== undefined) {
       const size = p.binary_data_size;

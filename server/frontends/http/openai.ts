@@ -191,13 +191,7 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
       );
     } catch (err) {
       if (err instanceof ServerError && err.code === "NOT_FOUND") {
-        throw new ApiError(
-          404,
-          `The model '${name}' does not exist`,
-          "invalid_request_error",
-          "model",
-          "model_not_found",
-        );
+        throw modelNotFound(name);
       }
       throw err;
     }
@@ -627,13 +621,7 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
     if (path.startsWith("/v1/models/") && method === "GET") {
       const name = decodeURIComponent(path.slice("/v1/models/".length));
       if (!servedModels().some((k) => k.mv.name === name)) {
-        throw new ApiError(
-          404,
-          `The model '${name}' does not exist`,
-          "invalid_request_error",
-          "model",
-          "model_not_found",
-        );
+        throw modelNotFound(name);
       }
       return json(modelObject(name));
     }
@@ -653,4 +641,15 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
       return json(body, status);
     }
   };
+}
+
+/** The OpenAI API's answer to a model name it does not serve. */
+function modelNotFound(name: string): ApiError {
+  return new ApiError(
+    404,
+    `The model '${name}' does not exist`,
+    "invalid_request_error",
+    "model",
+    "model_not_found",
+  );
 }
