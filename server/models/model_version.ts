@@ -9,7 +9,7 @@ import { unavailable } from "../core/errors.ts";
 import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
-import { type ModelSignature, validateRequest } from "../core/validate.ts";
+import { type ModelSignature, type ValidatedRequest, validateRequest } from "../core/validate.ts";
 import type { Backend, BackendInstance } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
@@ -227,8 +227,10 @@ export class ModelVersion {
    * Validates and runs one request (the inference pipeline has resolved this version and applied the
    * decoupled rule: a request to a decoupled model carries its `stream`).
    * @param request the decoded request
+   * @param validated the request as validateRequest returned it against this version's signature, when the
+   *   caller validated it already (it is not validated twice)
    */
-  infer(request: InferRequest): Promise<InferResponse> {
+  infer(request: InferRequest, validated?: ValidatedRequest): Promise<InferResponse> {
     if (this.state !== "READY" || !this.#scheduler) {
       return Promise.reject(
         unavailable(`Cannot infer '${this.name}': version ${this.version} is ${this.state}`),
@@ -236,20 +238,20 @@ export class ModelVersion {
     }
     const received = nowNs();
     try {
-      const validated = validateRequest(request, this.signature);
+      const valid = validated ?? validateRequest(request, this.signature);
       const scheduler = this.#scheduler;
       if (this.responseCache) {
         return inferWithCache(
           this.responseCache,
           { name: this.name, version: String(this.version), stats: this.stats, generation: this.#generation },
-          validated,
+          valid,
           {
             received,
             run: (r) => scheduler.enqueue(r, received),
           },
         );
       }
-      return scheduler.enqueue(validated, received);
+      return scheduler.enqueue(valid, received);
     } catch (err) {
       // As Triton: a request refused at validation never reached the model; its statistics do not count it.
       return Promise.reject(err);

@@ -15,6 +15,7 @@ import { type ErrorCode, invalidArg, ServerError, toServerError } from "../core/
 import { nowNs } from "../core/clock.ts";
 import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { InferRequest, InferResponse, RequestTrace, ResponseSink } from "../core/types.ts";
+import type { ValidatedRequest } from "../core/validate.ts";
 import type { ModelRegistry } from "../models/registry.ts";
 import type { ModelVersion } from "../models/model_version.ts";
 import type { SystemSharedMemory } from "../shm/system_shm.ts";
@@ -96,6 +97,12 @@ export interface Exchange {
   recvStart?: number;
   /** When reading the request ended (nowNs), for the trace. */
   recvEnd?: number;
+  /**
+   * The request as validateRequest returned it, when the frontend had to validate it before it could answer
+   * (generate answers a bad request with a JSON error, not an event): it is not validated twice. Only for
+   * requests without shared memory, whose inputs do not change after decoding.
+   */
+  validated?: ValidatedRequest;
 }
 
 /**
@@ -199,10 +206,10 @@ export class InferencePipeline {
       shared = session === undefined ? refuseShmOutputs(request) : session.begin(request);
       if (shared) await session!.copyIn(request);
       let response: InferResponse;
-      if (trace === undefined) response = await mv.infer(request);
+      if (trace === undefined) response = await mv.infer(request, exchange.validated);
       else {
         try {
-          response = await mv.infer(request);
+          response = await mv.infer(request, exchange.validated);
         } finally {
           trace.mark("REQUEST_END");
         }
@@ -264,7 +271,7 @@ export class InferencePipeline {
       if (!mv.decoupled) {
         let response: InferResponse;
         try {
-          response = await mv.infer(request);
+          response = await mv.infer(request, exchange.validated);
         } finally {
           trace?.mark("REQUEST_END");
         }
@@ -304,7 +311,7 @@ export class InferencePipeline {
         if (final) delivered.then(finish);
       };
       try {
-        await mv.infer(request);
+        await mv.infer(request, exchange.validated);
       } catch (err) {
         // After the final response the request is over for the client: a late failure is not reported twice.
         if (!open) return;

@@ -16,7 +16,7 @@ import {
 } from "../../core/dtypes.ts";
 import { httpStatus, internal, invalidArg, ServerError, toServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, Tensor } from "../../core/types.ts";
-import { validateRequest } from "../../core/validate.ts";
+import { type ValidatedRequest, validateRequest } from "../../core/validate.ts";
 import type { ModelVersion } from "../../models/model_version.ts";
 import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import { readUpTo } from "./_body.ts";
@@ -217,7 +217,7 @@ export function createGenerateHandler(
     request: Request,
     model: string,
     version: string,
-  ): Promise<{ mv: ModelVersion; decoded: InferRequest }> {
+  ): Promise<{ mv: ModelVersion; validated: ValidatedRequest }> {
     const mv = pipeline.accept(model, version, ENDPOINTS.generate);
     const body = await readLimitedBody(request, options.maxInputSize, `the generate request for '${model}'`);
     let json: unknown = {};
@@ -236,19 +236,20 @@ export function createGenerateHandler(
     const meta = mv.metadata();
     const inputs = new Map(meta.inputs.map((i) => [i.name, { datatype: i.datatype, shape: i.shape }]));
     const decoded = decodeGenerateRequest(json, inputs, { model, version });
-    // Problems with the inputs are answered as JSON errors, before any response.
-    validateRequest(decoded, mv.signature);
-    return { mv, decoded };
+    // Problems with the inputs are answered as JSON errors, before any response (the pipeline takes the
+    // validated request on, not validating it again).
+    return { mv, validated: validateRequest(decoded, mv.signature) };
   }
 
   /** Runs the request; `onItem` takes each response or error as it comes, and `final` once at the end. */
   function run(
     mv: ModelVersion,
-    request: InferRequest,
+    validated: ValidatedRequest,
     onItem: (item: Item | undefined, final: boolean) => void,
   ): Promise<void> {
     let ended = false;
-    return pipeline.stream(mv, request, { endpoint: ENDPOINTS.generate }, (response, _written, final) => {
+    const exchange = { endpoint: ENDPOINTS.generate, validated };
+    return pipeline.stream(mv, validated.request, exchange, (response, _written, final) => {
       if (ended) return;
       ended = final;
       const item = response instanceof Error ? toServerError(response) : response;
@@ -265,9 +266,9 @@ export function createGenerateHandler(
     );
   }
 
-  async function generate(mv: ModelVersion, request: InferRequest): Promise<Response> {
+  async function generate(mv: ModelVersion, validated: ValidatedRequest): Promise<Response> {
     const items: Item[] = [];
-    await run(mv, request, (item) => item && items.push(item));
+    await run(mv, validated, (item) => item && items.push(item));
     // As Triton: the status is the first response's; the body the one response, or an error when the model
     // sent another number of them.
     const first = items[0];
@@ -276,7 +277,12 @@ export function createGenerateHandler(
     return new Response(body, { status, headers: JSON_HEADERS });
   }
 
-  function generateStream(mv: ModelVersion, request: InferRequest, signal: AbortSignal): Promise<Response> {
+  function generateStream(
+    mv: ModelVersion,
+    validated: ValidatedRequest,
+    signal: AbortSignal,
+  ): Promise<Response> {
+    const request = validated.request;
     const controller = new AbortController();
     const abort = () => controller.abort();
     signal.addEventListener("abort", abort, { once: true });
@@ -301,7 +307,7 @@ export function createGenerateHandler(
         started = true;
         resolve(new Response(body, { status, headers: SSE_HEADERS }));
       };
-      run(mv, request, (item, final) => {
+      run(mv, validated, (item, final) => {
         if (item !== undefined) {
           // As Triton: the first response sets the status; the events follow as the model sends them.
           start(item instanceof ServerError ? httpStatus(item.code) : 200);
@@ -318,9 +324,9 @@ export function createGenerateHandler(
   }
 
   return async function handle(request: Request, model: string, version: string, stream: boolean) {
-    const { mv, decoded } = await prepare(request, model, version);
-    if (stream) return await generateStream(mv, decoded, request.signal);
-    decoded.signal = request.signal;
-    return await generate(mv, decoded);
+    const { mv, validated } = await prepare(request, model, version);
+    if (stream) return await generateStream(mv, validated, request.signal);
+    validated.request.signal = request.signal;
+    return await generate(mv, validated);
   };
 }
