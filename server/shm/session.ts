@@ -68,11 +68,11 @@ interface OutputLocation {
 export class ShmSession {
   readonly #shm: SystemSharedMemory;
   readonly #cuda: CudaSharedMemory | undefined;
-  /** The regions the request names, inputs and outputs. */
-  #regions: string[] = [];
+  /** The regions the request names, inputs and outputs (none for most requests: made when needed). */
+  #regions: string[] | undefined;
   /** Placeholder contents of inputs in CUDA regions, replaced by the copies in copyIn. */
   #pending: Map<TensorData, PendingCopy> | undefined;
-  #outputs: OutputLocation[] = [];
+  #outputs: OutputLocation[] | undefined;
   #release: (() => void) | undefined;
 
   /**
@@ -90,7 +90,7 @@ export class ShmSession {
    * (copyIn): the tensor holds a placeholder until then.
    */
   readonly reader: ShmReader = (loc, datatype, shape, what) => {
-    this.#regions.push(loc.region);
+    (this.#regions ??= []).push(loc.region);
     const cuda = this.#cuda;
     if (cuda?.has(loc.region)) {
       cuda.checkRead(loc, what);
@@ -115,12 +115,13 @@ export class ShmSession {
       const cuda = this.#cuda?.has(loc.region) === true;
       if (cuda) this.#cuda!.checkWrite(loc, what);
       else this.#shm.checkWrite(loc, what);
-      this.#outputs.push({ name: o.name, what, loc, cuda });
-      this.#regions.push(loc.region);
+      (this.#outputs ??= []).push({ name: o.name, what, loc, cuda });
+      (this.#regions ??= []).push(loc.region);
     }
-    if (this.#regions.length === 0) return false;
-    const system = this.#shm.use(this.#regions);
-    const cuda = this.#cuda?.use(this.#regions);
+    const regions = this.#regions;
+    if (regions === undefined) return false;
+    const system = this.#shm.use(regions);
+    const cuda = this.#cuda?.use(regions);
     this.#release = () => {
       system();
       cuda?.();
@@ -150,9 +151,10 @@ export class ShmSession {
    * @throws ServerError INVALID_ARG for an output larger than the room the client gave
    */
   async write(response: InferResponse): Promise<ShmWritten | undefined> {
-    if (this.#outputs.length === 0) return undefined;
+    const outputs = this.#outputs;
+    if (outputs === undefined) return undefined;
     const written: ShmWritten = new Map();
-    for (const o of this.#outputs) {
+    for (const o of outputs) {
       const t = response.outputs.find((x) => x.name === o.name);
       if (!t) continue;
       const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
