@@ -30,5 +30,6 @@ export {
 } from "./server/server.ts";
 export { createHttpHandler, type Handler, type HttpOptions } from "./server/frontends/http/handler.ts";
 export { ModelRegistry, type RegistryOptions } from "./server/models/registry.ts";
+export { InferencePipeline, type PipelineOptions } from "./server/pipeline/pipeline.ts";
 export { type ErrorCode, ServerError } from "./server/core/errors.ts";
 export type { InferRequest, InferResponse, Tensor } from "./server/core/types.ts";

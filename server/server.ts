@@ -21,6 +21,7 @@ import { openGpuReader } from "./metrics/gpu.ts";
 import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
 import { SystemSampler } from "./metrics/sampler.ts";
 import { ModelRegistry } from "./models/registry.ts";
+import { InferencePipeline } from "./pipeline/pipeline.ts";
 import { type Poller, startPoller } from "./repository/poller.ts";
 import { SystemSharedMemory } from "./shm/system_shm.ts";
 import { CudaSharedMemory } from "./shm/cuda_shm.ts";
@@ -229,7 +230,6 @@ function openRegistry(
     rateLimiter: config.rateLimit.mode === "execution_count"
       ? new RateLimiter(config.rateLimit.resources)
       : undefined,
-    traces,
     repositories,
     autoComplete: config.repository.autoCompleteConfig,
     backendConfig: config.backends.settings,
@@ -345,12 +345,12 @@ const ENDPOINTS = "endpoints";
 /** Serves HTTP (`--allow-http`) on the main thread and `--http-thread-count` listener threads. */
 async function serveHttp(
   s: Startup,
-  registry: ModelRegistry,
+  pipeline: InferencePipeline,
   frontend: FrontendOptions,
 ): Promise<{ addr: Deno.NetAddr; finished: Promise<void> } | undefined> {
   const { http: config } = s.config;
   if (!config.enabled) return undefined;
-  const http = createHttpFrontend(registry, {
+  const http = createHttpFrontend(pipeline, {
     ...frontend,
     maxInputSize: config.maxInputSize,
     restrictions: config.restrictedApi,
@@ -405,14 +405,14 @@ async function serveHttp(
 /** Serves gRPC (`--allow-grpc`). */
 async function serveGrpc(
   s: Startup,
-  registry: ModelRegistry,
+  pipeline: InferencePipeline,
   frontend: FrontendOptions,
 ): Promise<number | undefined> {
   const { grpc: config } = s.config;
   if (!config.enabled) return undefined;
   let server: GrpcServer;
   try {
-    server = await startGrpcServer(registry, {
+    server = await startGrpcServer(pipeline, {
       ...frontend,
       restrictions: config.restrictedProtocol,
       address: config.address,
@@ -471,8 +471,8 @@ function serveMetrics(
 }
 
 /** An idle server gives back what a burst of requests grew it by (see core/memory.ts). */
-function reclaimIdleMemory(s: Startup): void {
-  const reclaimer = new MemoryReclaimer();
+function reclaimIdleMemory(s: Startup, registry: ModelRegistry): void {
+  const reclaimer = new MemoryReclaimer({ arrivals: () => registry.arrivals.total });
   reclaimer.start();
   s.stack.defer("memory reclaimer", () => reclaimer.stop());
 }
@@ -520,11 +520,13 @@ export async function startServer(
     const { paths, cloud } = await openRepositories(s);
     const traces = await startTraces(s);
     const { registry, responseCache } = openRegistry(s, paths, traces, cloud);
+    const { shm, cudaShm } = openSharedMemory(s);
+    // Every inference request takes this one path; the models' own requests (ensemble steps, BLS) too.
+    const pipeline = new InferencePipeline(registry, { shm, cudaShm, traces });
     const loadFailures = await loadModels(s, registry);
     checkAborted(s);
     const metrics = createServerMetrics(s, registry, responseCache);
     const poller = await startPolling(s, registry, paths, cloud);
-    const { shm, cudaShm } = openSharedMemory(s);
     const frontend: FrontendOptions = {
       serverName: config.server.id,
       serverVersion: VERSION,
@@ -536,8 +538,8 @@ export async function startServer(
       cudaShm,
       traces,
     };
-    const http = await serveHttp(s, registry, frontend);
-    const grpcPort = await serveGrpc(s, registry, frontend);
+    const http = await serveHttp(s, pipeline, frontend);
+    const grpcPort = await serveGrpc(s, pipeline, frontend);
     const metricsServer = serveMetrics(s, metrics);
     // The first undo: readiness turns false before the endpoints stop.
     stack.defer("readiness", () => void (stopping = true));
@@ -545,7 +547,7 @@ export async function startServer(
     ended.push(...[http?.finished, metricsServer?.finished].filter((p) => p !== undefined));
     warnUnrestrictedRepository(s, http?.addr, grpcPort);
     warnDescriptorLimit(s);
-    reclaimIdleMemory(s);
+    reclaimIdleMemory(s, registry);
     started = {
       registry,
       httpAddr: http?.addr,

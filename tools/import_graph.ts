@@ -35,6 +35,8 @@ export const LAYERS: readonly { name: string; paths: readonly string[] }[] = [
   { name: "scheduler", paths: ["server/scheduler/"] },
   // Model versions and the registry that loads them.
   { name: "models", paths: ["server/models/"] },
+  // The one inference path: resolve once, shared memory, trace, run, answer.
+  { name: "pipeline", paths: ["server/pipeline/"] },
   // What clients talk to: HTTP, gRPC, the Prometheus endpoint (and the GPU readings it shows).
   { name: "frontends", paths: ["server/frontends/", "server/metrics/"] },
   // Start-up: flags, wiring, the entry points.

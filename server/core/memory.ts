@@ -8,7 +8,6 @@
 
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import { arrivalCount } from "./load.ts";
 
 /** Options of {@linkcode MemoryReclaimer}. */
 export interface ReclaimOptions {
@@ -20,8 +19,8 @@ export interface ReclaimOptions {
   rss?: () => number;
   /** Frees memory (tests pass their own); the default is {@linkcode reclaimMemory}. */
   reclaim?: () => void;
-  /** How many requests have arrived so far (tests pass their own); the default counts the frontends'. */
-  arrivals?: () => number;
+  /** How many inference requests have arrived so far (the server passes its ArrivalCounter's total). */
+  arrivals: () => number;
 }
 
 type Gc = (options?: { type: "major"; execution: "sync" }) => void;
@@ -86,12 +85,12 @@ export class MemoryReclaimer {
   #reclaims = 0;
 
   /** @param options interval, growth threshold, and the readings tests replace */
-  constructor(options: ReclaimOptions = {}) {
+  constructor(options: ReclaimOptions) {
     this.#intervalMs = options.intervalMs ?? 1000;
     this.#growth = options.growthBytes ?? 16 * 2 ** 20;
     this.#rss = options.rss ?? (() => Deno.memoryUsage().rss);
     this.#reclaim = options.reclaim ?? (() => void reclaimMemory());
-    this.#arrivals = options.arrivals ?? arrivalCount;
+    this.#arrivals = options.arrivals;
     this.#floor = this.#rss();
     this.#lastArrivals = this.#arrivals();
   }

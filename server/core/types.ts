@@ -45,10 +45,10 @@ export interface InferRequest {
   outputs: RequestedOutput[];
   /** The request parameters (priority, timeout, sequence_id, ...). */
   parameters: Record<string, ParamValue>;
-  /** The trace of a sampled request (set by the registry; the frontend ends it). */
+  /** The trace of a sampled request (set and ended by the inference pipeline). */
   trace?: RequestTrace;
   /**
-   * Where the responses of a request to a decoupled model go (see Registry.inferStream): each response or
+   * Where the responses of a request to a decoupled model go (set by the inference pipeline): each response or
    * error as the model sends it, `undefined` for a final flag without a response.
    */
   stream?: ResponseSink;

@@ -5,7 +5,7 @@
 
 import { elementCount, elementSize } from "./dtypes.ts";
 import { invalidArg } from "./errors.ts";
-import type { InferRequest, RequestedOutput, Tensor, TensorSpec } from "./types.ts";
+import type { InferRequest, ParamValue, RequestedOutput, Tensor, TensorSpec } from "./types.ts";
 
 /** What validation needs to know of a model version. */
 export interface ModelSignature {
@@ -37,6 +37,17 @@ export interface ValidatedRequest {
  */
 export function shapeText(shape: readonly number[]): string {
   return `[${shape.join(",")}]`;
+}
+
+/**
+ * The classification an output's parameters ask for (the `classification` parameter; 0 for none), as the
+ * codecs put it into a RequestedOutput: a value that is no number becomes NaN, which validateRequest refuses
+ * (naming the value the client sent).
+ * @param params the output's parameters
+ */
+export function requestedClassification(params: Record<string, ParamValue>): number {
+  const c = params.classification;
+  return c === undefined ? 0 : typeof c === "number" ? c : Number.NaN;
 }
 
 function quoteList(names: readonly string[]): string {
@@ -110,10 +121,9 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
       const bytes = (t.data as Uint8Array).byteLength;
       const want = count * elementSize(t.datatype);
       if (bytes !== want) {
+        // Triton's wording, which its clients and tests match on (binary data, raw contents, shared memory).
         fail(
-          `input '${t.name}' has ${bytes} bytes of data, expected ${want} for shape ${
-            shapeText(t.shape)
-          } of ${t.datatype}`,
+          `input byte size mismatch for input '${t.name}' for model '${sig.name}'. Expected ${want}, got ${bytes}`,
         );
       }
     }
@@ -150,9 +160,9 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
         );
       }
       if (!Number.isInteger(o.classification) || o.classification < 0) {
-        fail(
-          `output '${o.name}' asks for classification ${o.classification}, expected a non-negative integer`,
-        );
+        // The value as the client sent it (the codecs keep it among the output's parameters).
+        const asked = o.parameters.classification ?? o.classification;
+        fail(`output '${o.name}' asks for classification ${String(asked)}, expected a non-negative integer`);
       }
     }
     outputs = request.outputs;

@@ -5,10 +5,11 @@
 
 import { join } from "node:path";
 import { type Datatype, fromConfigType } from "../core/dtypes.ts";
-import { invalidArg, unavailable } from "../core/errors.ts";
+import { unavailable } from "../core/errors.ts";
+import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
-import { type ModelSignature, validateRequest } from "../core/validate.ts";
+import { type ModelSignature, type ValidatedRequest, validateRequest } from "../core/validate.ts";
 import type { Backend, BackendInstance } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
@@ -71,6 +72,8 @@ export class ModelVersion {
   readonly #generation = ++loads;
   /** The server's rate limiter under `--rate-limit=execution_count`. */
   rateLimiter: RateLimiter | undefined;
+  /** The server's count of arriving requests, which the dynamic batcher asks whether requests come together. */
+  arrivals: ArrivalCounter | undefined;
   #limited: LimitedInstance[] = [];
 
   /**
@@ -161,7 +164,7 @@ export class ModelVersion {
         : new PoolScheduler(
           batchModel,
           this.#instances,
-          batchingOptions(this.config),
+          { ...batchingOptions(this.config), arrivals: this.arrivals },
           this.stats,
         );
       this.#loaded(started);
@@ -221,36 +224,34 @@ export class ModelVersion {
   }
 
   /**
-   * Validates and runs one request.
+   * Validates and runs one request (the inference pipeline has resolved this version and applied the
+   * decoupled rule: a request to a decoupled model carries its `stream`).
    * @param request the decoded request
+   * @param validated the request as validateRequest returned it against this version's signature, when the
+   *   caller validated it already (it is not validated twice)
    */
-  infer(request: InferRequest): Promise<InferResponse> {
+  infer(request: InferRequest, validated?: ValidatedRequest): Promise<InferResponse> {
     if (this.state !== "READY" || !this.#scheduler) {
       return Promise.reject(
         unavailable(`Cannot infer '${this.name}': version ${this.version} is ${this.state}`),
       );
     }
-    if (this.decoupled && !request.stream) {
-      return Promise.reject(invalidArg(
-        `Cannot infer '${this.name}': the model is decoupled (model_transaction_policy); its responses stream over gRPC ModelStreamInfer or HTTP generate_stream`,
-      ));
-    }
     const received = nowNs();
     try {
-      const validated = validateRequest(request, this.signature);
+      const valid = validated ?? validateRequest(request, this.signature);
       const scheduler = this.#scheduler;
       if (this.responseCache) {
         return inferWithCache(
           this.responseCache,
           { name: this.name, version: String(this.version), stats: this.stats, generation: this.#generation },
-          validated,
+          valid,
           {
             received,
             run: (r) => scheduler.enqueue(r, received),
           },
         );
       }
-      return scheduler.enqueue(validated, received);
+      return scheduler.enqueue(valid, received);
     } catch (err) {
       // As Triton: a request refused at validation never reached the model; its statistics do not count it.
       return Promise.reject(err);

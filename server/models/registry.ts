@@ -6,7 +6,7 @@
 import { join } from "node:path";
 import { invalidArg, notFound, ServerError, unavailable, unsupported } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
-import type { InferRequest, InferResponse, ResponseSink } from "../core/types.ts";
+import { ArrivalCounter } from "../core/arrivals.ts";
 import type { Backend, InstanceContext, ServerAccess } from "../backends/backend.ts";
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
 import { tensorRtBackend } from "../backends/tensorrt.ts";
@@ -28,9 +28,7 @@ import {
   versionFileNames,
 } from "../repository/repository.ts";
 import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
-import { nowNs } from "../core/clock.ts";
 import { ensembleSteps, type StepModel } from "../scheduler/ensemble.ts";
-import type { TraceManager } from "../trace/trace.ts";
 import type { Logger } from "../logging.ts";
 import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
 import type { ResponseCache } from "../cache/response_cache.ts";
@@ -60,8 +58,6 @@ export interface RegistryOptions {
   backendConfig: Record<string, Record<string, string>>;
   /** Backends by name; defaults to the built-in ones. */
   backends?: Map<string, Backend>;
-  /** Samples requests for the trace extension. */
-  traces?: TraceManager;
   /** The model control mode; the repository extension's load and unload need `explicit`. */
   controlMode?: "none" | "poll" | "explicit";
   /** The server log, where models' own log lines (pb_utils.Logger) go. */
@@ -72,7 +68,20 @@ export interface RegistryOptions {
   rateLimiter?: RateLimiter;
   /** Runs before the repositories are scanned for a load (brings cloud repositories' mirrors up to date). */
   beforeScan?: () => Promise<void>;
+  /** The count of arriving requests the dynamic batchers read; a new one by default. */
+  arrivals?: ArrivalCounter;
 }
+
+/** How models run requests of their own (ensemble steps, BLS): the inference pipeline, once connected. */
+export type ModelRequests = Pick<ServerAccess, "infer" | "inferStream">;
+
+/** Until a pipeline is connected, models cannot run requests of their own. */
+const UNCONNECTED: ModelRequests = {
+  infer: (r) =>
+    Promise.reject(unavailable(`Cannot infer '${r.model}': no inference pipeline serves the models`)),
+  inferStream: (r) =>
+    Promise.reject(unavailable(`Cannot infer '${r.model}': no inference pipeline serves the models`)),
+};
 
 /** A model known to the registry. */
 export interface ModelEntry {
@@ -248,6 +257,10 @@ export class ModelRegistry {
   #uploads = new Set<string>();
   /** Models loaded only because an ensemble needed them (`unload_dependents` unloads only these). */
   #implicit = new Set<string>();
+  /** Where models' own requests go (see connect). */
+  #requests: ModelRequests = UNCONNECTED;
+  /** The count of arriving requests the dynamic batchers of this registry's models read. */
+  readonly arrivals: ArrivalCounter;
 
   /**
    * Creates an empty registry.
@@ -256,13 +269,23 @@ export class ModelRegistry {
   constructor(options: RegistryOptions) {
     this.#options = options;
     this.#backends = options.backends ?? defaultBackends();
-    // Models may call back into this registry (the Python backend's BLS) and write to the server log.
+    this.arrivals = options.arrivals ?? new ArrivalCounter();
+    // Models may run requests of their own (the Python backend's BLS) and write to the server log.
     const server: ServerAccess = {
-      infer: (r) => this.infer(r),
-      inferStream: (r, sink) => this.inferStream(r, sink),
+      infer: (r) => this.#requests.infer(r),
+      inferStream: (r, sink) => this.#requests.inferStream(r, sink),
       logger: options.logger,
     };
     for (const b of this.#backends.values()) b.bind?.(server);
+  }
+
+  /**
+   * Connects the models to the inference pipeline that runs their own requests: ensemble steps and BLS
+   * calls (the pipeline does it when it is created).
+   * @param requests runs a model's request
+   */
+  connect(requests: ModelRequests): void {
+    this.#requests = requests;
   }
 
   /**
@@ -588,6 +611,7 @@ export class ModelRegistry {
         const mv = new ModelVersion(config, v);
         mv.responseCache = cacheFor(config, this.#options.responseCache);
         mv.rateLimiter = this.#options.rateLimiter;
+        mv.arrivals = this.arrivals;
         entry.versions.set(v, mv);
         if (!available.includes(v)) {
           mv.state = "UNAVAILABLE";
@@ -626,7 +650,7 @@ export class ModelRegistry {
       const mv = new ModelVersion(config, v);
       mv.responseCache = cacheFor(config, this.#options.responseCache);
       entry.versions.set(v, mv);
-      await mv.loadEnsemble(location.dir, lookup, (request) => this.infer(request));
+      await mv.loadEnsemble(location.dir, lookup, (request) => this.#requests.infer(request));
     }
   }
 
@@ -769,68 +793,6 @@ export class ModelRegistry {
       for (const v of entry.versions.values()) if (v.state !== "READY" && !v.unloaded) return false;
     }
     return true;
-  }
-
-  /**
-   * Runs a request on the model and version it names.
-   * @param request the decoded request
-   */
-  infer(request: InferRequest): Promise<InferResponse> {
-    let mv: ModelVersion;
-    try {
-      mv = this.resolve(request.model, request.version);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    const trace = this.#options.traces?.sample(mv.name, String(mv.version), request.id);
-    if (!trace) return mv.infer(request);
-    request.trace = trace;
-    trace.mark("REQUEST_START");
-    trace.recordTensors("TENSOR_QUEUE_INPUT", request.inputs);
-    return mv.infer(request).finally(() => trace.mark("REQUEST_END"));
-  }
-
-  /**
-   * Runs a request and hands its responses to `sink` as they come: the one response of an ordinary model, or
-   * any number of responses of a decoupled model, the last call with `final` set.
-   * @param request the decoded request
-   * @param sink receives the responses
-   * @returns resolves after the final response; rejects when the request fails as a whole (then only the
-   *   responses the model sent before the failure reached the sink)
-   */
-  async inferStream(request: InferRequest, sink: ResponseSink): Promise<void> {
-    const mv = this.resolve(request.model, request.version);
-    if (!mv.decoupled) {
-      sink(await this.infer(request), true);
-      return;
-    }
-    let open = true;
-    let finish!: () => void;
-    const done = new Promise<void>((resolve) => (finish = resolve));
-    const received = nowNs();
-    let previous: number | undefined;
-    request.stream = (response, final) => {
-      if (!open) return;
-      if (response !== undefined) {
-        const now = nowNs();
-        mv.stats.recordResponse(now - received, previous === undefined ? undefined : now - previous);
-        previous = now;
-      }
-      if (final) {
-        open = false;
-        finish();
-      }
-      sink(response, final);
-    };
-    try {
-      await this.infer(request);
-    } catch (err) {
-      // After the final response the request is over for the client: a late failure is not reported twice.
-      if (!open) return;
-      open = false;
-      throw err;
-    }
-    await done;
   }
 
   /**

@@ -7,7 +7,7 @@
 
 import { setImmediate } from "node:timers";
 import { invalidArg, toServerError, unavailable } from "../core/errors.ts";
-import { arrivingTogether } from "../core/load.ts";
+import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { InferResponse, ParamValue } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
@@ -70,8 +70,11 @@ export interface BatchingOptions {
    * assert exact batches; the server takes it from the environment variable `DINFER_DELAY_SCHEDULER`.
    */
   delayUntilQueued: number;
-  /** Whether requests are arriving together (default: the frontends' arrivals per event-loop turn). */
-  together: () => boolean;
+  /**
+   * The server's count of arriving inference requests, which tells whether requests are arriving together;
+   * without one every request counts as arriving alone.
+   */
+  arrivals: Pick<ArrivalCounter, "together"> | undefined;
 }
 
 /** The `DINFER_DELAY_SCHEDULER` hold (see BatchingOptions.delayUntilQueued); 0 when unset or invalid. */
@@ -170,7 +173,7 @@ export class PoolScheduler implements Scheduler {
       defaultQueuePolicy: options?.defaultQueuePolicy ?? OPEN_POLICY,
       priorityQueuePolicy: options?.priorityQueuePolicy ?? new Map(),
       delayUntilQueued: options?.delayUntilQueued ?? delayFromEnvironment(),
-      together: options?.together ?? arrivingTogether,
+      arrivals: options?.arrivals,
     };
     this.#levels = Array.from({ length: 2 * levels }, () => []);
   }
@@ -226,7 +229,7 @@ export class PoolScheduler implements Scheduler {
       // Without a queue delay, requests arriving together wait one event-loop turn to run as one batch; a
       // request that arrives alone runs at once.
       const together = options.maxBatchSize > 1 && options.maxQueueDelayMicroseconds === 0 &&
-        options.together();
+        options.arrivals?.together() === true;
       if (
         !together && this.#queued === 0 && this.#free.length > 0 && options.delayUntilQueued === 0 &&
         (options.maxBatchSize <= 1 || options.maxQueueDelayMicroseconds === 0)

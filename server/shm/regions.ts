@@ -1,13 +1,12 @@
 /**
  * What system and CUDA shared memory have in common: the location a tensor's `shared_memory_*` parameters
- * name, the table of registered regions (lookup, bounds, the count of running requests that use each,
- * unregistering) and the outputs a response writes to regions.
+ * name and the table of registered regions (lookup, bounds, the count of running requests that use each,
+ * unregistering).
  * @module
  */
 
-import { serializeBytes } from "../core/dtypes.ts";
 import { invalidArg, notFound, unavailable } from "../core/errors.ts";
-import type { InferResponse, ParamValue, RequestedOutput } from "../core/types.ts";
+import type { ParamValue } from "../core/types.ts";
 
 function intParam(v: ParamValue | undefined, name: string, what: string): number | undefined {
   if (v === undefined) return undefined;
@@ -157,51 +156,4 @@ export class RegionTable<R extends TableRegion> {
       release(r);
     }
   }
-}
-
-/** An output of a response that goes to shared memory. */
-export interface ShmOutput {
-  /** The output name. */
-  name: string;
-  /** Names the output in messages. */
-  what: string;
-  /** Where it goes. */
-  loc: ShmLocation;
-  /** Its bytes (BYTES serialized). */
-  bytes: Uint8Array;
-}
-
-/**
- * The outputs of a response that name a shared-memory region (among those `requested` selects), each checked
- * to fit the room the client gave.
- * @param response the response
- * @param requested the requested outputs with their parameters
- */
-export function shmOutputs(response: InferResponse, requested: readonly RequestedOutput[]): ShmOutput[] {
-  const out: ShmOutput[] = [];
-  for (const o of requested) {
-    const what = `output '${o.name}'`;
-    const loc = shmLocation(o.parameters, what);
-    if (!loc) continue;
-    const t = response.outputs.find((x) => x.name === o.name);
-    if (!t) continue;
-    const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
-    if (bytes.byteLength > loc.byteSize) {
-      throw invalidArg(
-        `Cannot write ${what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${loc.byteSize}`,
-      );
-    }
-    out.push({ name: o.name, what, loc, bytes });
-  }
-  return out;
-}
-
-/** The parameters a response reports for an output written to shared memory. */
-export function writtenParameters(output: ShmOutput): Record<string, ParamValue> {
-  const params: Record<string, ParamValue> = {
-    shared_memory_region: output.loc.region,
-    shared_memory_byte_size: output.bytes.byteLength,
-  };
-  if (output.loc.offset) params.shared_memory_offset = output.loc.offset;
-  return params;
 }

@@ -2,29 +2,15 @@
  * The system shared-memory extension: clients register POSIX shared-memory objects (`shm_open` names, which
  * Linux keeps under /dev/shm) as named regions; inputs are read from and outputs written straight into them.
  * Every access is checked against the region's bounds; a region used by a running request cannot be
- * unregistered. CUDA regions (server/shm/cuda_shm.ts) share the request side (`ShmRequest`).
+ * unregistered. A request's side of it (for system and CUDA regions alike) is its `ShmSession` (session.ts).
  * @module
  */
 
 import fs from "node:fs";
 import { join } from "node:path";
-import {
-  type Datatype,
-  deserializeBytes,
-  elementCount,
-  elementSize,
-  type TensorData,
-} from "../core/dtypes.ts";
-import { invalidArg, ServerError, toServerError, unavailable } from "../core/errors.ts";
-import type {
-  InferRequest,
-  InferResponse,
-  ParamValue,
-  RequestedOutput,
-  ResponseSink,
-} from "../core/types.ts";
-import type { CudaSharedMemory } from "./cuda_shm.ts";
-import { RegionTable, type ShmLocation, shmLocation, shmOutputs, writtenParameters } from "./regions.ts";
+import { type Datatype, deserializeBytes, elementCount, type TensorData } from "../core/dtypes.ts";
+import { invalidArg, ServerError, unavailable } from "../core/errors.ts";
+import { RegionTable, type ShmLocation } from "./regions.ts";
 
 export { type ShmLocation, shmLocation } from "./regions.ts";
 
@@ -226,216 +212,25 @@ export class SystemSharedMemory {
         `Cannot read ${what}: shared memory region '${loc.region}' has only ${got} of ${bytes.length} bytes`,
       );
     }
-    const count = elementCount(shape);
-    if (datatype === "BYTES") return deserializeBytes(bytes, count, what);
-    const want = count * elementSize(datatype);
-    if (want !== bytes.length) {
-      throw invalidArg(
-        `Cannot read ${what}: shared_memory_byte_size is ${bytes.length}, expected ${want} for shape [${shape}] of ${datatype}`,
-      );
-    }
-    return bytes;
+    // The byte size of fixed-size tensors is validation's to check, against the model's signature.
+    return datatype === "BYTES" ? deserializeBytes(bytes, elementCount(shape), what) : bytes;
   }
 
   /**
-   * Writes the outputs that asked for shared memory into their regions, and returns their parameters
-   * (`shared_memory_region`, `shared_memory_byte_size`, `shared_memory_offset`) by output name.
-   * @param response the response
-   * @param requested the requested outputs with their parameters
+   * Writes bytes into a region.
+   * @param loc where to write (`byteSize` is the room the client gave)
+   * @param bytes the contents
+   * @param what names the tensor in error messages
    */
-  writeOutputs(
-    response: InferResponse,
-    requested: readonly RequestedOutput[],
-  ): Map<string, Record<string, ParamValue>> {
-    const written = new Map<string, Record<string, ParamValue>>();
-    for (const o of shmOutputs(response, requested)) {
-      const r = this.#region(o.loc, o.what, o.bytes.byteLength, "write");
-      r.file.seekSync(r.offset + o.loc.offset, Deno.SeekMode.Start);
-      let off = 0;
-      while (off < o.bytes.byteLength) off += r.file.writeSync(o.bytes.subarray(off));
-      written.set(o.name, writtenParameters(o));
-    }
-    return written;
+  write(loc: ShmLocation, bytes: Uint8Array, what: string): void {
+    const r = this.#region(loc, what, bytes.byteLength, "write");
+    r.file.seekSync(r.offset + loc.offset, Deno.SeekMode.Start);
+    let off = 0;
+    while (off < bytes.byteLength) off += r.file.writeSync(bytes.subarray(off));
   }
 
   /** Closes every region. */
   close(): void {
     this.#regions.clear((r) => r.file.close());
-  }
-}
-
-/** Reads an input's contents from shared memory (what the frontends' decoders call). */
-export type ShmReader = (loc: ShmLocation, datatype: Datatype, shape: number[], what: string) => TensorData;
-
-/** An input whose contents a CUDA region holds: copied in before the request runs. */
-interface PendingCopy {
-  loc: ShmLocation;
-  datatype: Datatype;
-  shape: number[];
-  what: string;
-}
-
-type Written = Map<string, Record<string, ParamValue>>;
-
-/**
- * The shared-memory side of one inference request, the same for every frontend: the reader its decoder uses,
- * then `run`, which keeps every region the request names in use while it runs, copies inputs out of CUDA
- * regions before it runs and writes its outputs into their regions after.
- */
-export class ShmRequest {
-  #shm: SystemSharedMemory | undefined;
-  #cuda: CudaSharedMemory | undefined;
-  #regions: string[] = [];
-  /** Placeholder contents of inputs in CUDA regions, replaced by the copies before the request runs. */
-  #pending = new Map<TensorData, PendingCopy>();
-  /** The reader for the decoder; undefined where the server has no shared memory. */
-  readonly reader: ShmReader | undefined;
-
-  /**
-   * Starts the shared-memory side of a request.
-   * @param shm the server's system regions, if any
-   * @param cuda the server's CUDA regions, if any
-   */
-  constructor(shm: SystemSharedMemory | undefined, cuda?: CudaSharedMemory) {
-    this.#shm = shm;
-    this.#cuda = cuda;
-    this.reader = shm
-      ? (loc, datatype, shape, what) => {
-        this.#regions.push(loc.region);
-        if (cuda?.has(loc.region)) {
-          cuda.checkRead(loc, what);
-          if (datatype !== "BYTES") checkByteSize(loc.byteSize, datatype, shape, what);
-          const placeholder = new Uint8Array(0);
-          this.#pending.set(placeholder, { loc, datatype, shape, what });
-          return placeholder;
-        }
-        return shm.readTensor(loc, datatype, shape, what);
-      }
-      : undefined;
-  }
-
-  /** Notes the regions the outputs name, and checks them before the request runs. */
-  #outputRegions(request: InferRequest): void {
-    for (const o of request.outputs) {
-      if (o.parameters.shared_memory_region === undefined) continue;
-      const what = `output '${o.name}'`;
-      const loc = shmLocation(o.parameters, what)!;
-      if (!this.#shm) throw invalidArg(`Cannot write ${what}: shared memory is not available`);
-      if (this.#cuda?.has(loc.region)) this.#cuda.checkWrite(loc, what);
-      else this.#shm.checkWrite(loc, what);
-      this.#regions.push(loc.region);
-    }
-  }
-
-  #use(): () => void {
-    const a = this.#shm!.use(this.#regions);
-    const b = this.#cuda?.use(this.#regions);
-    return () => {
-      a();
-      b?.();
-    };
-  }
-
-  /** Copies the inputs that CUDA regions hold into the request. */
-  async #copyIn(request: InferRequest): Promise<void> {
-    if (this.#pending.size === 0) return;
-    for (const t of request.inputs) {
-      const p = this.#pending.get(t.data);
-      if (!p) continue;
-      const bytes = await this.#cuda!.read(p.loc, p.what);
-      t.data = p.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(p.shape), p.what) : bytes;
-    }
-  }
-
-  /** Writes a response's outputs that name a region; returns their parameters by output name. */
-  async #write(response: InferResponse, request: InferRequest): Promise<Written> {
-    const cuda = this.#cuda;
-    const inCuda = (o: RequestedOutput) => {
-      const r = o.parameters.shared_memory_region;
-      return typeof r === "string" && cuda !== undefined && cuda.has(r);
-    };
-    const written = this.#shm!.writeOutputs(response, request.outputs.filter((o) => !inCuda(o)));
-    for (const o of shmOutputs(response, request.outputs.filter(inCuda))) {
-      await cuda!.write(o.loc, o.bytes, o.what);
-      written.set(o.name, writtenParameters(o));
-    }
-    return written;
-  }
-
-  /**
-   * Runs the decoded request with its regions in use and writes the outputs that name a region.
-   * @param request the decoded request
-   * @param infer runs it
-   * @returns the response and the parameters of the outputs written to shared memory
-   */
-  async run(
-    request: InferRequest,
-    infer: (r: InferRequest) => Promise<InferResponse>,
-  ): Promise<{ response: InferResponse; shmOutputs: Written | undefined }> {
-    this.#outputRegions(request);
-    if (!this.#shm || this.#regions.length === 0) {
-      return { response: await infer(request), shmOutputs: undefined };
-    }
-    const release = this.#use();
-    try {
-      await this.#copyIn(request);
-      const response = await infer(request);
-      return { response, shmOutputs: await this.#write(response, request) };
-    } finally {
-      release();
-    }
-  }
-
-  /**
-   * Like `run` for a request whose responses stream (a decoupled model): each response's outputs that name a
-   * region are written there before the response goes to `sink`, one response after the other.
-   * @param request the decoded request
-   * @param infer runs it, streaming its responses
-   * @param sink receives each response (or error), the outputs written to shared memory, and the final flag
-   */
-  async runStream(
-    request: InferRequest,
-    infer: (r: InferRequest, sink: ResponseSink) => Promise<void>,
-    sink: (
-      response: InferResponse | ServerError | undefined,
-      shmOutputs: Written | undefined,
-      final: boolean,
-    ) => void,
-  ): Promise<void> {
-    this.#outputRegions(request);
-    if (!this.#shm || this.#regions.length === 0) {
-      return await infer(request, (response, final) => sink(response, undefined, final));
-    }
-    const release = this.#use();
-    let delivered: Promise<void> = Promise.resolve();
-    try {
-      await this.#copyIn(request);
-      await infer(request, (response, final) => {
-        delivered = delivered.then(async () => {
-          if (response === undefined || response instanceof Error) return sink(response, undefined, final);
-          let written: Written;
-          try {
-            written = await this.#write(response, request);
-          } catch (err) {
-            return sink(toServerError(err), undefined, final);
-          }
-          sink(response, written, final);
-        }).catch(() => {}); // a failing sink must not leave a rejection behind
-      });
-    } finally {
-      // Responses still being written to their regions finish before the regions are released.
-      await delivered;
-      release();
-    }
-  }
-}
-
-/** Checks that a region's byte size fits a tensor of fixed-size elements. */
-function checkByteSize(byteSize: number, datatype: Datatype, shape: number[], what: string): void {
-  const want = elementCount(shape) * elementSize(datatype);
-  if (want !== byteSize) {
-    throw invalidArg(
-      `Cannot read ${what}: shared_memory_byte_size is ${byteSize}, expected ${want} for shape [${shape}] of ${datatype}`,
-    );
   }
 }

@@ -205,9 +205,9 @@ def test_raw_contents_count_differs_from_inputs(stub):
 
 def test_raw_size_mismatch(stub):
     expect(stub, simple_raw([RAW16, RAW16[:60]]), grpc.StatusCode.INVALID_ARGUMENT,
-           f"{WHERE}: input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 60")
+           "Cannot infer 'simple': input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 60")
     expect(stub, simple_raw([RAW16 + b"\0\0\0\0", RAW16]), grpc.StatusCode.INVALID_ARGUMENT,
-           f"{WHERE}: input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 68")
+           "Cannot infer 'simple': input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 68")
 
 
 def test_malformed_raw_bytes_tensor(stub):
@@ -276,7 +276,7 @@ def test_negative_classification(stub):
     req.outputs.append(Output(name="OUTPUT0"))
     req.outputs[0].parameters["classification"].int64_param = -2
     expect(stub, req, grpc.StatusCode.INVALID_ARGUMENT,
-           f"{WHERE}: output 'OUTPUT0' 'classification' must be a non-negative integer")
+           "Cannot infer 'simple': output 'OUTPUT0' asks for classification -2, expected a non-negative integer")
 
 
 def test_unknown_model(stub):

@@ -518,16 +518,16 @@ def test_input_byte_size_not_matching_its_shape(proto, regions):
         proto,
         lambda: proto.client.infer("simple", inputs),
         "INVALID_ARG",
-        "Cannot read the inference request for 'simple', input 'INPUT0': shared_memory_byte_size is 60, "
-        "expected 64 for shape [1,16] of INT32",
+        "Cannot infer 'simple': input byte size mismatch for input 'INPUT0' for model 'simple'. "
+        "Expected 64, got 60",
     )
     inputs[0].set_shared_memory("in", 128)
     expect_error(
         proto,
         lambda: proto.client.infer("simple", inputs),
         "INVALID_ARG",
-        "Cannot read the inference request for 'simple', input 'INPUT0': shared_memory_byte_size is 128, "
-        "expected 64 for shape [1,16] of INT32",
+        "Cannot infer 'simple': input byte size mismatch for input 'INPUT0' for model 'simple'. "
+        "Expected 64, got 128",
     )
 
 

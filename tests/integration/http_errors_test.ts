@@ -187,7 +187,8 @@ const BAD: BadCase[] = [
     name: "binary data of the wrong size for the shape",
     send: (url) => inferBinary(url, "simple", simpleHeader(60, 68), [zeros64, zeros64]),
     status: 400,
-    error: `${READ}: input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60`,
+    error:
+      "Cannot infer 'simple': input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
   },
   {
     name: "binary data left over after the inputs",

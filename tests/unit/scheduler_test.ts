@@ -12,7 +12,7 @@ import type { InferResponse, ParamValue, Tensor } from "../../server/core/types.
 import type { ValidatedRequest } from "../../server/core/validate.ts";
 import type { BackendInstance } from "../../server/backends/backend.ts";
 import { modelStatistics, VersionStats } from "../../server/metrics/stats.ts";
-import { arrivingTogether, requestArrived } from "../../server/core/load.ts";
+import { ArrivalCounter } from "../../server/core/arrivals.ts";
 import type { BatchModel } from "../../server/scheduler/batch.ts";
 import {
   type BatchingOptions,
@@ -137,7 +137,7 @@ function scheduler(
   return new PoolScheduler(
     MODEL,
     instances,
-    { delayUntilQueued: 0, together: () => true, ...options },
+    { delayUntilQueued: 0, arrivals: { together: () => true }, ...options },
     stats,
   );
 }
@@ -621,7 +621,7 @@ Deno.test("without a queue delay, requests arriving together wait one turn and r
   const a = new FakeInstance();
   const b = new FakeInstance();
   let together = false;
-  const s = scheduler([a, b], { maxBatchSize: 8, together: () => together });
+  const s = scheduler([a, b], { maxBatchSize: 8, arrivals: { together: () => together } });
   // Arriving alone: it leaves at once.
   const lone = s.enqueue(request([[1]]));
   assertEquals([...firsts(a), ...firsts(b)], [[1]]);
@@ -658,24 +658,25 @@ Deno.test("the hold comes from DINFER_DELAY_SCHEDULER when the options leave it 
   assertEquals(delayFromEnvironment(), 0);
 });
 
-Deno.test("arrivals are counted per event-loop turn: one alone is not 'together', two are", async () => {
+Deno.test("an arrival counter counts per event-loop turn: one alone is not 'together', two are", async () => {
+  const arrivals = new ArrivalCounter();
   // A known start whatever ran before: a turn with one arrival.
   await new Promise((r) => setImmediate(r));
-  requestArrived();
+  arrivals.arrived();
   await new Promise((r) => setImmediate(r));
-  assertEquals(arrivingTogether(), false);
-  requestArrived();
-  assertEquals(arrivingTogether(), false);
-  requestArrived();
-  assertEquals(arrivingTogether(), true);
+  assertEquals(arrivals.together(), false);
+  arrivals.arrived();
+  assertEquals(arrivals.together(), false);
+  arrivals.arrived();
+  assertEquals(arrivals.together(), true);
   await new Promise((r) => setImmediate(r));
   // The last turn with arrivals had two: the next arrival still counts as together.
-  assertEquals(arrivingTogether(), true);
-  requestArrived();
-  assertEquals(arrivingTogether(), true);
+  assertEquals(arrivals.together(), true);
+  arrivals.arrived();
+  assertEquals(arrivals.together(), true);
   await new Promise((r) => setImmediate(r));
   // That turn had one: a lone arrival now runs at once.
-  requestArrived();
-  assertEquals(arrivingTogether(), false);
+  arrivals.arrived();
+  assertEquals(arrivals.together(), false);
   await new Promise((r) => setImmediate(r));
 });

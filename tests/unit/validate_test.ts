@@ -196,16 +196,16 @@ Deno.test("inputs with different batch sizes are refused", () => {
   );
 });
 
-Deno.test("contents whose byte size does not match the shape are refused", () => {
+Deno.test("contents whose byte size does not match the shape are refused in Triton's words", () => {
   fails(
     request([tensor("INPUT0", "INT32", [1, 16], new Uint8Array(60)), in1()]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has 60 bytes of data, expected 64 for shape [1,16] of INT32",
+    "Cannot infer 'simple': input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
   );
   fails(
     request([tensor("INPUT0", "INT32", [2, 16], new Uint8Array(64)), in1([2, 16])]),
     SIMPLE,
-    "Cannot infer 'simple': input 'INPUT0' has 64 bytes of data, expected 128 for shape [2,16] of INT32",
+    "Cannot infer 'simple': input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 128, got 64",
   );
 });
 
@@ -309,6 +309,6 @@ Deno.test("FP64 and INT64 sizes count eight bytes per element", () => {
   fails(
     request([tensor("D", "FP64", [2], new Uint8Array(8)), tensor("L", "INT64", [1])]),
     sig,
-    "Cannot infer 'wide': input 'D' has 8 bytes of data, expected 16 for shape [2] of FP64",
+    "Cannot infer 'wide': input byte size mismatch for input 'D' for model 'wide'. Expected 16, got 8",
   );
 });

@@ -10,15 +10,15 @@ import {
   type Datatype,
   deserializeBytes,
   elementCount,
-  elementSize,
   fromJsonValues,
   isDatatype,
   serializeBytes,
 } from "../../core/dtypes.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
-import { shapeText } from "../../core/validate.ts";
-import { shmLocation, type ShmReader } from "../../shm/system_shm.ts";
+import { requestedClassification, shapeText } from "../../core/validate.ts";
+import { shmLocation } from "../../shm/regions.ts";
+import { readShmInput, type ShmReader } from "../../shm/session.ts";
 
 /** An int64/uint64 as protobufjs decodes it: a number, or a Long. */
 type LongLike = number | { toString(): string; toNumber?(): number; unsigned?: boolean };
@@ -196,16 +196,11 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
       if (hasTyped) {
         throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and typed contents`);
       }
-      if (!shm) {
-        throw invalidArg(
-          `Cannot read ${where}: ${what} names shared memory, which this endpoint does not read`,
-        );
-      }
       return {
         name: t.name,
         datatype: t.datatype,
         shape,
-        data: shm(loc, t.datatype, shape, `${where}, ${what}`),
+        data: readShmInput(shm, loc, t.datatype, shape, where, what),
       };
     }
     if (raw.length > 0) {
@@ -220,13 +215,6 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
           shape,
           data: deserializeBytes(bytes, count, `${where}, ${what}`, { input: t.name, model: msg.model_name }),
         };
-      }
-      const want = count * elementSize(t.datatype);
-      if (bytes.byteLength !== want) {
-        // Triton's wording, which its clients and tests match on.
-        throw invalidArg(
-          `Cannot read ${where}: input byte size mismatch for input '${t.name}' for model '${msg.model_name}'. Expected ${want}, got ${bytes.byteLength}`,
-        );
       }
       return { name: t.name, datatype: t.datatype, shape, data: bytes };
     }
@@ -250,13 +238,7 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
   });
   const outputs: RequestedOutput[] = (msg.outputs ?? []).map((o) => {
     const parameters = fromInferParameters(o.parameters);
-    const c = parameters.classification ?? 0;
-    if (typeof c !== "number" || !Number.isInteger(c) || c < 0) {
-      throw invalidArg(
-        `Cannot read ${where}: output '${o.name}' 'classification' must be a non-negative integer`,
-      );
-    }
-    return { name: o.name, classification: c, parameters };
+    return { name: o.name, classification: requestedClassification(parameters), parameters };
   });
   const parameters = fromInferParameters(msg.parameters);
   // As Triton: 'triton_' keys are reserved; the one a client may send is the stream's, not the model's.

@@ -9,14 +9,13 @@ import * as grpc from "@grpc/grpc-js";
 import net from "node:net";
 import tls from "node:tls";
 import { GoawayFilter } from "./goaway_filter.ts";
+import { loadOptions } from "../load_parameters.ts";
 import type * as protobuf from "protobufjs";
 import { grpcStatus, invalidArg, type ServerError, toServerError, unsupported } from "../../core/errors.ts";
 import { lookupType } from "../../core/protos.ts";
-import type { ModelRegistry } from "../../models/registry.ts";
+import type { ModelVersion } from "../../models/model_version.ts";
+import { type Endpoint, ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import { nowNs } from "../../core/clock.ts";
-import { requestArrived } from "../../core/load.ts";
-import { ShmRequest } from "../../shm/system_shm.ts";
-import type { InferRequest, InferResponse, ParamValue } from "../../core/types.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import { GRPC_METHOD_GROUPS, GRPC_RESTRICTED_PREFIX, matchesRestriction } from "../restricted.ts";
 import {
@@ -165,10 +164,14 @@ function restrict(handlers: grpc.UntypedServiceImplementation, options: GrpcOpti
 
 /**
  * Starts the gRPC server.
- * @param registry the models
+ * @param pipeline the inference pipeline (and, through it, the models)
  * @param options address, limits, TLS
  */
-export async function startGrpcServer(registry: ModelRegistry, options: GrpcOptions): Promise<GrpcServer> {
+export async function startGrpcServer(
+  pipeline: InferencePipeline,
+  options: GrpcOptions,
+): Promise<GrpcServer> {
+  const registry = pipeline.registry;
   const ready = () => serverReady(registry, options);
   const service: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   const handlers: grpc.UntypedServiceImplementation = {};
@@ -222,23 +225,12 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   unary("RepositoryIndex", async (r) => ({ models: await registry.index(r.ready === true) }));
   unary("RepositoryModelLoad", async (r) => {
     const name = String(r.model_name ?? "");
-    const params = (r.parameters ?? {}) as Record<string, Record<string, unknown>>;
-    const files = new Map<string, Uint8Array>();
-    let config: string | undefined;
-    for (const [k, p] of Object.entries(params)) {
-      if (k === "config") {
-        if (typeof p.string_param !== "string" || p.parameter_choice !== "string_param") {
-          throw invalidArg(`Cannot load '${name}': parameter 'config' must be a string_param holding JSON`);
-        }
-        config = p.string_param;
-      } else if (k.startsWith("file:")) {
-        if (p.parameter_choice !== "bytes_param") {
-          throw invalidArg(`Cannot load '${name}': parameter '${k}' must be a bytes_param`);
-        }
-        files.set(k.slice(5), p.bytes_param as Uint8Array);
-      }
+    const params: Record<string, unknown> = {};
+    for (const [k, p] of Object.entries((r.parameters ?? {}) as Record<string, Record<string, unknown>>)) {
+      const choice = p.parameter_choice as string | undefined;
+      params[k] = choice === undefined ? undefined : p[choice];
     }
-    await registry.loadModel(name, { config, files });
+    await registry.loadModel(name, loadOptions(name, params, false));
     return {};
   });
   unary("RepositoryModelUnload", async (r) => {
@@ -329,33 +321,17 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
   const inferReqCodec = codec(inferReq, false);
   const inferResCodec = codec(inferRes, true);
   const shm = options.shm;
-  /** Whether a request names a decoupled model (false when the model is unknown: the infer path says so). */
-  const decoupled = (msg: Record<string, unknown>): boolean => {
-    try {
-      return registry.resolve(String(msg.model_name ?? ""), String(msg.model_version ?? "")).decoupled;
-    } catch {
-      return false;
-    }
-  };
-  const endTrace = (request: InferRequest, received: number) => {
-    const trace = request.trace;
-    if (trace) {
-      trace.mark("GRPC_WAITREAD_END", received);
-      trace.mark("GRPC_SEND_START");
-      trace.end();
-    }
-  };
-  const infer = async (msg: Record<string, unknown>) => {
-    requestArrived();
+  /** Runs a request to a model that is not decoupled (ModelInfer, or one of a stream's requests). */
+  const infer = async (msg: Record<string, unknown>, mv: ModelVersion, endpoint: Endpoint) => {
     const received = nowNs();
-    const session = new ShmRequest(shm, options.cudaShm);
-    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
-    try {
-      const { response, shmOutputs } = await session.run(request, (r) => registry.infer(r));
-      return encodeModelInferResponse(response, shmOutputs);
-    } finally {
-      endTrace(request, received);
-    }
+    const session = pipeline.shmSession();
+    const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session?.reader);
+    return await pipeline.infer(
+      mv,
+      request,
+      { endpoint, shm: session, recvEnd: received },
+      encodeModelInferResponse,
+    );
   };
   service.ModelInfer = method(`/${SERVICE}/ModelInfer`, inferReqCodec, inferResCodec);
   handlers.ModelInfer = (
@@ -367,14 +343,23 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
       callback(grpcError(bad));
       return;
     }
-    if (decoupled(call.request)) {
-      callback(
-        grpcError(unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")),
+    let mv: ModelVersion;
+    try {
+      mv = pipeline.accept(
+        String(call.request.model_name ?? ""),
+        String(call.request.model_version ?? ""),
+        ENDPOINTS.grpcInfer,
       );
+    } catch (err) {
+      callback(grpcError(err));
       return;
     }
     begin();
-    infer(call.request).then((r) => callback(null, r), (err) => callback(grpcError(err))).finally(end);
+    infer(call.request, mv, ENDPOINTS.grpcInfer).then(
+      (r) => callback(null, r),
+      (err) => callback(grpcError(err)),
+    )
+      .finally(end);
   };
 
   /** A stream message carrying an error for the request `msg`. */
@@ -393,35 +378,30 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
    */
   const inferDecoupled = async (
     msg: Record<string, unknown>,
+    mv: ModelVersion,
     write: (out: Record<string, unknown>) => void,
     signal: AbortSignal,
   ) => {
-    requestArrived();
     const received = nowNs();
-    const session = new ShmRequest(shm, options.cudaShm);
+    const session = pipeline.shmSession();
     const params = (msg.parameters ?? {}) as Record<string, { bool_param?: boolean }>;
     const wantsEmptyFinal = params.triton_enable_empty_final_response?.bool_param === true;
-    let request: InferRequest | undefined;
     let ended = false;
     try {
-      request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session.reader);
+      const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session?.reader);
       request.signal = signal;
-      const sink = (
-        response: InferResponse | ServerError | undefined,
-        shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
-        final: boolean,
-      ) => {
+      const exchange = { endpoint: ENDPOINTS.grpcStream, shm: session, recvEnd: received };
+      await pipeline.stream(mv, request, exchange, (response, written, final) => {
         if (ended) return;
         ended = final;
         if (response instanceof Error) write(streamError(msg, response));
         else if (response !== undefined) {
           response.parameters.triton_final_response = final;
-          write({ error_message: "", infer_response: encodeModelInferResponse(response, shmOutputs) });
+          write({ error_message: "", infer_response: encodeModelInferResponse(response, written) });
           return;
         }
         if (final && wantsEmptyFinal) write(emptyFinal(msg));
-      };
-      await session.runStream(request, (r, s) => registry.inferStream(r, s), sink);
+      });
     } catch (err) {
       // The request failed before its final response: the error, then the final flag when it was asked for.
       if (!ended) {
@@ -429,8 +409,6 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
         write(streamError(msg, err));
         if (wantsEmptyFinal) write(emptyFinal(msg));
       }
-    } finally {
-      if (request) endTrace(request, received);
     }
   };
   /** The empty response that carries only the final flag (`triton_enable_empty_final_response`). */
@@ -477,11 +455,23 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
         last = last.then(() => write(answer));
         return;
       }
-      if (decoupled(msg)) {
+      let mv: ModelVersion;
+      try {
+        mv = pipeline.accept(
+          String(msg.model_name ?? ""),
+          String(msg.model_version ?? ""),
+          ENDPOINTS.grpcStream,
+        );
+      } catch (err) {
+        const answer = streamError(msg, err);
+        last = last.then(() => write(answer));
+        return;
+      }
+      if (mv.decoupled) {
         const controller = new AbortController();
         if (call.cancelled) controller.abort();
         running.add(controller);
-        const task = inferDecoupled(msg, write, controller.signal);
+        const task = inferDecoupled(msg, mv, write, controller.signal);
         streaming.add(task);
         task.finally(() => {
           streaming.delete(task);
@@ -489,7 +479,7 @@ export async function startGrpcServer(registry: ModelRegistry, options: GrpcOpti
         });
         return;
       }
-      const answer = infer(msg).then((infer_response) => {
+      const answer = infer(msg, mv, ENDPOINTS.grpcStream).then((infer_response) => {
         infer_response.parameters = {
           ...(infer_response.parameters as Record<string, unknown>),
           triton_final_response: { bool_param: true },

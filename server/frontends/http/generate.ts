@@ -15,10 +15,10 @@ import {
   utf8Decode,
 } from "../../core/dtypes.ts";
 import { httpStatus, internal, invalidArg, ServerError, toServerError } from "../../core/errors.ts";
-import { requestArrived } from "../../core/load.ts";
 import type { InferRequest, InferResponse, ParamValue, Tensor } from "../../core/types.ts";
-import { validateRequest } from "../../core/validate.ts";
-import type { ModelRegistry } from "../../models/registry.ts";
+import { type ValidatedRequest, validateRequest } from "../../core/validate.ts";
+import type { ModelVersion } from "../../models/model_version.ts";
+import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import { readUpTo } from "./_body.ts";
 import { receiveBody } from "./listener.ts";
 
@@ -203,15 +203,22 @@ function itemJson(item: Item): string {
 }
 
 /**
- * Creates the handler of the generate endpoints over a registry.
- * @param registry the models
+ * Creates the handler of the generate endpoints over the inference pipeline.
+ * @param pipeline the inference pipeline
  * @param options limits
  * @returns the handler; errors before inference starts are thrown (the caller writes them as JSON errors)
  */
-export function createGenerateHandler(registry: ModelRegistry, options: GenerateOptions): GenerateHandler {
+export function createGenerateHandler(
+  pipeline: InferencePipeline,
+  options: GenerateOptions,
+): GenerateHandler {
   /** Decodes and validates the request; throws what fails before inference begins. */
-  async function prepare(request: Request, model: string, version: string): Promise<InferRequest> {
-    const mv = registry.resolve(model, version);
+  async function prepare(
+    request: Request,
+    model: string,
+    version: string,
+  ): Promise<{ mv: ModelVersion; validated: ValidatedRequest }> {
+    const mv = pipeline.accept(model, version, ENDPOINTS.generate);
     const body = await readLimitedBody(request, options.maxInputSize, `the generate request for '${model}'`);
     let json: unknown = {};
     if (body.byteLength > 0) {
@@ -229,18 +236,20 @@ export function createGenerateHandler(registry: ModelRegistry, options: Generate
     const meta = mv.metadata();
     const inputs = new Map(meta.inputs.map((i) => [i.name, { datatype: i.datatype, shape: i.shape }]));
     const decoded = decodeGenerateRequest(json, inputs, { model, version });
-    // Problems with the inputs are answered as JSON errors, before any response.
-    validateRequest(decoded, mv.signature);
-    return decoded;
+    // Problems with the inputs are answered as JSON errors, before any response (the pipeline takes the
+    // validated request on, not validating it again).
+    return { mv, validated: validateRequest(decoded, mv.signature) };
   }
 
   /** Runs the request; `onItem` takes each response or error as it comes, and `final` once at the end. */
   function run(
-    request: InferRequest,
+    mv: ModelVersion,
+    validated: ValidatedRequest,
     onItem: (item: Item | undefined, final: boolean) => void,
   ): Promise<void> {
     let ended = false;
-    return registry.inferStream(request, (response, final) => {
+    const exchange = { endpoint: ENDPOINTS.generate, validated };
+    return pipeline.stream(mv, validated.request, exchange, (response, _written, final) => {
       if (ended) return;
       ended = final;
       const item = response instanceof Error ? toServerError(response) : response;
@@ -257,9 +266,9 @@ export function createGenerateHandler(registry: ModelRegistry, options: Generate
     );
   }
 
-  async function generate(request: InferRequest): Promise<Response> {
+  async function generate(mv: ModelVersion, validated: ValidatedRequest): Promise<Response> {
     const items: Item[] = [];
-    await run(request, (item) => item && items.push(item));
+    await run(mv, validated, (item) => item && items.push(item));
     // As Triton: the status is the first response's; the body the one response, or an error when the model
     // sent another number of them.
     const first = items[0];
@@ -268,7 +277,12 @@ export function createGenerateHandler(registry: ModelRegistry, options: Generate
     return new Response(body, { status, headers: JSON_HEADERS });
   }
 
-  function generateStream(request: InferRequest, signal: AbortSignal): Promise<Response> {
+  function generateStream(
+    mv: ModelVersion,
+    validated: ValidatedRequest,
+    signal: AbortSignal,
+  ): Promise<Response> {
+    const request = validated.request;
     const controller = new AbortController();
     const abort = () => controller.abort();
     signal.addEventListener("abort", abort, { once: true });
@@ -293,7 +307,7 @@ export function createGenerateHandler(registry: ModelRegistry, options: Generate
         started = true;
         resolve(new Response(body, { status, headers: SSE_HEADERS }));
       };
-      run(request, (item, final) => {
+      run(mv, validated, (item, final) => {
         if (item !== undefined) {
           // As Triton: the first response sets the status; the events follow as the model sends them.
           start(item instanceof ServerError ? httpStatus(item.code) : 200);
@@ -310,10 +324,9 @@ export function createGenerateHandler(registry: ModelRegistry, options: Generate
   }
 
   return async function handle(request: Request, model: string, version: string, stream: boolean) {
-    requestArrived();
-    const decoded = await prepare(request, model, version);
-    if (stream) return await generateStream(decoded, request.signal);
-    decoded.signal = request.signal;
-    return await generate(decoded);
+    const { mv, validated } = await prepare(request, model, version);
+    if (stream) return await generateStream(mv, validated, request.signal);
+    validated.request.signal = request.signal;
+    return await generate(mv, validated);
   };
 }

@@ -7,11 +7,16 @@
 import { elementSize, fromConfigType } from "../../core/dtypes.ts";
 import { httpStatus, invalidArg, notFound, toServerError, unsupported } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
-import { requestArrived } from "../../core/load.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
-import type { ModelRegistry } from "../../models/registry.ts";
-import { decodeInferRequest, encodeInferResponse, HEADER_LENGTH } from "./infer_codec.ts";
-import { ShmRequest } from "../../shm/system_shm.ts";
+import type { ModelVersion } from "../../models/model_version.ts";
+import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
+import type { ShmWritten } from "../../shm/session.ts";
+import {
+  type DecodedRequest,
+  decodeInferRequest,
+  encodeInferResponse,
+  HEADER_LENGTH,
+} from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
 import { concat, readUpTo } from "./_body.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
@@ -19,6 +24,7 @@ import { createGenerateHandler } from "./generate.ts";
 import { createOpenAiHandler } from "./openai.ts";
 import { type ApiGroup, httpApiGroup, matchesRestriction } from "../restricted.ts";
 import { receiveBody } from "./listener.ts";
+import { loadOptions } from "../load_parameters.ts";
 
 /** What the HTTP frontend serves and how. */
 export interface HttpOptions extends FrontendOptions {
@@ -95,17 +101,6 @@ async function readJsonBody(request: Request, limit: number, what: string): Prom
   return v as Record<string, unknown>;
 }
 
-function decodeBase64(text: string, model: string, key: string): Uint8Array {
-  try {
-    const bin = atob(text);
-    const out = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
-    return out;
-  } catch {
-    throw invalidArg(`Cannot load '${model}': parameter '${key}' is not valid base64`);
-  }
-}
-
 async function inflate(body: Uint8Array, encoding: "gzip" | "deflate", limit: number): Promise<Uint8Array> {
   const stream = new Blob([body as BlobPart]).stream().pipeThrough(new DecompressionStream(encoding));
   const chunks: Uint8Array[] = [];
@@ -146,13 +141,13 @@ async function compressed(body: Uint8Array, encoding: "gzip" | "deflate"): Promi
 }
 
 /**
- * Creates the HTTP handler over a model registry.
- * @param registry the models
+ * Creates the HTTP handler over the inference pipeline.
+ * @param pipeline the inference pipeline (and, through it, the models)
  * @param options server facts and limits
  * @returns the handler
  */
-export function createHttpHandler(registry: ModelRegistry, options: HttpOptions): Handler {
-  return createHttpFrontend(registry, options).handle;
+export function createHttpHandler(pipeline: InferencePipeline, options: HttpOptions): Handler {
+  return createHttpFrontend(pipeline, options).handle;
 }
 
 /** The HTTP frontend: the request handler, and the main thread's part of requests that listener threads read. */
@@ -160,8 +155,7 @@ export interface HttpFrontend {
   /** Answers a request. */
   handle: Handler;
   /**
-   * Runs an inference request a listener thread has decoded (no shared memory): the decoupled rule, the
-   * registry, the trace.
+   * Runs an inference request a listener thread has decoded (no shared memory) through the pipeline.
    * @param request the decoded request
    * @param recvStart when its reading started (nowNs)
    * @param recvEnd when its reading ended (nowNs)
@@ -169,52 +163,76 @@ export interface HttpFrontend {
   inferDecoded(request: InferRequest, recvStart: number, recvEnd: number): Promise<InferResponse>;
 }
 
+/** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
+function rawInput(mv: ModelVersion, bytes: number) {
+  const inputs = mv.config.input;
+  if (inputs.length !== 1) {
+    throw invalidArg(
+      `Cannot read the inference request for '${mv.name}': the raw binary form needs a model with exactly one input, it has ${inputs.length}`,
+    );
+  }
+  const spec = inputs[0]!;
+  const datatype = fromConfigType(spec.data_type)!;
+  const batch = mv.config.max_batch_size > 0 ? [1] : [];
+  const dims = [...spec.dims];
+  const wild = dims.filter((d) => d === -1).length;
+  if (wild > 0) {
+    const size = datatype === "BYTES"
+      ? 0
+      : (dims.filter((d) => d > 0).reduce((a, b) => a * b, 1) * elementSize(datatype));
+    if (wild > 1 || datatype === "BYTES" || size === 0 || bytes % size !== 0) {
+      throw invalidArg(
+        `Cannot read the inference request for '${mv.name}': the shape of input '${spec.name}' [${
+          dims.join(",")
+        }] cannot be derived from ${bytes} bytes of raw data`,
+      );
+    }
+    dims[dims.indexOf(-1)] = bytes / size;
+  }
+  return { name: spec.name, datatype, shape: [...batch, ...dims] };
+}
+
 /**
- * Creates the HTTP frontend over a model registry.
- * @param registry the models
+ * Encodes an inference response as the HTTP answer, compressed when the client accepts it.
+ * @param request the HTTP request (its Accept-Encoding)
+ * @param decoded the decoded request (the outputs' binary_data flags, binary_data_output)
+ * @param response the inference response
+ * @param written the outputs written to shared memory
+ */
+async function answer(
+  request: Request,
+  decoded: DecodedRequest,
+  response: InferResponse,
+  written: ShmWritten | undefined,
+): Promise<Response> {
+  const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, written);
+  let headers: Record<string, string> = encoded.headerLength === undefined
+    ? JSON_HEADERS
+    : { [HEADER_LENGTH]: String(encoded.headerLength), "content-type": "application/octet-stream" };
+  let out: Uint8Array | string = encoded.text ?? encoded.body;
+  const encoding = pickEncoding(request);
+  if (encoding) {
+    out = await compressed(encoded.body, encoding);
+    headers = { ...headers, "content-encoding": encoding };
+  }
+  return new Response(out as BodyInit, { status: 200, headers });
+}
+
+/**
+ * Creates the HTTP frontend over the inference pipeline.
+ * @param pipeline the inference pipeline (and, through it, the models)
  * @param options server facts and limits
  * @returns the handler and the entry point for requests decoded on listener threads
  */
-export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions): HttpFrontend {
-  const generate = createGenerateHandler(registry, { maxInputSize: options.maxInputSize });
-  const openai = createOpenAiHandler(registry, { maxInputSize: options.maxInputSize });
-  /** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
-  function rawInput(model: string, version: string, bytes: number) {
-    const mv = registry.resolve(model, version);
-    const inputs = mv.config.input;
-    if (inputs.length !== 1) {
-      throw invalidArg(
-        `Cannot read the inference request for '${model}': the raw binary form needs a model with exactly one input, it has ${inputs.length}`,
-      );
-    }
-    const spec = inputs[0]!;
-    const datatype = fromConfigType(spec.data_type)!;
-    const batch = mv.config.max_batch_size > 0 ? [1] : [];
-    const dims = [...spec.dims];
-    const wild = dims.filter((d) => d === -1).length;
-    if (wild > 0) {
-      const size = datatype === "BYTES"
-        ? 0
-        : (dims.filter((d) => d > 0).reduce((a, b) => a * b, 1) * elementSize(datatype));
-      if (wild > 1 || datatype === "BYTES" || size === 0 || bytes % size !== 0) {
-        throw invalidArg(
-          `Cannot read the inference request for '${model}': the shape of input '${spec.name}' [${
-            dims.join(",")
-          }] cannot be derived from ${bytes} bytes of raw data`,
-        );
-      }
-      dims[dims.indexOf(-1)] = bytes / size;
-    }
-    return { name: spec.name, datatype, shape: [...batch, ...dims] };
-  }
+export function createHttpFrontend(pipeline: InferencePipeline, options: HttpOptions): HttpFrontend {
+  const registry = pipeline.registry;
+  const generate = createGenerateHandler(pipeline, { maxInputSize: options.maxInputSize });
+  const openai = createOpenAiHandler(pipeline, { maxInputSize: options.maxInputSize });
 
   async function infer(request: Request, model: string, version: string): Promise<Response> {
-    requestArrived();
     const recvStart = nowNs();
     // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
-    if (registry.resolve(model, version).decoupled) {
-      throw unsupported("HTTP end point doesn't support models with decoupled transaction policy");
-    }
+    const mv = pipeline.accept(model, version, ENDPOINTS.httpInfer);
     const hl = request.headers.get(HEADER_LENGTH);
     let headerLength: number | undefined;
     if (hl !== null) {
@@ -230,42 +248,20 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
       ? await readBody(request, options.maxInputSize, true)
       : await readBody(request, options.maxInputSize);
     const recvEnd = nowNs();
-    const shm = new ShmRequest(options.shm, options.cudaShm);
+    const shm = pipeline.shmSession();
     const decoded = decodeInferRequest(
       body,
       headerLength,
       { model, version },
-      headerLength === 0 ? (bytes) => rawInput(model, version, bytes) : undefined,
-      shm.reader,
+      headerLength === 0 ? (bytes) => rawInput(mv, bytes) : undefined,
+      shm?.reader,
     );
-    let response, shmOutputs;
-    try {
-      ({ response, shmOutputs } = await shm.run(decoded.request, (r) => registry.infer(r)));
-    } finally {
-      const trace = decoded.request.trace;
-      if (trace) {
-        trace.mark("HTTP_RECV_START", recvStart);
-        trace.mark("HTTP_RECV_END", recvEnd);
-        if (response === undefined) trace.end(); // a failed request's trace is kept too
-      }
-    }
-    const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, shmOutputs);
-    let headers: Record<string, string> = encoded.headerLength === undefined
-      ? JSON_HEADERS
-      : { [HEADER_LENGTH]: String(encoded.headerLength), "content-type": "application/octet-stream" };
-    let out: Uint8Array | string = encoded.text ?? encoded.body;
-    const encoding = pickEncoding(request);
-    if (encoding) {
-      out = await compressed(encoded.body, encoding);
-      headers = { ...headers, "content-encoding": encoding };
-    }
-    const trace = decoded.request.trace;
-    if (trace) {
-      trace.mark("HTTP_SEND_START");
-      trace.mark("HTTP_SEND_END");
-      trace.end();
-    }
-    return new Response(out as BodyInit, { status: 200, headers });
+    return await pipeline.infer(
+      mv,
+      decoded.request,
+      { endpoint: ENDPOINTS.httpInfer, shm, recvStart, recvEnd },
+      (response, written) => answer(request, decoded, response, written),
+    );
   }
 
   function modelMetadata(model: string, version: string): Response {
@@ -371,22 +367,7 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
           await registry.unloadModel(model, { unloadDependents: dependents });
           return new Response(null, { status: 200 });
         }
-        const files = new Map<string, Uint8Array>();
-        let config: string | undefined;
-        for (const [k, v] of Object.entries(params as Record<string, unknown>)) {
-          if (k === "config") {
-            if (typeof v !== "string") {
-              throw invalidArg(`Cannot load '${model}': parameter 'config' must be a JSON string`);
-            }
-            config = v;
-          } else if (k.startsWith("file:")) {
-            if (typeof v !== "string") {
-              throw invalidArg(`Cannot load '${model}': parameter '${k}' must be base64 text`);
-            }
-            files.set(k.slice(5), decodeBase64(v, model, k));
-          }
-        }
-        await registry.loadModel(model, { config, files });
+        await registry.loadModel(model, loadOptions(model, params as Record<string, unknown>, true));
         return new Response(null, { status: 200 });
       }
     }
@@ -482,35 +463,19 @@ export function createHttpFrontend(registry: ModelRegistry, options: HttpOptions
     return json({ error: `This API is restricted, expecting header '${rule.key}'` }, 403);
   }
 
-  async function inferDecoded(
-    request: InferRequest,
-    recvStart: number,
-    recvEnd: number,
-  ): Promise<InferResponse> {
-    requestArrived();
+  function inferDecoded(request: InferRequest, recvStart: number, recvEnd: number): Promise<InferResponse> {
     if (options.logger && options.logger.verboseLevel >= 1) {
       const version = request.version ? `/versions/${request.version}` : "";
       options.logger.verbose(1, `HTTP request: POST /v2/models/${request.model}${version}/infer`);
     }
-    if (registry.resolve(request.model, request.version).decoupled) {
-      throw unsupported("HTTP end point doesn't support models with decoupled transaction policy");
-    }
-    let response: InferResponse | undefined;
+    let mv: ModelVersion;
     try {
-      response = await registry.infer(request);
-    } finally {
-      const trace = request.trace;
-      if (trace) {
-        trace.mark("HTTP_RECV_START", recvStart);
-        trace.mark("HTTP_RECV_END", recvEnd);
-        if (response !== undefined) {
-          trace.mark("HTTP_SEND_START");
-          trace.mark("HTTP_SEND_END");
-        }
-        trace.end();
-      }
+      mv = pipeline.accept(request.model, request.version, ENDPOINTS.httpInfer);
+    } catch (err) {
+      return Promise.reject(err);
     }
-    return response;
+    // The listener thread encodes the answer: the trace's send marks are taken as it goes back to it.
+    return pipeline.run(mv, request, { endpoint: ENDPOINTS.httpInfer, recvStart, recvEnd });
   }
 
   function handle(request: Request): Promise<Response> {

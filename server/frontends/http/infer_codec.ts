@@ -9,7 +9,6 @@ import {
   type Datatype,
   deserializeBytes,
   elementCount,
-  elementSize,
   fromJsonValues,
   isDatatype,
   parseJsonExact,
@@ -20,8 +19,9 @@ import {
 } from "../../core/dtypes.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
-import { shapeText } from "../../core/validate.ts";
-import { shmLocation, type ShmReader } from "../../shm/system_shm.ts";
+import { requestedClassification, shapeText } from "../../core/validate.ts";
+import { shmLocation } from "../../shm/regions.ts";
+import { readShmInput, type ShmReader } from "../../shm/session.ts";
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
@@ -177,12 +177,7 @@ function decodeJson(
       if (raw.data !== undefined || p.binary_data_size !== undefined) {
         throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and data`);
       }
-      if (!shm) {
-        throw invalidArg(
-          `Cannot read ${where}: ${what} names shared memory, which this endpoint does not read`,
-        );
-      }
-      return { name, datatype, shape, data: shm(loc, datatype, shape, `${where}, ${what}`) };
+      return { name, datatype, shape, data: readShmInput(shm, loc, datatype, shape, where, what) };
     }
     if (p.binary_data_size !== undefined) {
       const size = p.binary_data_size;
@@ -201,14 +196,6 @@ function decodeJson(
       }
       const chunk = binary.subarray(offset, offset + size);
       offset += size;
-      if (datatype !== "BYTES" && size !== count * elementSize(datatype)) {
-        // Triton's wording, which its clients and tests match on.
-        throw invalidArg(
-          `Cannot read ${where}: input byte size mismatch for input '${name}' for model '${target.model}'. Expected ${
-            count * elementSize(datatype)
-          }, got ${size}`,
-        );
-      }
       const data = datatype === "BYTES"
         ? deserializeBytes(chunk, count, what, { input: name, model: target.model })
         : chunk;
@@ -246,13 +233,7 @@ function decodeJson(
         throw invalidArg(`Cannot read ${where}: output ${i} must be an object with a 'name'`);
       }
       const p = parameters(raw.parameters, `${where}, output '${raw.name}'`);
-      const c = p.classification ?? 0;
-      if (typeof c !== "number" || !Number.isInteger(c) || c < 0) {
-        throw invalidArg(
-          `Cannot read ${where}: output '${raw.name}' 'classification' must be a non-negative integer`,
-        );
-      }
-      return { name: raw.name, classification: c, parameters: p };
+      return { name: raw.name, classification: requestedClassification(p), parameters: p };
     });
   }
   const binaryOutput = params.binary_data_output === true;

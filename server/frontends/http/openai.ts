@@ -28,9 +28,8 @@ import {
   ServerError,
   toServerError,
 } from "../../core/errors.ts";
-import { requestArrived } from "../../core/load.ts";
 import type { InferRequest, InferResponse, ParamValue, Tensor } from "../../core/types.ts";
-import type { ModelRegistry } from "../../models/registry.ts";
+import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { ModelVersion } from "../../models/model_version.ts";
 import { generateShape, readLimitedBody } from "./generate.ts";
 
@@ -139,11 +138,12 @@ function textOf(t: Tensor): string {
 }
 
 /**
- * Creates the handler of the `/v1` endpoints over a registry.
- * @param registry the models
+ * Creates the handler of the `/v1` endpoints over the inference pipeline.
+ * @param pipeline the inference pipeline (and, through it, the models)
  * @param options limits
  */
-export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOptions): OpenAiHandler {
+export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAiOptions): OpenAiHandler {
+  const registry = pipeline.registry;
   const created = Math.floor(Date.now() / 1000);
   const templates = new WeakMap<ModelVersion, Promise<ChatTemplate>>();
 
@@ -184,16 +184,14 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
     if (typeof name !== "string" || name === "") throw bad("'model' must be the name of a model", "model");
     let mv: ModelVersion;
     try {
-      mv = registry.resolve(name, "");
+      mv = pipeline.accept(
+        name,
+        "",
+        want === "generate" ? ENDPOINTS.openAiCompletion : ENDPOINTS.openAiEmbedding,
+      );
     } catch (err) {
       if (err instanceof ServerError && err.code === "NOT_FOUND") {
-        throw new ApiError(
-          404,
-          `The model '${name}' does not exist`,
-          "invalid_request_error",
-          "model",
-          "model_not_found",
-        );
+        throw modelNotFound(name);
       }
       throw err;
     }
@@ -300,6 +298,7 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
    * stop sequence); resolves with the whole generation and why it finished.
    */
   async function runGeneration(
+    mv: ModelVersion,
     request: InferRequest,
     stops: string[],
     maxTokens: number,
@@ -342,7 +341,7 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
       if (stopped) controller.abort();
     };
     try {
-      await registry.inferStream(request, (response, _final) => {
+      await pipeline.stream(mv, request, { endpoint: ENDPOINTS.openAiCompletion }, (response) => {
         if (stopped || failure) return;
         if (response instanceof Error) failure = toServerError(response);
         else if (response !== undefined) take(response);
@@ -423,7 +422,7 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
           : { index: 0, message: { role: "assistant", content: text }, logprobs: null, finish_reason: finish }
         : { index: 0, text, logprobs: null, finish_reason: finish };
     if (!stream) {
-      const gen = await runGeneration(infer, stops, maxTokens, request.signal, () => {});
+      const gen = await runGeneration(k.mv, infer, stops, maxTokens, request.signal, () => {});
       return json({ ...head, choices: [choice(gen.text, gen.finish)], usage: usageOf(gen) });
     }
     return sse(async (send, signal) => {
@@ -438,7 +437,7 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
           }],
         });
       }
-      const gen = await runGeneration(infer, stops, maxTokens, signal, (text) => {
+      const gen = await runGeneration(k.mv, infer, stops, maxTokens, signal, (text) => {
         send({ ...head, choices: [choice(text, null)] });
       });
       send({ ...head, choices: [choice("", gen.finish)] });
@@ -577,7 +576,7 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
       parameters: {},
       signal: request.signal,
     };
-    const response = await registry.infer(infer);
+    const response = await pipeline.run(k.mv, infer, { endpoint: ENDPOINTS.openAiEmbedding });
     const out = response.outputs.find((t) => t.name === "embedding")!;
     if (out.datatype !== "FP32") {
       throw new ApiError(
@@ -622,13 +621,7 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
     if (path.startsWith("/v1/models/") && method === "GET") {
       const name = decodeURIComponent(path.slice("/v1/models/".length));
       if (!servedModels().some((k) => k.mv.name === name)) {
-        throw new ApiError(
-          404,
-          `The model '${name}' does not exist`,
-          "invalid_request_error",
-          "model",
-          "model_not_found",
-        );
+        throw modelNotFound(name);
       }
       return json(modelObject(name));
     }
@@ -641,7 +634,6 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
   }
 
   return async function handle(request: Request, path: string): Promise<Response> {
-    requestArrived();
     try {
       return await route(request, path);
     } catch (err) {
@@ -649,4 +641,15 @@ export function createOpenAiHandler(registry: ModelRegistry, options: OpenAiOpti
       return json(body, status);
     }
   };
+}
+
+/** The OpenAI API's answer to a model name it does not serve. */
+function modelNotFound(name: string): ApiError {
+  return new ApiError(
+    404,
+    `The model '${name}' does not exist`,
+    "invalid_request_error",
+    "model",
+    "model_not_found",
+  );
 }
