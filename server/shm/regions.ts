@@ -5,7 +5,6 @@
  * @module
  */
 
-import { serializeBytes } from "../core/dtypes.ts";
 import { invalidArg, notFound, unavailable } from "../core/errors.ts";
 import type { InferResponse, ParamValue, RequestedOutput } from "../core/types.ts";
 
@@ -185,7 +184,7 @@ export function shmOutputs(response: InferResponse, requested: readonly Requeste
     if (!loc) continue;
     const t = response.outputs.find((x) => x.name === o.name);
     if (!t) continue;
-    const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
+    const bytes = t.data instanceof Uint8Array ? t.data : t.data.data;
     if (bytes.byteLength > loc.byteSize) {
       throw invalidArg(
         `Cannot write ${what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${loc.byteSize}`,

@@ -6,15 +6,10 @@
  * @module
  */
 
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import fs from "node:fs";
 import { join } from "node:path";
-import {
-  type Datatype,
-  deserializeBytes,
-  elementCount,
-  elementSize,
-  type TensorData,
-} from "../core/dtypes.ts";
+import { type Datatype, elementCount, elementSize, type TensorData } from "../core/dtypes.ts";
 import { invalidArg, ServerError, toServerError, unavailable } from "../core/errors.ts";
 import type {
   InferRequest,
@@ -227,7 +222,7 @@ export class SystemSharedMemory {
       );
     }
     const count = elementCount(shape);
-    if (datatype === "BYTES") return deserializeBytes(bytes, count, what);
+    if (datatype === "BYTES") return BytesTensor.fromWire(bytes, count, what);
     const want = count * elementSize(datatype);
     if (want !== bytes.length) {
       throw invalidArg(
@@ -343,7 +338,7 @@ export class ShmRequest {
       const p = this.#pending.get(t.data);
       if (!p) continue;
       const bytes = await this.#cuda!.read(p.loc, p.what);
-      t.data = p.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(p.shape), p.what) : bytes;
+      t.data = p.datatype === "BYTES" ? BytesTensor.fromWire(bytes, elementCount(p.shape), p.what) : bytes;
     }
   }
 

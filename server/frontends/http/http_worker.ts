@@ -10,6 +10,8 @@
 
 /// <reference lib="deno.worker" />
 
+import { reviveBytes } from "../../core/bytes_tensor.ts";
+import type { Tensor } from "../../core/types.ts";
 import { httpStatus } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
 import type { ShmLocation } from "../../shm/system_shm.ts";
@@ -198,15 +200,12 @@ function decodeHere(
 }
 
 /** The buffers of a request's tensors, to transfer rather than copy. */
-function buffersOf(tensors: { data: Uint8Array | Uint8Array[] }[]): ArrayBuffer[] {
+function buffersOf(tensors: readonly Tensor[]): ArrayBuffer[] {
   const seen = new Set<ArrayBuffer>();
   for (const t of tensors) {
-    const parts = Array.isArray(t.data) ? t.data : [t.data];
-    for (const p of parts) {
-      // A binary body moves whole: its tensors are views of it, and nothing else uses it afterwards.
-      const b = p.buffer;
-      if (b instanceof ArrayBuffer && b.byteLength > 0) seen.add(b);
-    }
+    // A binary body moves whole: its tensors are views of it, and nothing else uses it afterwards.
+    const b = (t.data instanceof Uint8Array ? t.data : t.data.data).buffer;
+    if (b instanceof ArrayBuffer && b.byteLength > 0) seen.add(b);
   }
   return [...seen];
 }
@@ -286,6 +285,7 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       );
       return;
     default: {
+      if (msg.op === "inferred") reviveBytes(msg.response.outputs);
       const resolve = pending.get(msg.id);
       pending.delete(msg.id);
       resolve?.(msg);
