@@ -22,7 +22,7 @@ import {
   HEADER_LENGTH,
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
-import { readUpTo } from "./_body.ts";
+import { readDeclared, readUpTo } from "./_body.ts";
 import { handlerFailed, receiveBody, type ResilientServer, serveResilient } from "./listener.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
@@ -132,7 +132,10 @@ async function readCapped(request: Request, limit: number): Promise<Uint8Array |
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) return null;
   if (!request.body) return new Uint8Array(0);
-  if (declared !== null) return await receiveBody(request, request.bytes());
+  if (declared !== null) {
+    const alignAt = Number(request.headers.get("inference-header-content-length") ?? 0);
+    return await receiveBody(request, readDeclared(request.body, Number(declared), alignAt));
+  }
   return await receiveBody(request, readUpTo(request.body, limit));
 }
 
