@@ -1,7 +1,7 @@
 import { assertEquals, assertThrows } from "../assert.ts";
 import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { classify } from "../../server/core/classification.ts";
-import { bytesOf, type Datatype, numberToBf16, numberToHalf, utf8Decode } from "../../server/core/dtypes.ts";
+import { bytesOf, type Datatype, numberToBf16, numberToHalf } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { Tensor } from "../../server/core/types.ts";
 

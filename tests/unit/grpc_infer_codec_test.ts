@@ -1,6 +1,6 @@
 import { assertEquals, assertThrows } from "../assert.ts";
 import { BytesTensor } from "../../server/core/bytes_tensor.ts";
-import { bytesOf, utf8Decode, utf8Encode } from "../../server/core/dtypes.ts";
+import { bytesOf, utf8Encode } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import { lookupType } from "../../server/core/protos.ts";
 import type { InferResponse } from "../../server/core/types.ts";
