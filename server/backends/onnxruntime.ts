@@ -4,16 +4,9 @@
  * @module
  */
 
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import * as ort from "onnxruntime-node";
-import {
-  bytesOf,
-  type Datatype,
-  elementCount,
-  toConfigType,
-  typedView,
-  utf8Decode,
-  utf8EncodeAll,
-} from "../core/dtypes.ts";
+import { bytesOf, type Datatype, elementCount, toConfigType, typedView } from "../core/dtypes.ts";
 import { internal, invalidArg, ServerError, unsupported } from "../core/errors.ts";
 import {
   completeBatching,
@@ -687,7 +680,7 @@ class OrtInstance implements BackendInstance {
       const reshape = this.#inputs.get(name)?.reshape?.shape;
       const dims = reshape ? resolveShape(t.shape, reshape, this.#batched) : t.shape;
       const data = t.datatype === "BYTES"
-        ? (t.data as Uint8Array[]).map(utf8Decode)
+        ? (t.data as BytesTensor).strings()
         : typedView(t.datatype, t.data as Uint8Array);
       feeds.push({ name, type, data, dims });
     }
@@ -710,7 +703,9 @@ class OrtInstance implements BackendInstance {
       const spec = this.#outputs.get(name);
       let shape = v.dims;
       if (spec?.reshape) shape = resolveShape(shape, spec.dims, this.#batched);
-      const data = dt === "BYTES" ? utf8EncodeAll(v.data as string[]) : bytesOf(v.data as ArrayBufferView);
+      const data = dt === "BYTES"
+        ? BytesTensor.fromStrings(v.data as string[], `output '${name}'`)
+        : bytesOf(v.data as ArrayBufferView);
       out.set(name, { name, datatype: dt, shape, data });
     }
     return out;

@@ -14,15 +14,10 @@
  * @module
  */
 
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import {
-  type Datatype,
-  deserializeBytes,
-  elementCount,
-  fromConfigType,
-  serializeBytes,
-} from "../core/dtypes.ts";
+import { type Datatype, elementCount, fromConfigType } from "../core/dtypes.ts";
 import {
   type ErrorCode,
   internal,
@@ -194,7 +189,7 @@ function writeTensors(
   const parts: { t: Tensor; bytes: Uint8Array; offset: number }[] = [];
   let offset = align(start);
   for (const t of tensors) {
-    const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : t.data as Uint8Array;
+    const bytes = t.data instanceof Uint8Array ? t.data : t.data.data;
     parts.push({ t, bytes, offset });
     offset = align(offset + bytes.byteLength);
   }
@@ -226,7 +221,7 @@ function tensorBytes(tensors: Iterable<Tensor>): { t: Tensor; bytes: Uint8Array 
   for (const t of tensors) {
     out.push({
       t,
-      bytes: t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : t.data as Uint8Array,
+      bytes: t.data instanceof Uint8Array ? t.data : t.data.data,
     });
   }
   return out;
@@ -282,7 +277,7 @@ function readTensor(
     if (!file) throw internal(`Cannot read ${what}: the message names no shared file`);
     bytes = readAt(file, d.offset, d.nbytes);
   }
-  const data = d.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(d.shape), what) : bytes;
+  const data = d.datatype === "BYTES" ? BytesTensor.fromWire(bytes, elementCount(d.shape), what) : bytes;
   return { name: d.name, datatype: d.datatype, shape: d.shape, data };
 }
 

@@ -30,8 +30,7 @@ export function entryBytes(outputs: readonly Tensor[]): number {
   let n = ENTRY_OVERHEAD_BYTES;
   for (const t of outputs) {
     n += enc.encode(t.name).byteLength + t.datatype.length + 8 * t.shape.length;
-    if (Array.isArray(t.data)) { for (const e of t.data) n += 4 + e.byteLength; }
-    else n += t.data.byteLength;
+    n += t.data.byteLength;
   }
   return n;
 }
@@ -59,7 +58,7 @@ export interface CacheCounters {
 
 /** Copies a tensor's contents, so that an entry never shares memory with a request or a backend. */
 function copyTensor(t: Tensor): Tensor {
-  const data = Array.isArray(t.data) ? t.data.map((e) => e.slice()) : t.data.slice();
+  const data = t.data instanceof Uint8Array ? t.data.slice() : t.data.copy();
   return { name: t.name, datatype: t.datatype, shape: [...t.shape], data };
 }
 
@@ -125,15 +124,15 @@ export class ResponseCache {
         t.name,
         t.datatype,
         t.shape,
-        Array.isArray(t.data) ? t.data.map((e) => e.byteLength) : t.data.byteLength,
+        t.data.byteLength,
       ]),
       request.outputs.map((o) => [o.name, o.classification]),
     ]);
     const h = createHash("sha256");
     h.update(header);
     for (const t of inputs) {
-      if (Array.isArray(t.data)) { for (const e of t.data) h.update(e); }
-      else h.update(t.data);
+      // BYTES contents are hashed with their length prefixes: the elements' boundaries are part of the key.
+      h.update(t.data instanceof Uint8Array ? t.data : t.data.data);
     }
     return h.digest("hex");
   }

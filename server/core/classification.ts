@@ -3,6 +3,7 @@
  * @module
  */
 
+import { BytesTensor } from "./bytes_tensor.ts";
 import { bf16ToNumber as bfOf, halfToNumber as halfOf, typedView, utf8Encode } from "./dtypes.ts";
 import { invalidArg } from "./errors.ts";
 import type { Tensor } from "./types.ts";
@@ -51,5 +52,10 @@ export function classify(
       out.push(utf8Encode(text));
     }
   }
-  return { name: tensor.name, datatype: "BYTES", shape: batched ? [batch, n] : [n], data: out };
+  return {
+    name: tensor.name,
+    datatype: "BYTES",
+    shape: batched ? [batch, n] : [n],
+    data: BytesTensor.of(out),
+  };
 }

@@ -4,6 +4,7 @@
  * @module
  */
 
+import { BytesTensor } from "./bytes_tensor.ts";
 import { invalidArg } from "./errors.ts";
 
 /** The datatypes of the KServe v2 protocol. */
@@ -89,8 +90,11 @@ export function elementCount(shape: readonly number[]): number {
   return n;
 }
 
-/** Tensor contents: raw little-endian bytes for fixed-size types, one byte string per element for BYTES. */
-export type TensorData = Uint8Array | Uint8Array[];
+/**
+ * Tensor contents: raw little-endian bytes for fixed-size types; for BYTES, the elements length-prefixed in one
+ * buffer.
+ */
+export type TensorData = Uint8Array | BytesTensor;
 
 type Typed =
   | Uint8Array
@@ -244,53 +248,6 @@ export function utf8Encode(s: string): Uint8Array {
   return encoder.encode(s);
 }
 
-/**
- * Encodes strings as UTF-8 into one buffer: each element is a view of it. Elements of their own would each
- * carry an ArrayBuffer and a native allocation, several times the bytes of a short string.
- * @param strings the strings
- * @param what names the tensor in error messages, e.g. `input 'INPUT0'`
- * @returns one view per string, in order
- */
-export function utf8EncodeAll(strings: readonly unknown[], what = "the tensor"): Uint8Array[] {
-  const n = strings.length;
-  let size = 0;
-  for (let i = 0; i < n; i++) {
-    const s = strings[i];
-    if (typeof s !== "string") {
-      throw invalidArg(
-        `Cannot read ${what}: element ${i} is ${JSON.stringify(s)}, expected a string for BYTES`,
-      );
-    }
-    size += s.length;
-  }
-  // One byte per UTF-16 unit fits ASCII; the buffer grows for the rest.
-  let buf = new Uint8Array(size + 16);
-  const ends = new Array<number>(n);
-  let off = 0;
-  for (let i = 0; i < n; i++) {
-    const s = strings[i] as string;
-    for (;;) {
-      const r = encoder.encodeInto(s, buf.subarray(off));
-      if (r.read === s.length) {
-        off += r.written;
-        break;
-      }
-      // At most 3 bytes per UTF-16 unit are still to come for this string.
-      const grown = new Uint8Array(Math.max(buf.byteLength * 2, off + 3 * s.length + 16));
-      grown.set(buf.subarray(0, off));
-      buf = grown;
-    }
-    ends[i] = off;
-  }
-  const out = new Array<Uint8Array>(n);
-  let start = 0;
-  for (let i = 0; i < n; i++) {
-    out[i] = buf.subarray(start, ends[i]);
-    start = ends[i]!;
-  }
-  return out;
-}
-
 const INT_RANGE: Partial<Record<Datatype, [number, number]>> = {
   UINT8: [0, 255],
   UINT16: [0, 65535],
@@ -319,7 +276,7 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
   };
   if (dt === "BYTES") {
     for (let i = 0; i < n; i++) if (typeof values[i] !== "string") bad(i, "a string");
-    return utf8EncodeAll(values, what);
+    return BytesTensor.fromStrings(values, what);
   }
   if (dt === "BOOL") {
     const out = new Uint8Array(n);
@@ -394,7 +351,7 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
  * @param data the tensor contents
  */
 export function toJsonValues(dt: Datatype, data: TensorData): unknown[] {
-  if (dt === "BYTES") return (data as Uint8Array[]).map((b) => decoder.decode(b));
+  if (dt === "BYTES") return (data as BytesTensor).strings();
   const bytes = data as Uint8Array;
   if (dt === "BOOL") return Array.from(bytes, (b) => b !== 0);
   const view = typedView(dt, bytes);
@@ -435,93 +392,7 @@ export function toJsonText(dt: Datatype, data: TensorData): string {
   return `[${view.join(",")}]`;
 }
 
-/**
- * Serializes BYTES elements as the binary extension does: each element a 4-byte little-endian length, then
- * its bytes.
- * @param elements the elements
- */
-export function serializeBytes(elements: readonly Uint8Array[]): Uint8Array {
-  let total = 0;
-  for (const e of elements) total += 4 + e.byteLength;
-  const out = new Uint8Array(total);
-  const dv = new DataView(out.buffer);
-  let off = 0;
-  for (const e of elements) {
-    dv.setUint32(off, e.byteLength, true);
-    out.set(e, off + 4);
-    off += 4 + e.byteLength;
-  }
-  return out;
-}
-
-/** Names an inference input in the messages of deserializeBytes, in Triton's wording. */
-export interface InputNames {
-  /** The input's name. */
-  input: string;
-  /** The model's name. */
-  model: string;
-}
-
-/**
- * Splits length-prefixed BYTES elements (the binary extension's layout) into views.
- * @param buf the serialized elements
- * @param count the expected element count
- * @param what names the tensor in error messages
- * @param names for an inference input: a wrong element count is told in Triton's wording (clients match it)
- */
-export function deserializeBytes(
-  buf: Uint8Array,
-  count: number,
-  what: string,
-  names?: InputNames,
-): Uint8Array[] {
-  // Grown element by element: a shape's count is not trusted for an allocation (a BYTES shape of [1, 1e12]
-  // with a 4-byte body fails at its second missing length prefix).
-  const out: Uint8Array[] = [];
-  const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-  let off = 0;
-  for (let i = 0; i < count; i++) {
-    if (off + 4 > buf.byteLength && names) {
-      throw invalidArg(
-        `Cannot read ${what}: expected ${count} string elements for inference input '${names.input}' for model '${names.model}', got ${i}`,
-      );
-    }
-    if (off + 4 > buf.byteLength) {
-      throw invalidArg(
-        `Cannot read ${what}: BYTES data holds ${i} elements, expected ${count} (length prefix of element ${i} is missing)`,
-      );
-    }
-    const len = dv.getUint32(off, true);
-    off += 4;
-    if (off + len > buf.byteLength) {
-      throw invalidArg(
-        `Cannot read ${what}: BYTES element ${i} claims ${len} bytes but only ${buf.byteLength - off} remain`,
-      );
-    }
-    out.push(buf.subarray(off, off + len));
-    off += len;
-  }
-  if (off !== buf.byteLength && names) {
-    throw invalidArg(
-      `Cannot read ${what}: unexpected number of string elements ${
-        count + 1
-      } for inference input '${names.input}' for model '${names.model}', expecting ${count}`,
-    );
-  }
-  if (off !== buf.byteLength) {
-    throw invalidArg(
-      `Cannot read ${what}: BYTES data has ${
-        buf.byteLength - off
-      } bytes after the ${count} expected elements`,
-    );
-  }
-  return out;
-}
-
 /** The byte size of tensor contents (BYTES counted as serialized, with 4-byte length prefixes). */
 export function dataByteSize(data: TensorData): number {
-  if (data instanceof Uint8Array) return data.byteLength;
-  let n = 0;
-  for (const e of data) n += 4 + e.byteLength;
-  return n;
+  return data.byteLength;
 }

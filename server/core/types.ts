@@ -17,7 +17,7 @@ export interface Tensor {
   datatype: Datatype;
   /** The dims, batch dimension included where the model batches. */
   shape: number[];
-  /** The contents: raw little-endian bytes, or one byte string per element for BYTES. */
+  /** The contents: raw little-endian bytes, or for BYTES the elements length-prefixed in one buffer. */
   data: TensorData;
 }
 

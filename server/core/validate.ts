@@ -3,6 +3,7 @@
  * @module
  */
 
+import { BytesTensor } from "./bytes_tensor.ts";
 import { elementCount, elementSize } from "./dtypes.ts";
 import { invalidArg } from "./errors.ts";
 import type { InferRequest, ParamValue, RequestedOutput, Tensor, TensorSpec } from "./types.ts";
@@ -111,8 +112,8 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
     }
     const count = elementCount(t.shape);
     if (t.datatype === "BYTES") {
-      if (!Array.isArray(t.data)) fail(`input '${t.name}' of type BYTES has no element list`);
-      const n = (t.data as Uint8Array[]).length;
+      if (!(t.data instanceof BytesTensor)) fail(`input '${t.name}' of type BYTES has no element list`);
+      const n = (t.data as BytesTensor).count;
       if (n !== count) {
         fail(`input '${t.name}' has ${n} elements, expected ${count} for shape ${shapeText(t.shape)}`);
       }

@@ -4,8 +4,9 @@
  * @module
  */
 
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import { join } from "node:path";
-import { deserializeBytes, elementCount, elementSize, fromConfigType, utf8Encode } from "../core/dtypes.ts";
+import { elementCount, elementSize, fromConfigType, utf8Encode } from "../core/dtypes.ts";
 import { invalidArg } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
@@ -44,7 +45,7 @@ async function tensorFor(
       throw invalidArg(`${where}: cannot read 'warmup/${input.input_data_file}': ${(err as Error).message}`);
     });
     if (datatype === "BYTES") {
-      return { name, datatype, shape, data: deserializeBytes(bytes, count, `input '${name}'`) };
+      return { name, datatype, shape, data: BytesTensor.fromWire(bytes, count, `input '${name}'`) };
     }
     const want = count * elementSize(datatype);
     if (bytes.byteLength < want) {
@@ -57,7 +58,7 @@ async function tensorFor(
   if (datatype === "BYTES") {
     const make =
       () => (input.random_data ? utf8Encode(String(Math.floor(Math.random() * 10))) : new Uint8Array(0));
-    return { name, datatype, shape, data: Array.from({ length: count }, make) };
+    return { name, datatype, shape, data: BytesTensor.of(Array.from({ length: count }, make)) };
   }
   const data = new Uint8Array(count * elementSize(datatype));
   if (input.random_data) {

@@ -4,6 +4,7 @@
  * @module
  */
 
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import { classify } from "../core/classification.ts";
 import { internal, type ServerError, toServerError } from "../core/errors.ts";
 import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
@@ -45,7 +46,12 @@ function concatInput(name: string, parts: Tensor[], instance: BackendInstance): 
   const batch = parts.reduce((n, t) => n + t.shape[0]!, 0);
   const shape = [batch, ...first.shape.slice(1)];
   if (first.datatype === "BYTES") {
-    return { name, datatype: "BYTES", shape, data: parts.flatMap((t) => t.data as Uint8Array[]) };
+    return {
+      name,
+      datatype: "BYTES",
+      shape,
+      data: BytesTensor.concat(parts.map((t) => t.data as BytesTensor)),
+    };
   }
   const total = parts.reduce((n, t) => n + (t.data as Uint8Array).byteLength, 0);
   // Straight into a buffer the instance lends (and reuses), where it has one.
@@ -62,8 +68,8 @@ function sliceOutput(t: Tensor, start: number, count: number, total: number): Te
   if (start === 0 && count === total) return t;
   const shape = [count, ...t.shape.slice(1)];
   if (t.datatype === "BYTES") {
-    const per = (t.data as Uint8Array[]).length / total;
-    return { ...t, shape, data: (t.data as Uint8Array[]).slice(start * per, (start + count) * per) };
+    const per = (t.data as BytesTensor).count / total;
+    return { ...t, shape, data: (t.data as BytesTensor).slice(start * per, (start + count) * per) };
   }
   const bytes = t.data as Uint8Array;
   const per = bytes.byteLength / total;

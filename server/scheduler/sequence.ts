@@ -11,11 +11,11 @@
  * @module
  */
 
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import { join } from "node:path";
 import {
   bytesOf,
   type Datatype,
-  deserializeBytes,
   elementCount,
   elementSize,
   fromConfigType,
@@ -241,7 +241,9 @@ export class SequenceScheduler implements Scheduler {
         const bytes = await Deno.readFile(path).catch((err) =>
           fail(`cannot read '${path}': ${(err as Error).message}`)
         );
-        initial = datatype === "BYTES" ? deserializeBytes(bytes, count, `state '${s.input_name}'`) : bytes;
+        initial = datatype === "BYTES"
+          ? BytesTensor.fromWire(bytes, count, `state '${s.input_name}'`)
+          : bytes;
         if (datatype !== "BYTES" && bytes.byteLength !== count * elementSize(datatype)) {
           fail(
             `initial state file '${init.data_file}' has ${bytes.byteLength} bytes, expected ${
@@ -251,7 +253,7 @@ export class SequenceScheduler implements Scheduler {
         }
       } else {
         initial = datatype === "BYTES"
-          ? Array.from({ length: count }, () => new Uint8Array(0))
+          ? BytesTensor.of(Array.from({ length: count }, () => new Uint8Array(0)))
           : new Uint8Array(count * elementSize(datatype));
       }
       states.push({ input: s.input_name, output: s.output_name, datatype, initial, initialShape: shape });
@@ -497,7 +499,7 @@ export class SequenceScheduler implements Scheduler {
     if (c.kind === "CONTROL_SEQUENCE_CORRID") {
       const id = seq.id;
       let data: Tensor["data"];
-      if (c.datatype === "BYTES") data = [utf8Encode(String(id))];
+      if (c.datatype === "BYTES") data = BytesTensor.of([utf8Encode(String(id))]);
       else if (typeof id === "string") throw this.#stringCorrIdError(id);
       else if (c.datatype === "UINT64") data = bytesOf(new BigUint64Array([BigInt(id)]));
       else if (c.datatype === "INT64") data = bytesOf(new BigInt64Array([BigInt(id)]));

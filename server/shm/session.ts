@@ -5,13 +5,8 @@
  * @module
  */
 
-import {
-  type Datatype,
-  deserializeBytes,
-  elementCount,
-  serializeBytes,
-  type TensorData,
-} from "../core/dtypes.ts";
+import { BytesTensor } from "../core/bytes_tensor.ts";
+import { type Datatype, elementCount, type TensorData } from "../core/dtypes.ts";
 import { invalidArg } from "../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue } from "../core/types.ts";
 import type { CudaSharedMemory } from "./cuda_shm.ts";
@@ -140,7 +135,7 @@ export class ShmSession {
       const p = pending.get(t.data);
       if (!p) continue;
       const bytes = await this.#cuda!.read(p.loc, p.what);
-      t.data = p.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(p.shape), p.what) : bytes;
+      t.data = p.datatype === "BYTES" ? BytesTensor.fromWire(bytes, elementCount(p.shape), p.what) : bytes;
     }
   }
 
@@ -157,7 +152,7 @@ export class ShmSession {
     for (const o of outputs) {
       const t = response.outputs.find((x) => x.name === o.name);
       if (!t) continue;
-      const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
+      const bytes = t.data instanceof BytesTensor ? t.data.data : t.data;
       if (bytes.byteLength > o.loc.byteSize) {
         throw invalidArg(
           `Cannot write ${o.what}: it has ${bytes.byteLength} bytes, more than shared_memory_byte_size ${o.loc.byteSize}`,

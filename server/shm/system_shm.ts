@@ -6,9 +6,10 @@
  * @module
  */
 
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import fs from "node:fs";
 import { join } from "node:path";
-import { type Datatype, deserializeBytes, elementCount, type TensorData } from "../core/dtypes.ts";
+import { type Datatype, elementCount, type TensorData } from "../core/dtypes.ts";
 import { invalidArg, ServerError, unavailable } from "../core/errors.ts";
 import { RegionTable, type ShmLocation } from "./regions.ts";
 
@@ -213,7 +214,7 @@ export class SystemSharedMemory {
       );
     }
     // The byte size of fixed-size tensors is validation's to check, against the model's signature.
-    return datatype === "BYTES" ? deserializeBytes(bytes, elementCount(shape), what) : bytes;
+    return datatype === "BYTES" ? BytesTensor.fromWire(bytes, elementCount(shape), what) : bytes;
   }
 
   /**

@@ -8,14 +8,8 @@
  * @module
  */
 
-import {
-  bf16ToNumber,
-  type Datatype,
-  halfToNumber,
-  type TensorData,
-  typedView,
-  utf8Decode,
-} from "../core/dtypes.ts";
+import type { BytesTensor } from "../core/bytes_tensor.ts";
+import { bf16ToNumber, type Datatype, halfToNumber, type TensorData, typedView } from "../core/dtypes.ts";
 import { invalidArg, unsupported } from "../core/errors.ts";
 import type { RequestTrace, Tensor } from "../core/types.ts";
 import { nowNs } from "../core/clock.ts";
@@ -55,7 +49,7 @@ function formatFloat(x: number): string {
  * @param data the contents
  */
 export function traceDataText(dt: Datatype, data: TensorData): string {
-  if (dt === "BYTES") return (data as Uint8Array[]).map((b) => `"${utf8Decode(b)}"`).join(",");
+  if (dt === "BYTES") return (data as BytesTensor).strings().map((s) => `"${s}"`).join(",");
   const bytes = data as Uint8Array;
   if (dt === "BOOL") return Array.from(bytes, (b) => (b !== 0 ? "1" : "0")).join(",");
   const view = typedView(dt, bytes);

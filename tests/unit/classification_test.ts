@@ -1,6 +1,7 @@
 import { assertEquals, assertThrows } from "../assert.ts";
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { classify } from "../../server/core/classification.ts";
-import { bytesOf, type Datatype, numberToBf16, numberToHalf, utf8Decode } from "../../server/core/dtypes.ts";
+import { bytesOf, type Datatype, numberToBf16, numberToHalf } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { Tensor } from "../../server/core/types.ts";
 
@@ -14,7 +15,7 @@ function classes(t: Tensor): { name: string; datatype: Datatype; shape: number[]
     name: t.name,
     datatype: t.datatype,
     shape: t.shape,
-    classes: (t.data as Uint8Array[]).map(utf8Decode),
+    classes: (t.data as BytesTensor).strings(),
   };
 }
 
@@ -125,7 +126,12 @@ Deno.test("classify of an empty batch gives an empty result", () => {
 Deno.test("classify refuses BYTES and BOOL outputs", () => {
   assertThrows(
     () =>
-      classify({ name: "S", datatype: "BYTES", shape: [1], data: [new Uint8Array(1)] }, 1, false, undefined),
+      classify(
+        { name: "S", datatype: "BYTES", shape: [1], data: BytesTensor.of([new Uint8Array(1)]) },
+        1,
+        false,
+        undefined,
+      ),
     ServerError,
     { code: "INVALID_ARG", message: "Cannot classify output 'S': datatype BYTES is not numeric" },
   );

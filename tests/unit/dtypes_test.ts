@@ -6,7 +6,6 @@ import {
   dataByteSize,
   type Datatype,
   DATATYPES,
-  deserializeBytes,
   elementCount,
   elementSize,
   fromConfigType,
@@ -15,15 +14,15 @@ import {
   isDatatype,
   numberToBf16,
   numberToHalf,
-  serializeBytes,
+  type TensorData,
   toConfigType,
   toJsonText,
   toJsonValues,
   typedView,
   utf8Decode,
   utf8Encode,
-  utf8EncodeAll,
 } from "../../server/core/dtypes.ts";
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { ServerError } from "../../server/core/errors.ts";
 
 const WHAT = "input 'INPUT0'";
@@ -37,7 +36,7 @@ function list(a: ArrayBufferView): unknown[] {
   return Array.from(a as unknown as ArrayLike<unknown>);
 }
 
-function roundTrip(dt: Datatype, values: unknown[], expected: Uint8Array | Uint8Array[]): void {
+function roundTrip(dt: Datatype, values: unknown[], expected: TensorData): void {
   const data = fromJsonValues(dt, values, WHAT);
   assertEquals(data, expected, `${dt} bytes`);
   assertEquals(toJsonValues(dt, data), values, `${dt} values`);
@@ -174,7 +173,7 @@ Deno.test("negative zero is written as -0.0 in JSON, as Triton does", () => {
 });
 
 Deno.test("BYTES round-trips as one UTF-8 byte string per element", () => {
-  roundTrip("BYTES", ["ab", "", "é"], [bytes(97, 98), bytes(), bytes(0xc3, 0xa9)]);
+  roundTrip("BYTES", ["ab", "", "é"], BytesTensor.of([bytes(97, 98), bytes(), bytes(0xc3, 0xa9)]));
 });
 
 Deno.test("an empty tensor converts to no bytes and no values", () => {
@@ -372,72 +371,10 @@ Deno.test("bf16ToNumber decodes bfloat16 bits", () => {
   assert(Number.isNaN(bf16ToNumber(0x7fc0)));
 });
 
-Deno.test("serializeBytes writes each element as a 4-byte little-endian length and its bytes", () => {
-  assertEquals(serializeBytes([]), bytes());
-  assertEquals(
-    serializeBytes([bytes(97), bytes(98, 99, 100)]),
-    bytes(1, 0, 0, 0, 97, 3, 0, 0, 0, 98, 99, 100),
-  );
-  assertEquals(serializeBytes([bytes()]), bytes(0, 0, 0, 0));
-  const long = new Uint8Array(300).fill(7);
-  const out = serializeBytes([long]);
-  assertEquals(out.subarray(0, 4), bytes(0x2c, 0x01, 0, 0));
-  assertEquals(out.byteLength, 304);
-});
-
-Deno.test("deserializeBytes splits length-prefixed elements into views of the buffer", () => {
-  const buf = bytes(1, 0, 0, 0, 97, 0, 0, 0, 0, 3, 0, 0, 0, 98, 99, 100);
-  const out = deserializeBytes(buf, 3, WHAT);
-  assertEquals(out, [bytes(97), bytes(), bytes(98, 99, 100)]);
-  assert(out.every((e) => e.buffer === buf.buffer), "elements are views, not copies");
-  assertEquals(deserializeBytes(bytes(), 0, WHAT), []);
-  assertEquals(deserializeBytes(serializeBytes([utf8Encode("héllo")]), 1, WHAT), [utf8Encode("héllo")]);
-});
-
-Deno.test("deserializeBytes reads a buffer that starts at an offset", () => {
-  const backing = bytes(9, 9, 9, 2, 0, 0, 0, 120, 121);
-  assertEquals(deserializeBytes(backing.subarray(3), 1, WHAT), [bytes(120, 121)]);
-});
-
-Deno.test("deserializeBytes refuses a missing or truncated length prefix", () => {
-  assertThrows(() => deserializeBytes(bytes(1, 0, 0, 0, 97, 2, 0), 2, WHAT), ServerError, {
-    code: "INVALID_ARG",
-    message:
-      "Cannot read input 'INPUT0': BYTES data holds 1 elements, expected 2 (length prefix of element 1 is missing)",
-  });
-  assertThrows(() => deserializeBytes(bytes(), 1, WHAT), ServerError, {
-    code: "INVALID_ARG",
-    message:
-      "Cannot read input 'INPUT0': BYTES data holds 0 elements, expected 1 (length prefix of element 0 is missing)",
-  });
-});
-
-Deno.test("deserializeBytes refuses an element that runs past the end", () => {
-  assertThrows(() => deserializeBytes(bytes(5, 0, 0, 0, 97), 1, WHAT), ServerError, {
-    code: "INVALID_ARG",
-    message: "Cannot read input 'INPUT0': BYTES element 0 claims 5 bytes but only 1 remain",
-  });
-  assertThrows(() => deserializeBytes(bytes(0, 0, 0, 0, 255, 255, 255, 255), 2, WHAT), ServerError, {
-    code: "INVALID_ARG",
-    message: "Cannot read input 'INPUT0': BYTES element 1 claims 4294967295 bytes but only 0 remain",
-  });
-});
-
-Deno.test("deserializeBytes refuses bytes after the expected elements", () => {
-  assertThrows(() => deserializeBytes(bytes(1, 0, 0, 0, 97, 0), 1, WHAT), ServerError, {
-    code: "INVALID_ARG",
-    message: "Cannot read input 'INPUT0': BYTES data has 1 bytes after the 1 expected elements",
-  });
-  assertThrows(() => deserializeBytes(bytes(0, 0, 0, 0), 0, WHAT), ServerError, {
-    code: "INVALID_ARG",
-    message: "Cannot read input 'INPUT0': BYTES data has 4 bytes after the 0 expected elements",
-  });
-});
-
 Deno.test("dataByteSize counts raw bytes, and BYTES with their length prefixes", () => {
   assertEquals(dataByteSize(new Uint8Array(5)), 5);
-  assertEquals(dataByteSize([bytes(97), bytes(98, 99, 100)]), 12);
-  assertEquals(dataByteSize([]), 0);
+  assertEquals(dataByteSize(BytesTensor.of([bytes(97), bytes(98, 99, 100)])), 12);
+  assertEquals(dataByteSize(BytesTensor.of([])), 0);
 });
 
 Deno.test("elementCount multiplies the dims; a scalar shape has one element", () => {
@@ -556,16 +493,4 @@ Deno.test("toJsonText writes the same text as JSON.stringify of toJsonValues for
   assertEquals(toJsonText("FP32", fp32), "[0.10000000149011612,-0.0,2]");
   assertEquals(toJsonText("FP64", bytesOf(new Float64Array([NaN, Infinity]))), "[null,null]");
   assertEquals(toJsonText("INT32", bytesOf(new Int32Array([1, -2, 3]))), "[1,-2,3]");
-});
-
-Deno.test("utf8EncodeAll encodes strings into one buffer, one view per element, multi-byte text included", () => {
-  const strings = ["ab", "", "é€😀", "x".repeat(40), "ü", "€".repeat(20)];
-  const views = utf8EncodeAll(strings);
-  assertEquals(views.map((v) => new TextDecoder().decode(v)), strings);
-  assertEquals(views.map((v) => v.byteLength), [2, 0, 9, 40, 2, 60]);
-  assert(views.every((v) => v.buffer === views[0]!.buffer));
-  assertThrows(() => utf8EncodeAll(["a", 1], "input 'X'"), ServerError, {
-    code: "INVALID_ARG",
-    message: "Cannot read input 'X': element 1 is 1, expected a string for BYTES",
-  });
 });

@@ -4,6 +4,7 @@
  * @module
  */
 
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import assert from "node:assert/strict";
 import {
   decodeGenerateRequest,
@@ -40,7 +41,12 @@ Deno.test("decodeGenerateRequest turns input names into tensors and the rest int
   );
   assert.deepEqual([r.model, r.version, r.id, r.outputs], ["m", "2", "7", []]);
   assert.deepEqual(r.inputs, [
-    { name: "text_input", datatype: "BYTES", shape: [1], data: [new TextEncoder().encode("hi")] },
+    {
+      name: "text_input",
+      datatype: "BYTES",
+      shape: [1],
+      data: BytesTensor.of([new TextEncoder().encode("hi")]),
+    },
     { name: "max_tokens", datatype: "INT32", shape: [1, 1], data: bytesOf(new Int32Array([3])) },
   ]);
   assert.deepEqual(r.parameters, { id: "7", temperature: 0.5, stream: true, big: 2n ** 60n });
@@ -57,7 +63,12 @@ Deno.test("encodeGenerateResponse writes sorted keys, one-element outputs as pla
     id: "",
     parameters: { triton_final_response: true, seq: 3 },
     outputs: [
-      { name: "text_output", datatype: "BYTES", shape: [1], data: [new TextEncoder().encode("x")] },
+      {
+        name: "text_output",
+        datatype: "BYTES",
+        shape: [1],
+        data: BytesTensor.of([new TextEncoder().encode("x")]),
+      },
       { name: "A", datatype: "FP32", shape: [2], data: bytesOf(new Float32Array([1.5, 2])) },
     ],
   });

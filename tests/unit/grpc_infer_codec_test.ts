@@ -1,5 +1,6 @@
 import { assertEquals, assertThrows } from "../assert.ts";
-import { bytesOf, serializeBytes, utf8Decode, utf8Encode } from "../../server/core/dtypes.ts";
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
+import { bytesOf, utf8Encode } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import { lookupType } from "../../server/core/protos.ts";
 import type { InferResponse } from "../../server/core/types.ts";
@@ -102,7 +103,7 @@ Deno.test("core parameters encode as bool, string, int64, double, and uint64 bey
 
 Deno.test("a request from the wire decodes raw contents, id, version, parameters and outputs", () => {
   const raw0 = i32(1, 2, 3, -4);
-  const raw1 = serializeBytes([utf8Encode("ab"), utf8Encode("")]);
+  const raw1 = BytesTensor.of([utf8Encode("ab"), utf8Encode("")]).data;
   const req = decodeModelInferRequest(fromWire({
     model_version: "2",
     id: "req-1",
@@ -131,7 +132,7 @@ Deno.test("a request from the wire decodes raw contents, id, version, parameters
     3,
     -4,
   ]);
-  assertEquals((req.inputs[1]!.data as Uint8Array[]).map(utf8Decode), ["ab", ""]);
+  assertEquals((req.inputs[1]!.data as BytesTensor).strings(), ["ab", ""]);
   assertEquals(req.outputs, [
     { name: "OUTPUT0", classification: 0, parameters: {} },
     { name: "OUTPUT1", classification: 2, parameters: { classification: 2 } },
@@ -176,7 +177,7 @@ Deno.test("a request from the wire decodes every typed contents field into the d
   assertEquals(data.U64, bytesOf(new BigUint64Array([2n ** 64n - 1n])));
   assertEquals(data.F32, f32(0.5, -2));
   assertEquals(data.F64, bytesOf(new Float64Array([0.1])));
-  assertEquals((data.S as Uint8Array[]).map(utf8Decode), ["hi", ""]);
+  assertEquals((data.S as BytesTensor).strings(), ["hi", ""]);
 });
 
 Deno.test("an input of zero elements needs no contents", () => {
@@ -184,7 +185,7 @@ Deno.test("an input of zero elements needs no contents", () => {
     { name: "EMPTY", datatype: "FP32", shape: [0, 4] },
     { name: "NONE", datatype: "BYTES", shape: [0] },
   ]));
-  assertEquals(req.inputs.map((t) => t.data), [new Uint8Array(0), []]);
+  assertEquals(req.inputs.map((t) => t.data), [new Uint8Array(0), BytesTensor.of([])]);
 });
 
 Deno.test("a response encodes its outputs as raw_output_contents, BYTES serialized, and survives the wire", () => {
@@ -194,7 +195,7 @@ Deno.test("a response encodes its outputs as raw_output_contents, BYTES serializ
     id: "r",
     outputs: [
       { name: "OUTPUT0", datatype: "INT32", shape: [1, 2], data: i32(5, -6) },
-      { name: "TEXT", datatype: "BYTES", shape: [1], data: [utf8Encode("yes")] },
+      { name: "TEXT", datatype: "BYTES", shape: [1], data: BytesTensor.of([utf8Encode("yes")]) },
     ],
     parameters: { sequence_end: true, count: 2 },
   };
@@ -358,7 +359,7 @@ Deno.test("raw contents must come one per input, and not beside typed contents",
     `${WHERE}: input 'A' has both typed contents and raw_input_contents`,
   );
   fails(
-    plain([{ name: "S", datatype: "BYTES", shape: [2] }], [serializeBytes([utf8Encode("a")])]),
+    plain([{ name: "S", datatype: "BYTES", shape: [2] }], [BytesTensor.of([utf8Encode("a")]).data]),
     "Cannot read the inference request for 'simple', input 'S': expected 2 string elements for inference input 'S' for model 'simple', got 1",
   );
 });

@@ -1,5 +1,6 @@
-import { assertEquals, assertThrows } from "../assert.ts";
-import { bytesOf, serializeBytes, utf8Decode, utf8Encode } from "../../server/core/dtypes.ts";
+import { assert, assertEquals, assertThrows } from "../assert.ts";
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
+import { bytesOf, utf8Decode, utf8Encode } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { InferResponse, RequestedOutput, Tensor } from "../../server/core/types.ts";
 import {
@@ -104,7 +105,7 @@ Deno.test("a JSON request decodes BOOL and BYTES data", () => {
   );
   assertEquals(request.inputs, [
     { name: "B", datatype: "BOOL", shape: [3], data: new Uint8Array([1, 0, 1]) },
-    { name: "S", datatype: "BYTES", shape: [2], data: [utf8Encode("hi"), utf8Encode("é")] },
+    { name: "S", datatype: "BYTES", shape: [2], data: BytesTensor.of([utf8Encode("hi"), utf8Encode("é")]) },
   ]);
 });
 
@@ -168,15 +169,22 @@ Deno.test("binary inputs are read in order from after the JSON header, as views"
   assertEquals((request.inputs[2]!.data as Uint8Array).byteOffset, headerLength + 16);
 });
 
-Deno.test("binary BYTES inputs are split by their length prefixes", () => {
+Deno.test("binary BYTES inputs are checked by their length prefixes and kept as they are in the body", () => {
   const { body, headerLength } = binaryBody(
     { inputs: [{ name: "S", datatype: "BYTES", shape: [1, 2], parameters: { binary_data_size: 11 } }] },
-    serializeBytes([utf8Encode("abc"), new Uint8Array(0)]),
+    BytesTensor.of([utf8Encode("abc"), new Uint8Array(0)]).data,
   );
   const { request } = decodeInferRequest(body, headerLength, TARGET);
   assertEquals(request.inputs, [
-    { name: "S", datatype: "BYTES", shape: [1, 2], data: [utf8Encode("abc"), new Uint8Array(0)] },
+    {
+      name: "S",
+      datatype: "BYTES",
+      shape: [1, 2],
+      data: BytesTensor.of([utf8Encode("abc"), new Uint8Array(0)]),
+    },
   ]);
+  const data = (request.inputs[0]!.data as BytesTensor).data;
+  assert(data.buffer === body.buffer && data.byteOffset === headerLength, "a view of the body, not a copy");
 });
 
 Deno.test("a header length equal to the body length means a JSON body with no binary part", () => {
@@ -206,15 +214,16 @@ Deno.test("the raw form (header length 0) makes the whole body the model's only 
   });
 });
 
-Deno.test("the raw form of a BYTES input is split by length prefixes", () => {
-  const body = serializeBytes([utf8Encode("a"), utf8Encode("bc")]);
+Deno.test("the raw form of a BYTES input is checked by its length prefixes and kept whole", () => {
+  const body = BytesTensor.of([utf8Encode("a"), utf8Encode("bc")]).data;
   const { request } = decodeInferRequest(
     body,
     0,
     TARGET,
     () => ({ name: "S", datatype: "BYTES", shape: [2] }),
   );
-  assertEquals(request.inputs[0]!.data, [utf8Encode("a"), utf8Encode("bc")]);
+  assertEquals((request.inputs[0]!.data as BytesTensor).elements(), [utf8Encode("a"), utf8Encode("bc")]);
+  assert((request.inputs[0]!.data as BytesTensor).data === body, "the body itself, not a copy");
   assertThrows(
     () => decodeInferRequest(body, 0, TARGET, () => ({ name: "S", datatype: "BYTES", shape: [3] })),
     ServerError,
@@ -396,7 +405,7 @@ Deno.test("binary BYTES whose elements do not fit the declared size are refused"
 });
 
 Deno.test("binary BYTES with fewer or more elements than the shape are refused in Triton's words", () => {
-  const strings = (...v: string[]) => serializeBytes(v.map(utf8Encode));
+  const strings = (...v: string[]) => BytesTensor.of(v.map(utf8Encode)).data;
   const request = (chunk: Uint8Array) =>
     binaryBody({
       inputs: [{
@@ -489,7 +498,7 @@ Deno.test("BOOL and BYTES outputs encode as JSON booleans and strings", () => {
   const enc = encodeInferResponse(
     response([
       { name: "B", datatype: "BOOL", shape: [2], data: new Uint8Array([1, 0]) },
-      { name: "S", datatype: "BYTES", shape: [2], data: [utf8Encode("a"), utf8Encode("é")] },
+      { name: "S", datatype: "BYTES", shape: [2], data: BytesTensor.of([utf8Encode("a"), utf8Encode("é")]) },
     ]),
     [],
     false,
@@ -534,7 +543,12 @@ Deno.test("binary_data_output sends every output in binary, in output order, unl
 });
 
 Deno.test("binary BYTES outputs are sent with their length prefixes", () => {
-  const s: Tensor = { name: "S", datatype: "BYTES", shape: [2], data: [utf8Encode("ab"), utf8Encode("")] };
+  const s: Tensor = {
+    name: "S",
+    datatype: "BYTES",
+    shape: [2],
+    data: BytesTensor.of([utf8Encode("ab"), utf8Encode("")]),
+  };
   const enc = encodeInferResponse(response([s], "x"), [out("S", true)], false);
   const head = '{"model_name":"simple","model_version":"1","id":"x","outputs":[' +
     '{"name":"S","datatype":"BYTES","shape":[2],"parameters":{"binary_data_size":10}}]}';

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { CliError, parseCommandLine } from "../../server/cli.ts";
 import type { ServerConfig } from "../../server/config.ts";
 import { entryBytes, ResponseCache } from "../../server/cache/response_cache.ts";
@@ -59,7 +60,7 @@ Deno.test("cache keys differ in model, version, load, input name, datatype, shap
     name: "S",
     datatype: "BYTES",
     shape: [els.length],
-    data: els.map((e) => enc.encode(e)),
+    data: BytesTensor.of(els.map((e) => enc.encode(e))),
   });
   assert.notEqual(
     c.key("m", "1", request([bytes(["ab", "c"])])),
@@ -72,7 +73,12 @@ Deno.test("entry sizes count names, datatypes, dims and contents plus 64 bytes",
   const enc = new TextEncoder();
   assert.equal(entryBytes([fp32("OUT", [1, 2, 3])]), 64 + 3 + 4 + 8 + 12);
   assert.equal(
-    entryBytes([{ name: "S", datatype: "BYTES", shape: [1, 2], data: [enc.encode("abc"), enc.encode("")] }]),
+    entryBytes([{
+      name: "S",
+      datatype: "BYTES",
+      shape: [1, 2],
+      data: BytesTensor.of([enc.encode("abc"), enc.encode("")]),
+    }]),
     64 + 1 + 5 + 16 + (4 + 3) + 4,
   );
 });

@@ -4,6 +4,7 @@
  * @module
  */
 
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { assertEquals } from "../assert.ts";
 import { bytesOf, fromJsonValues, utf8Encode } from "../../server/core/dtypes.ts";
 import { traceDataText } from "../../server/trace/trace.ts";
@@ -26,7 +27,7 @@ Deno.test("integers are written in decimal, 64-bit ones exactly", () => {
 Deno.test("BOOL is written 1 and 0 and BYTES elements in double quotes", () => {
   assertEquals(traceDataText("BOOL", Uint8Array.of(1, 0, 1)), "1,0,1");
   assertEquals(
-    traceDataText("BYTES", [utf8Encode("ab"), utf8Encode(""), utf8Encode("1,2")]),
+    traceDataText("BYTES", BytesTensor.of([utf8Encode("ab"), utf8Encode(""), utf8Encode("1,2")])),
     '"ab","","1,2"',
   );
 });

@@ -1,4 +1,5 @@
 import { assertEquals, assertThrows } from "../assert.ts";
+import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { bytesOf, type Datatype, type TensorData, utf8Encode } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { InferRequest, RequestedOutput, Tensor, TensorSpec } from "../../server/core/types.ts";
@@ -54,7 +55,7 @@ function tensor(name: string, datatype: Datatype, shape: number[], data?: Tensor
     shape,
     data: data ??
       (datatype === "BYTES"
-        ? Array.from({ length: count }, () => utf8Encode("x"))
+        ? BytesTensor.of(Array.from({ length: count }, () => utf8Encode("x")))
         : new Uint8Array(count * size)),
   };
 }
@@ -211,7 +212,7 @@ Deno.test("contents whose byte size does not match the shape are refused in Trit
 
 Deno.test("fixed-size inputs given an element list are refused", () => {
   fails(
-    request([tensor("INPUT0", "INT32", [1, 16], [new Uint8Array(64)]), in1()]),
+    request([tensor("INPUT0", "INT32", [1, 16], BytesTensor.of([new Uint8Array(64)])), in1()]),
     SIMPLE,
     "Cannot infer 'simple': input 'INPUT0' has no byte contents",
   );
@@ -221,7 +222,7 @@ Deno.test("BYTES inputs need one element per shape entry", () => {
   const v = validateRequest(request([tensor("S", "BYTES", [2, 2])]), STRINGS);
   assertEquals(v.batchSize, 2);
   fails(
-    request([tensor("S", "BYTES", [1, 2], [utf8Encode("a")])]),
+    request([tensor("S", "BYTES", [1, 2], BytesTensor.of([utf8Encode("a")]))]),
     STRINGS,
     "Cannot infer 'strings': input 'S' has 1 elements, expected 2 for shape [1,2]",
   );

@@ -5,15 +5,8 @@
  * @module
  */
 
-import {
-  bytesOf,
-  type Datatype,
-  deserializeBytes,
-  elementCount,
-  fromJsonValues,
-  isDatatype,
-  serializeBytes,
-} from "../../core/dtypes.ts";
+import { BytesTensor } from "../../core/bytes_tensor.ts";
+import { bytesOf, type Datatype, elementCount, fromJsonValues, isDatatype } from "../../core/dtypes.ts";
 import { invalidArg } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { requestedClassification, shapeText } from "../../core/validate.ts";
@@ -148,7 +141,7 @@ function fromContents(dt: Datatype, contents: ContentsMessage, count: number, wh
   if (values.length !== count) {
     throw invalidArg(`Cannot read ${what}: '${field}' has ${values.length} elements, expected ${count}`);
   }
-  if (dt === "BYTES") return values as Uint8Array[];
+  if (dt === "BYTES") return BytesTensor.of(values as Uint8Array[]);
   if (dt === "INT64" || dt === "UINT64") {
     const out = dt === "INT64" ? new BigInt64Array(count) : new BigUint64Array(count);
     for (let i = 0; i < count; i++) out[i] = longToBigInt(values[i] as LongLike);
@@ -213,7 +206,10 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
           name: t.name,
           datatype: t.datatype,
           shape,
-          data: deserializeBytes(bytes, count, `${where}, ${what}`, { input: t.name, model: msg.model_name }),
+          data: BytesTensor.fromWire(bytes, count, `${where}, ${what}`, {
+            input: t.name,
+            model: msg.model_name,
+          }),
         };
       }
       return { name: t.name, datatype: t.datatype, shape, data: bytes };
@@ -224,7 +220,7 @@ export function decodeModelInferRequest(msg: ModelInferRequestMessage, shm?: Shm
           name: t.name,
           datatype: t.datatype,
           shape,
-          data: t.datatype === "BYTES" ? [] : new Uint8Array(0),
+          data: t.datatype === "BYTES" ? new BytesTensor(new Uint8Array(0), 0) : new Uint8Array(0),
         };
       }
       throw invalidArg(`Cannot read ${where}: ${what} has no contents and there are no raw_input_contents`);
@@ -283,11 +279,7 @@ export function encodeModelInferResponse(
     }),
     // One entry per output, by position; outputs written to shared memory leave theirs empty.
     raw_output_contents: response.outputs.map((t) =>
-      shmOutputs?.has(t.name)
-        ? new Uint8Array(0)
-        : t.datatype === "BYTES"
-        ? serializeBytes(t.data as Uint8Array[])
-        : (t.data as Uint8Array)
+      shmOutputs?.has(t.name) ? new Uint8Array(0) : t.data instanceof Uint8Array ? t.data : t.data.data
     ),
   };
 }

@@ -4,6 +4,8 @@
  * @module
  */
 
+import { invalidArg } from "../../core/errors.ts";
+
 /**
  * Joins chunks into one buffer (the chunk itself when there is one).
  * @param chunks the chunks
@@ -46,4 +48,44 @@ export async function readUpTo(
     }
   }
   return concat(chunks, total);
+}
+
+/**
+ * Reads a body of a declared length (Content-Length) straight into one buffer of that size, rather than
+ * collecting chunks and joining them (which holds the body twice at the end).
+ * @param body the stream (null for no body)
+ * @param size the declared length in bytes
+ * @param alignAt an offset in the body that should land 8-byte aligned in its buffer (the binary part of an
+ *   inference request, after its JSON header: typed views of its tensors then need no copy)
+ * @returns the body, a view of its buffer
+ */
+export async function readDeclared(
+  body: ReadableStream<Uint8Array> | null,
+  size: number,
+  alignAt = 0,
+): Promise<Uint8Array> {
+  const pad = Number.isSafeInteger(alignAt) && alignAt >= 0 && alignAt <= size ? (8 - (alignAt % 8)) % 8 : 0;
+  const out = new Uint8Array(pad + size);
+  let off = pad;
+  const reader = body?.getReader();
+  if (reader) {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (off + value.byteLength > out.byteLength) {
+        await reader.cancel();
+        throw invalidArg(
+          `Cannot read the request body: it is longer than its Content-Length (${size} bytes)`,
+        );
+      }
+      out.set(value, off);
+      off += value.byteLength;
+    }
+  }
+  if (off !== out.byteLength) {
+    throw invalidArg(
+      `Cannot read the request body: it ended after ${off - pad} of its Content-Length (${size} bytes)`,
+    );
+  }
+  return out.subarray(pad);
 }

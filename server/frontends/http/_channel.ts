@@ -13,7 +13,8 @@
  * @module
  */
 
-import { type Datatype, deserializeBytes, serializeBytes } from "../../core/dtypes.ts";
+import { BytesTensor } from "../../core/bytes_tensor.ts";
+import type { Datatype } from "../../core/dtypes.ts";
 import type { ErrorCode } from "../../core/errors.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 
@@ -112,7 +113,7 @@ function tensorBodies(tensors: readonly Tensor[]): { heads: TensorHeader[]; bodi
   const heads: TensorHeader[] = [];
   const bodies: Uint8Array[] = [];
   for (const t of tensors) {
-    const bytes = Array.isArray(t.data) ? serializeBytes(t.data) : t.data as Uint8Array;
+    const bytes = t.data instanceof Uint8Array ? t.data : t.data.data;
     heads.push({ n: t.name, d: t.datatype, s: t.shape, b: bytes.byteLength });
     bodies.push(bytes);
   }
@@ -125,7 +126,7 @@ function tensorsOf(heads: readonly TensorHeader[], bytes: Uint8Array): Tensor[] 
     const part = bytes.subarray(off, off + h.b);
     off += h.b;
     const data = h.d === "BYTES"
-      ? deserializeBytes(part, h.s.reduce((a, b) => a * b, 1), `tensor '${h.n}'`)
+      ? BytesTensor.fromWire(part, h.s.reduce((a, b) => a * b, 1), `tensor '${h.n}'`)
       : part;
     return { name: h.n, datatype: h.d, shape: h.s, data };
   });

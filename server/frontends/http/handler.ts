@@ -18,7 +18,7 @@ import {
   HEADER_LENGTH,
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
-import { concat, readUpTo } from "./_body.ts";
+import { concat, readDeclared, readUpTo } from "./_body.ts";
 import { type FrontendOptions, serverReady } from "../frontend.ts";
 import { createGenerateHandler } from "./generate.ts";
 import { createOpenAiHandler } from "./openai.ts";
@@ -50,10 +50,21 @@ function errorResponse(err: unknown): Response {
  * Reads a request body within the size limit, inflating gzip and deflate bodies.
  * @param asText whether a body that needs no inflating may come back as text (Deno decodes it natively, which is
  *   faster than decoding its bytes in JavaScript)
+ * @param alignAt an offset in the body to place 8-byte aligned (see readDeclared)
  */
-async function readBody(request: Request, limit: number): Promise<Uint8Array>;
+async function readBody(
+  request: Request,
+  limit: number,
+  asText?: false,
+  alignAt?: number,
+): Promise<Uint8Array>;
 async function readBody(request: Request, limit: number, asText: true): Promise<Uint8Array | string>;
-async function readBody(request: Request, limit: number, asText = false): Promise<Uint8Array | string> {
+async function readBody(
+  request: Request,
+  limit: number,
+  asText = false,
+  alignAt = 0,
+): Promise<Uint8Array | string> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) {
     throw invalidArg(
@@ -67,7 +78,7 @@ async function readBody(request: Request, limit: number, asText = false): Promis
     if (asText && plain) {
       return await receiveBody(request, request.text());
     }
-    body = await receiveBody(request, request.bytes());
+    body = await receiveBody(request, readDeclared(request.body, Number(declared), alignAt));
   } else {
     const read = await receiveBody(request, readUpTo(request.body, limit));
     if (read === null) {
@@ -246,7 +257,7 @@ export function createHttpFrontend(pipeline: InferencePipeline, options: HttpOpt
     // A body that is JSON alone (no binary part) is read as text.
     const body = headerLength === undefined
       ? await readBody(request, options.maxInputSize, true)
-      : await readBody(request, options.maxInputSize);
+      : await readBody(request, options.maxInputSize, false, headerLength);
     const recvEnd = nowNs();
     const shm = pipeline.shmSession();
     const decoded = decodeInferRequest(

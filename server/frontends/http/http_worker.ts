@@ -10,6 +10,8 @@
 
 /// <reference lib="deno.worker" />
 
+import { reviveBytes } from "../../core/bytes_tensor.ts";
+import type { Tensor } from "../../core/types.ts";
 import { httpStatus } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
 import type { ShmLocation } from "../../shm/system_shm.ts";
@@ -20,7 +22,7 @@ import {
   HEADER_LENGTH,
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
-import { readUpTo } from "./_body.ts";
+import { readDeclared, readUpTo } from "./_body.ts";
 import { handlerFailed, receiveBody, type ResilientServer, serveResilient } from "./listener.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
@@ -130,7 +132,10 @@ async function readCapped(request: Request, limit: number): Promise<Uint8Array |
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) return null;
   if (!request.body) return new Uint8Array(0);
-  if (declared !== null) return await receiveBody(request, request.bytes());
+  if (declared !== null) {
+    const alignAt = Number(request.headers.get("inference-header-content-length") ?? 0);
+    return await receiveBody(request, readDeclared(request.body, Number(declared), alignAt));
+  }
   return await receiveBody(request, readUpTo(request.body, limit));
 }
 
@@ -198,15 +203,12 @@ function decodeHere(
 }
 
 /** The buffers of a request's tensors, to transfer rather than copy. */
-function buffersOf(tensors: { data: Uint8Array | Uint8Array[] }[]): ArrayBuffer[] {
+function buffersOf(tensors: readonly Tensor[]): ArrayBuffer[] {
   const seen = new Set<ArrayBuffer>();
   for (const t of tensors) {
-    const parts = Array.isArray(t.data) ? t.data : [t.data];
-    for (const p of parts) {
-      // A binary body moves whole: its tensors are views of it, and nothing else uses it afterwards.
-      const b = p.buffer;
-      if (b instanceof ArrayBuffer && b.byteLength > 0) seen.add(b);
-    }
+    // A binary body moves whole: its tensors are views of it, and nothing else uses it afterwards.
+    const b = (t.data instanceof Uint8Array ? t.data : t.data.data).buffer;
+    if (b instanceof ArrayBuffer && b.byteLength > 0) seen.add(b);
   }
   return [...seen];
 }
@@ -286,6 +288,7 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       );
       return;
     default: {
+      if (msg.op === "inferred") reviveBytes(msg.response.outputs);
       const resolve = pending.get(msg.id);
       pending.delete(msg.id);
       resolve?.(msg);

@@ -5,14 +5,13 @@
  * @module
  */
 
+import { BytesTensor } from "../../core/bytes_tensor.ts";
 import {
   type Datatype,
-  deserializeBytes,
   elementCount,
   fromJsonValues,
   isDatatype,
   parseJsonExact,
-  serializeBytes,
   toJsonText,
   utf8Decode,
   utf8Encode,
@@ -103,7 +102,7 @@ export function decodeInferRequest(
     }
     const spec = rawInput(body.byteLength);
     const data = spec.datatype === "BYTES"
-      ? deserializeBytes(body, elementCount(spec.shape), `input '${spec.name}'`)
+      ? BytesTensor.fromWire(body, elementCount(spec.shape), `input '${spec.name}'`)
       : body;
     return {
       request: {
@@ -197,7 +196,7 @@ function decodeJson(
       const chunk = binary.subarray(offset, offset + size);
       offset += size;
       const data = datatype === "BYTES"
-        ? deserializeBytes(chunk, count, what, { input: name, model: target.model })
+        ? BytesTensor.fromWire(chunk, count, what, { input: name, model: target.model })
         : chunk;
       return { name, datatype, shape, data };
     }
@@ -295,7 +294,7 @@ export function encodeInferResponse(
     const flag = requested.find((r) => r.name === t.name)?.parameters.binary_data;
     const binary = flag === undefined ? binaryOutput : flag === true;
     if (binary) {
-      const bytes = t.datatype === "BYTES" ? serializeBytes(t.data as Uint8Array[]) : (t.data as Uint8Array);
+      const bytes = t.data instanceof Uint8Array ? t.data : t.data.data;
       chunks.push(bytes);
       return JSON.stringify({
         name: t.name,

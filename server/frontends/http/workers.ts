@@ -6,6 +6,7 @@
  * @module
  */
 
+import { reviveBytes } from "../../core/bytes_tensor.ts";
 import { type ErrorCode, toServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { HttpFrontend } from "./handler.ts";
@@ -80,12 +81,10 @@ export interface HttpWorkersOptions {
 function outputBuffers(response: InferResponse): ArrayBuffer[] {
   const seen = new Set<ArrayBuffer>();
   for (const t of response.outputs) {
-    const parts = Array.isArray(t.data) ? t.data : [t.data];
-    for (const p of parts) {
-      // Only buffers a tensor owns alone: a view into a shared buffer (a batch's output) is copied.
-      if (p.buffer instanceof ArrayBuffer && p.byteOffset === 0 && p.byteLength === p.buffer.byteLength) {
-        seen.add(p.buffer);
-      }
+    const p = t.data instanceof Uint8Array ? t.data : t.data.data;
+    // Only buffers a tensor owns alone: a view into a shared buffer (a batch's output) is copied.
+    if (p.buffer instanceof ArrayBuffer && p.byteOffset === 0 && p.byteLength === p.buffer.byteLength) {
+      seen.add(p.buffer);
     }
   }
   return [...seen];
@@ -250,6 +249,7 @@ export class HttpWorkers {
       let reply: ToWorker;
       let transfer: ArrayBuffer[] = [];
       try {
+        reviveBytes(msg.request.inputs);
         const response = await frontend.inferDecoded(msg.request, msg.recvStart, msg.recvEnd);
         reply = { op: "inferred", id: msg.id, response };
         transfer = outputBuffers(response);
