@@ -4,6 +4,9 @@
  * before the request, its peak during it (VmHWM), and its RSS after some idle seconds, with the peak's growth
  * over idle as a multiple of the request body.
  *
+ * Below the table, the floor of each datatype: the same model run once in a process of its own through
+ * onnxruntime-node with nothing else (`bench/bytes_memory_floor.ts`), its peak growth over the payload.
+ *
  * Run: `./dinfer deno run -A bench/bytes_memory.ts [--mb=50] [--element=100] [--idle=5] [--only=grpc-BYTES,...]`
  * @module
  */
@@ -220,4 +223,19 @@ if (import.meta.main) {
   }
   console.log(`${mb} MB payload, BYTES elements of ${element} bytes, RSS after ${idleS} s idle\n`);
   console.log(formatRows(rows));
+  console.log(
+    "\nThe floor: the model alone in-process (bench/bytes_memory_floor.ts), peak growth / payload:",
+  );
+  for (const datatype of ["BYTES", "FP32"]) {
+    const { stdout, success } = await new Deno.Command(Deno.execPath(), {
+      args: [
+        ...["run", "-A", "--v8-flags=--expose-gc", "bench/bytes_memory_floor.ts"],
+        ...[`--datatype=${datatype}`, `--mb=${mb}`, `--element=${element}`],
+      ],
+      stderr: "inherit",
+    }).output();
+    if (!success) throw new Error(`Cannot measure the ${datatype} floor: bench/bytes_memory_floor.ts failed`);
+    const floor = JSON.parse(new TextDecoder().decode(stdout)) as { growthMb: number; payloadBytes: number };
+    console.log(`- ${datatype}: ${(floor.growthMb / (floor.payloadBytes / 2 ** 20)).toFixed(1)}×`);
+  }
 }
