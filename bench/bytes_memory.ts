@@ -136,7 +136,7 @@ async function send(
   const res = await fetch(`http://127.0.0.1:${httpPort}/v2/models/${model(c.datatype)}/infer`, {
     method: "POST",
     headers,
-    body: req.body,
+    body: req.body as Uint8Array<ArrayBuffer>,
   });
   const answer = new Uint8Array(await res.arrayBuffer());
   if (res.status !== 200) {
