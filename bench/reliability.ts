@@ -5,7 +5,7 @@
  * crashes, hangs, 5xx answers to client errors, requests lost, and the server's RSS before and after.
  *
  * Run: `./dinfer reliability [--quick] [--seed=N]` (or `deno run -A bench/reliability.ts`). The quick parts run
- * in `./dinfer test` (tests/integration/reliability_test.ts).
+ * in CI and `./dinfer test all` (tests/slow/reliability_test.ts).
  * @module
  */
 

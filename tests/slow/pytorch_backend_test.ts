@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { ROOT, startTestServer, type TestServer, torchPythonPath } from "../helpers.ts";
-import { type Answer, call, get, inferJson, outputsOf } from "./_http.ts";
+import { type Answer, call, get, inferJson, outputsOf } from "../integration/_http.ts";
 
 const TORCH_MODELS = fileURLToPath(new URL("../fixtures/pytorch_models", import.meta.url));
 const TORCH_EXAMPLES = join(ROOT, "examples", "pytorch_models");

@@ -19,7 +19,7 @@ import {
   inferJson,
   outputsOf,
   serializeStrings,
-} from "./_http.ts";
+} from "../integration/_http.ts";
 
 const PYTHON_MODELS = fileURLToPath(new URL("../fixtures/python_models", import.meta.url));
 

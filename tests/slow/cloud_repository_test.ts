@@ -17,7 +17,7 @@ import { CreateBucketCommand, DeleteObjectCommand, PutObjectCommand, S3Client } 
 import { Storage } from "@google-cloud/storage";
 import { BlobServiceClient } from "@azure/storage-blob";
 import { FIXTURES, freePorts, ROOT, type ServerProcess, startServerProcess } from "../helpers.ts";
-import { inferJson, outputsOf } from "./_http.ts";
+import { inferJson, outputsOf } from "../integration/_http.ts";
 
 /** A store emulator running for a test, with a client that writes to it. */
 interface Store {

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { startTestServer } from "../helpers.ts";
-import { copyDir, get, inferJson, outputsOf } from "./_http.ts";
+import { copyDir, get, inferJson, outputsOf } from "../integration/_http.ts";
 
 const MODELS = fileURLToPath(new URL("../fixtures/rate_limit_models", import.meta.url));
 
