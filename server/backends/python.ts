@@ -62,8 +62,25 @@ const ERROR_CODES = new Set<string>([
   "UNKNOWN",
 ]);
 
+/** Padding bytes (read only). */
+const ZEROS = new Uint8Array(8);
+/** Frames are cut from slabs of this size (see `Stub.#frameBuffer`). */
+const SLAB_BYTES = 256 * 1024;
+const EMPTY = new Uint8Array(0);
+
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+
+function getUint32(b: Uint8Array, at: number): number {
+  return (b[at]! | (b[at + 1]! << 8) | (b[at + 2]! << 16) | (b[at + 3]! << 24)) >>> 0;
+}
+
+function putUint32(b: Uint8Array, at: number, v: number): void {
+  b[at] = v;
+  b[at + 1] = v >>> 8;
+  b[at + 2] = v >>> 16;
+  b[at + 3] = v >>> 24;
+}
 
 function align(n: number): number {
   return Math.ceil(n / ALIGN) * ALIGN;
@@ -254,7 +271,7 @@ function packInline(items: readonly { t: Tensor; bytes: Uint8Array }[], packed: 
     packed.size += bytes.byteLength;
     const pad = -bytes.byteLength & 7;
     if (pad) {
-      packed.parts.push(new Uint8Array(pad));
+      packed.parts.push(ZEROS.subarray(0, pad));
       packed.size += pad;
     }
   }
@@ -263,8 +280,8 @@ function packInline(items: readonly { t: Tensor; bytes: Uint8Array }[], packed: 
 }
 
 /**
- * Reads a tensor the other side described: from the payload when inline (copied, so that the tensor owns
- * aligned bytes), else from the file.
+ * Reads a tensor the other side described: from the payload when inline (a view: the caller passes a payload
+ * of its own, see {@linkcode ownPayload}), else from the file.
  */
 function readTensor(
   file: Deno.FsFile | undefined,
@@ -277,13 +294,24 @@ function readTensor(
     if (!payload || d.offset < 0 || d.offset + d.nbytes > payload.byteLength) {
       throw internal(`Cannot read ${what}: its bytes lie outside the message`);
     }
-    bytes = payload.slice(d.offset, d.offset + d.nbytes);
+    bytes = payload.subarray(d.offset, d.offset + d.nbytes);
   } else {
     if (!file) throw internal(`Cannot read ${what}: the message names no shared file`);
     bytes = readAt(file, d.offset, d.nbytes);
   }
   const data = d.datatype === "BYTES" ? deserializeBytes(bytes, elementCount(d.shape), what) : bytes;
   return { name: d.name, datatype: d.datatype, shape: d.shape, data };
+}
+
+/**
+ * The payload of a message, copied once when any of `descs` lies in it (the read buffer is reused): the
+ * tensors are views over the copy, which starts 8-aligned as their offsets are.
+ */
+function ownPayload(descs: readonly TensorDesc[] | undefined, payload: Uint8Array): Uint8Array | undefined {
+  if (descs) {
+    for (const d of descs) if (d.inline) return payload.slice();
+  }
+  return undefined;
 }
 
 /** An error as the stub reads it: its code name and message. */
@@ -371,6 +399,8 @@ class Stub {
   #conn: Deno.Conn | undefined;
   #child: Deno.ChildProcess | undefined;
   #writes: Promise<void> = Promise.resolve();
+  #slab = new Uint8Array(SLAB_BYTES);
+  #slabAt = 0;
   /** Frames being written or waiting to be. */
   #writing = 0;
   /** Execute ids start at 1: a frame's tag 0 means none. */
@@ -515,51 +545,77 @@ class Stub {
     // The header is padded with spaces so that the payload starts 8-aligned in the frame (12 + h).
     const headMax = head.length * 3;
     const size = packed?.size ?? 0;
-    const frame = new Uint8Array(12 + headMax + 8 + size);
+    const frame = this.#frameBuffer(12 + headMax + 8 + size);
     const written = encoder.encodeInto(head, frame.subarray(12, 12 + headMax)).written;
     const h = ((written + 4 + 7) & ~7) - 4;
     frame.fill(0x20, 12 + written, 12 + h);
     let at = 12 + h;
-    for (const part of packed?.parts ?? []) {
-      frame.set(part, at);
-      at += part.byteLength;
+    if (packed) {
+      for (const part of packed.parts) {
+        frame.set(part, at);
+        at += part.byteLength;
+      }
     }
-    const view = new DataView(frame.buffer);
-    view.setUint32(0, 8 + h + size, true);
-    view.setUint32(4, h, true);
-    view.setUint32(8, tag, true);
+    putUint32(frame, 0, 8 + h + size);
+    putUint32(frame, 4, h);
+    putUint32(frame, 8, tag);
+    this.#slabUsed(frame, at);
     const bytes = frame.subarray(0, at);
     const conn = this.#conn;
-    const writeAll = async () => {
-      if (!conn) throw internal(`Cannot run ${this.#what}: the Python stub is not connected`);
-      let done = 0;
-      try {
-        while (done < bytes.byteLength) done += await conn.write(bytes.subarray(done));
-      } catch (err) {
-        // The stub's end of the socket is gone: the process died (its exit status may not be known yet).
-        if (err instanceof Deno.errors.BrokenPipe || err instanceof Deno.errors.ConnectionReset) {
-          throw internal(`Cannot run ${this.#what}: the Python stub has died`);
-        }
-        throw err;
-      }
-    };
+    if (!conn) return Promise.reject(internal(`Cannot run ${this.#what}: the Python stub is not connected`));
     // With no write in flight the frame is written at once; otherwise after the frames before it.
-    const write = this.#writing === 0 ? writeAll() : this.#writes.then(writeAll);
+    const write = this.#writing === 0
+      ? this.#writeAll(conn, bytes)
+      : this.#writes.then(() => this.#writeAll(conn, bytes));
     this.#writing++;
-    const settled = write.catch(() => {}).finally(() => this.#writing--);
-    this.#writes = settled;
+    this.#writes = write.then(this.#wrote, this.#wrote);
     return write;
+  }
+
+  readonly #wrote = () => {
+    this.#writing--;
+  };
+
+  async #writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+    let done = 0;
+    try {
+      while (done < bytes.byteLength) done += await conn.write(bytes.subarray(done));
+    } catch (err) {
+      // The stub's end of the socket is gone: the process died (its exit status may not be known yet).
+      if (err instanceof Deno.errors.BrokenPipe || err instanceof Deno.errors.ConnectionReset) {
+        throw internal(`Cannot run ${this.#what}: the Python stub has died`);
+      }
+      throw err;
+    }
+  }
+
+  /**
+   * Room for a frame of at most `n` bytes. Frames are cut one after another from a slab that is never
+   * written twice (a full slab is replaced by a new one and freed once its writes are done), so that a
+   * message costs no buffer allocation of its own; `#slabUsed` gives back what the frame did not take.
+   */
+  #frameBuffer(n: number): Uint8Array {
+    if (n > SLAB_BYTES / 4) return new Uint8Array(n);
+    if (this.#slabAt + n > SLAB_BYTES) {
+      this.#slab = new Uint8Array(SLAB_BYTES);
+      this.#slabAt = 0;
+    }
+    return this.#slab.subarray(this.#slabAt, this.#slabAt + n);
+  }
+
+  #slabUsed(frame: Uint8Array, used: number): void {
+    if (frame.buffer === this.#slab.buffer) this.#slabAt = (frame.byteOffset + used + 7) & ~7;
   }
 
   async #readLoop(conn: Deno.Conn): Promise<void> {
     // Bytes of an incomplete frame, carried over to the next read.
-    let rest = new Uint8Array(0);
+    let rest = EMPTY;
     const chunk = new Uint8Array(1 << 16);
     try {
       while (true) {
         if (rest.byteLength >= 4) {
           // A frame larger than the chunk is read straight into a buffer of its own size.
-          const len = new DataView(rest.buffer, rest.byteOffset).getUint32(0, true);
+          const len = getUint32(rest, 0);
           if (4 + len > chunk.byteLength) {
             const whole = new Uint8Array(4 + len);
             whole.set(rest);
@@ -570,7 +626,7 @@ class Stub {
               filled += n;
             }
             this.#frames(whole);
-            rest = new Uint8Array(0);
+            rest = EMPTY;
             continue;
           }
         }
@@ -584,7 +640,8 @@ class Stub {
           buf.set(chunk.subarray(0, n), rest.byteLength);
         }
         // What remains is copied: the chunk is read into again.
-        rest = buf.slice(this.#frames(buf));
+        const used = this.#frames(buf);
+        rest = used === buf.byteLength ? EMPTY : buf.slice(used);
       }
     } catch {
       // The connection closed under us: the exit handler fails what is pending.
@@ -595,11 +652,10 @@ class Stub {
   #frames(buf: Uint8Array): number {
     let at = 0;
     while (buf.byteLength - at >= 12) {
-      const view = new DataView(buf.buffer, buf.byteOffset + at);
-      const len = view.getUint32(0, true);
+      const len = getUint32(buf, at);
       if (buf.byteLength - at < 4 + len) break;
-      const h = view.getUint32(4, true);
-      const tag = view.getUint32(8, true);
+      const h = getUint32(buf, at + 4);
+      const tag = getUint32(buf, at + 8);
       const text = decoder.decode(buf.subarray(at + 12, at + 12 + h));
       // Results of one form have one header (the id is the tag): parsed once, then shared read-only.
       let msg = this.#resultHeads.get(text);
@@ -658,8 +714,9 @@ class Stub {
         out = takeTensors(msg.file, msg.outputs ?? [], this.#what);
       } else if (msg.outputs !== undefined) {
         out = new Map();
+        const own = ownPayload(msg.outputs, payload);
         for (const d of msg.outputs) {
-          out.set(d.name, readTensor(undefined, d, `output '${d.name}' of ${this.#what}`, payload));
+          out.set(d.name, readTensor(undefined, d, `output '${d.name}' of ${this.#what}`, own));
         }
       }
     } catch (err) {
@@ -690,7 +747,8 @@ class Stub {
       file = Deno.openSync(msg.file, { read: true });
     }
     try {
-      const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`, payload));
+      const own = ownPayload(msg.inputs, payload);
+      const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`, own));
       const parameters: Record<string, ParamValue> = {};
       for (const [k, v] of Object.entries(msg.parameters ?? {})) {
         if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
@@ -910,6 +968,8 @@ class Stub {
     msg: Extract<StubMessage, { op: "result" }>,
     payload: Uint8Array,
   ): (Map<string, Tensor> | Error)[] {
+    // One copy of the payload for all the responses' inline outputs.
+    const own = payload.byteLength ? payload.slice() : undefined;
     return requests.map((_, i) => {
       const response = msg.responses[i];
       if (!response) {
@@ -922,7 +982,7 @@ class Stub {
       }
       const out = new Map<string, Tensor>();
       for (const d of response.outputs ?? []) {
-        out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`, payload));
+        out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`, own));
       }
       return out;
     });
