@@ -82,6 +82,29 @@ function putUint32(b: Uint8Array, at: number, v: number): void {
   b[at + 3] = v >>> 24;
 }
 
+/** Frames as one buffer: a view when they follow each other in one buffer, else a copy. */
+function joinFrames(frames: readonly Uint8Array[]): Uint8Array {
+  const first = frames[0]!;
+  if (frames.length === 1) return first;
+  let end = first.byteOffset + first.byteLength;
+  let total = first.byteLength;
+  let contiguous = true;
+  for (let i = 1; i < frames.length; i++) {
+    const f = frames[i]!;
+    contiguous &&= f.buffer === first.buffer && f.byteOffset === end;
+    end = f.byteOffset + f.byteLength;
+    total += f.byteLength;
+  }
+  if (contiguous) return new Uint8Array(first.buffer, first.byteOffset, total);
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const f of frames) {
+    out.set(f, at);
+    at += f.byteLength;
+  }
+  return out;
+}
+
 function align(n: number): number {
   return Math.ceil(n / ALIGN) * ALIGN;
 }
@@ -401,6 +424,9 @@ class Stub {
   #writes: Promise<void> = Promise.resolve();
   #slab = new Uint8Array(SLAB_BYTES);
   #slabAt = 0;
+  /** Frames waiting for the microtask that writes them (see `#send`), and that write's promise. */
+  #outbox: Uint8Array[] = [];
+  #flush: Promise<void> | undefined;
   /** Frames being written or waiting to be. */
   #writing = 0;
   /** Execute ids start at 1: a frame's tag 0 means none. */
@@ -560,10 +586,24 @@ class Stub {
     putUint32(frame, 4, h);
     putUint32(frame, 8, tag);
     this.#slabUsed(frame, at);
-    const bytes = frame.subarray(0, at);
-    const conn = this.#conn;
-    if (!conn) return Promise.reject(internal(`Cannot run ${this.#what}: the Python stub is not connected`));
-    // With no write in flight the frame is written at once; otherwise after the frames before it.
+    if (!this.#conn) {
+      return Promise.reject(internal(`Cannot run ${this.#what}: the Python stub is not connected`));
+    }
+    this.#outbox.push(frame.subarray(0, at));
+    // The frames sent while the microtasks queued before this one run go out in one write, so that the stub
+    // wakes once for them (the answers of two calls arrive in one read, and the calls they free are sent
+    // in the same turn).
+    this.#flush ??= Promise.resolve().then(() => this.#flushOutbox());
+    return this.#flush;
+  }
+
+  #flushOutbox(): Promise<void> {
+    const frames = this.#outbox;
+    this.#outbox = [];
+    this.#flush = undefined;
+    const bytes = joinFrames(frames);
+    const conn = this.#conn!;
+    // With no write in flight the frames are written at once; otherwise after the frames before them.
     const write = this.#writing === 0
       ? this.#writeAll(conn, bytes)
       : this.#writes.then(() => this.#writeAll(conn, bytes));
@@ -604,7 +644,8 @@ class Stub {
   }
 
   #slabUsed(frame: Uint8Array, used: number): void {
-    if (frame.buffer === this.#slab.buffer) this.#slabAt = (frame.byteOffset + used + 7) & ~7;
+    // Frames follow each other with no gap, so that those written together are one view of the slab.
+    if (frame.buffer === this.#slab.buffer) this.#slabAt = frame.byteOffset + used;
   }
 
   async #readLoop(conn: Deno.Conn): Promise<void> {
