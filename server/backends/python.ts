@@ -2,9 +2,12 @@
  * The Python backend (`backend: "python"`, `<version>/model.py`): runs Triton-style `TritonPythonModel`
  * classes unchanged, one stub process per model instance (server/backends/python/stub.py). Messages go over
  * a Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length of the JSON header, a
- * 4-byte tag (an execute call's id, also on its result; else 0), the header, then the payload. Small tensors (up to 64 KiB per message in all) travel inline in the payload, so
- * that a request costs one write and one read each way; larger ones go through a shared-memory file per
- * instance, which the stub maps so that its numpy inputs are views, not copies.
+ * 4-byte tag (an execute call's id, also on its result; else 0), the header, then the payload. Small tensors
+ * (up to 64 KiB per message in all) travel inline in the payload, so that a request costs one write and one
+ * read each way; larger ones go through a shared-memory file per instance, which the stub maps so that its
+ * numpy inputs are views, not copies. Frames sent in the same run of microtasks go out in one write, and the
+ * stub answers quick calls that it has already read in one write too, so that under load each side wakes
+ * once for several calls.
  *
  * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
  * folder whose `bin/python3` is used), else `--backend-config=python,python-executable=...`, else the

@@ -6,10 +6,12 @@
 Messages travel over the Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length
 of the JSON header, a 4-byte tag (the id of an execute call and of its result, else 0), the header, then the
 payload. The header of an execute call carries no id, so that calls of the same form have the same header:
-the stub parses each such header once, and encodes the header of a result of a given form once. Small tensors travel inline in the payload (their
-description says `inline` and gives the offset in the payload); larger ones through the shared-memory file:
-the server writes the inputs at the offsets it names, the stub builds numpy views over them, and writes the
-outputs after them (growing the file when needed).
+the stub parses each such header once (with a plan of the views and requests it builds from it, see
+`_plan`), and encodes the header of a result of a given form once. Small tensors travel inline in the
+payload (their description says `inline` and gives the offset in the payload); larger ones through the
+shared-memory file: the server writes the inputs at the offsets it names, the stub builds numpy views over
+them, and writes the outputs after them (growing the file when needed). Answers of quick calls wait while
+the next call, already read, runs, and go out together (see `COALESCE_S`).
 
 One thread at a time reads the socket: whichever thread waits for something (the main thread for the next
 command, a model's thread for a BLS answer) takes the reading role while no other thread holds it, so that
