@@ -475,8 +475,10 @@ class Stub {
   }
 
   get #what(): string {
-    return `'${this.#opts.config.name}' instance '${this.#opts.ctx.instanceName}'`;
+    return this.#whatText ??= `'${this.#opts.config.name}' instance '${this.#opts.ctx.instanceName}'`;
   }
+
+  #whatText: string | undefined;
 
   async #start(): Promise<void> {
     const { python, config, ctx } = this.#opts;
@@ -993,7 +995,7 @@ class Stub {
       requests.forEach((_, i) => this.#senders.delete(`${id}:${i}`));
       throw err;
     } finally {
-      clearTimeout(timer);
+      if (timer !== undefined) clearTimeout(timer);
       if (shm) this.#shmHeld = false;
     }
     if (msg.op !== "result" || !results) {
