@@ -337,7 +337,7 @@ function readTensor(
  */
 function ownPayload(descs: readonly TensorDesc[] | undefined, payload: Uint8Array): Uint8Array | undefined {
   if (descs) {
-    for (const d of descs) if (d.inline) return payload.slice();
+    for (const d of descs) if (d.inline) return payload.byteLength ? payload.slice() : payload;
   }
   return undefined;
 }
@@ -1017,7 +1017,7 @@ class Stub {
     payload: Uint8Array,
   ): (Map<string, Tensor> | Error)[] {
     // One copy of the payload for all the responses' inline outputs.
-    const own = payload.byteLength ? payload.slice() : undefined;
+    const own = payload.byteLength ? payload.slice() : payload;
     return requests.map((_, i) => {
       const response = msg.responses[i];
       if (!response) {
