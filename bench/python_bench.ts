@@ -45,15 +45,29 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   write), and an instance took one batch at a time, so the stub sat idle while the server encoded the
   previous answer and read the next request. The backend alone (\`bench/python_ipc.ts\`): 1.7k calls/s,
   p50 400 µs at 1 in flight; 1.9k/s at 8.
-- *Now*: one frame per direction (length, header length, tag, JSON header, tensor bytes inline up to 64 KiB;
+- *Then*: one frame per direction (length, header length, tag, JSON header, tensor bytes inline up to 64 KiB;
   larger tensors still through the shared file), one sendto and usually one recvfrom per call in the stub,
   no futex on the path (the thread that waits reads the socket itself), an execute header of a repeated
   form parsed once and a result header encoded once (they were 18 µs of the stub's 60 µs of Python per call,
   thread CPU time), the write issued in the same turn, and two batches in flight per instance (the stub
-  finds the next one waiting). py-spy of the stub at 8 in flight: sendall 25 %, recv 13 % (the kernel's
-  wake-ups of the other process), the model's own execute about 9 %, the rest spread thin. Deno's
-  --cpu-prof of the backend alone at 8 in flight: reading frames 3.8 %, building them 2.9 %, the socket
-  write 2.7 % of wall time; the JS thread is idle 73 % of it.
+  finds the next one waiting).
+- *Now* (2026-11-24, same machine): strace -c shows the floor's syscalls already (one sendto and one
+  recvfrom per call each side, one epoll_wait in Deno), so what was left was work per call. The stub's
+  Python per add_sub call, timed in a loop without the socket: 12-15 µs, of which the model's own execute
+  3 µs; it builds requests and numpy views from a plan kept with the cached execute header, makes its
+  tensors and requests without argument checks, and recognizes a plain result (contiguous arrays of
+  fixed-size types) and its cached header without preparing each tensor: 8 µs. Deno's --cpu-prof of the
+  backend alone at 8 in flight: garbage collection 23 % and the frame build 17 % of the busy time, from a
+  new buffer per frame, a copy per output and an empty buffer per read; frames are now cut from a slab and
+  outputs are views over one copy of the payload. /proc's context-switch counts in the server at 8
+  connections: one involuntary switch of the JS thread per request (the stub, woken on the same core,
+  runs before the server goes on); frames sent in one run of microtasks now go out in one write, the stub
+  answers the calls it has already read in one write (when each takes under 100 µs), and an instance takes
+  four batches instead of two, so that each side wakes once for several calls. The backend alone
+  (\`bench/python_ipc.ts\`, measured against the previous code in alternating runs): at 1 in flight p50
+  36 → 28 µs, Deno 21 → 17 µs and stub 26 → 17 µs CPU per call; at 8 in flight p50 270 → 125 µs, Deno
+  23 → 12 µs, stub 22 → 12 µs. What remains per call is the socket calls themselves (py-spy: the stub is
+  in recv or send for 85 % of its samples at 1 in flight, in the model's execute and the stub's code 7 %).
 - *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
   the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
   \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
@@ -739,7 +753,7 @@ function ipcMarkdown(ipc: Record<string, number>[], floor: Record<string, number
   }
   return `**The Python backend's messages alone**, after the rounds, with the servers stopped:
 \`bench/python_ipc.ts\` drives one add_sub_py stub straight through the backend (no HTTP, no scheduler; with N
-in flight the stub finds the next call waiting, as the server's pipeline depth of 2 lets it), and
+in flight the stub finds the next calls waiting, as the server's pipeline depth of 4 lets it), and
 \`bench/python_ipc_floor.ts\` is the least any such design costs: a minimal Python process that echoes
 length-prefixed frames over the same kind of Unix socket, driven with the same Deno calls (one write, reads
 until the frame is back). CPU is per call, from /proc.

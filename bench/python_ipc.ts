@@ -71,6 +71,8 @@ for (const inflight of points) {
     inflight,
     rate: Math.round(lat.length / seconds),
     p50Us: Math.round(lat[Math.floor(lat.length / 2)]!),
+    p99Us: Math.round(lat[Math.floor(lat.length * 0.99)]!),
+    meanUs: Math.round(lat.reduce((a, b) => a + b, 0) / lat.length),
     denoCpuUs: Math.round(((d1 - d0) * 1e6) / lat.length),
     stubCpuUs: Math.round(((s1 - s0) * 1e6) / lat.length),
     wrong,

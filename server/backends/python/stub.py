@@ -6,10 +6,12 @@
 Messages travel over the Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length
 of the JSON header, a 4-byte tag (the id of an execute call and of its result, else 0), the header, then the
 payload. The header of an execute call carries no id, so that calls of the same form have the same header:
-the stub parses each such header once, and encodes the header of a result of a given form once. Small tensors travel inline in the payload (their
-description says `inline` and gives the offset in the payload); larger ones through the shared-memory file:
-the server writes the inputs at the offsets it names, the stub builds numpy views over them, and writes the
-outputs after them (growing the file when needed).
+the stub parses each such header once (with a plan of the views and requests it builds from it, see
+`_plan`), and encodes the header of a result of a given form once. Small tensors travel inline in the
+payload (their description says `inline` and gives the offset in the payload); larger ones through the
+shared-memory file: the server writes the inputs at the offsets it names, the stub builds numpy views over
+them, and writes the outputs after them (growing the file when needed). Answers of quick calls wait while
+the next call, already read, runs, and go out together (see `COALESCE_S`).
 
 One thread at a time reads the socket: whichever thread waits for something (the main thread for the next
 command, a model's thread for a BLS answer) takes the reading role while no other thread holds it, so that
@@ -45,6 +47,10 @@ INLINE_MAX = 64 * 1024
 HEAD = struct.Struct("<III")
 # Parsed execute headers by their bytes, and encoded result headers by the form of their outputs.
 CACHE_MAX = 64
+# The answer of an execute call that took less than this many seconds waits while the next call, already
+# read, runs, when it started less than 4 times this long ago: the answers go out in one write, and the
+# server wakes once for them. Not for decoupled models, whose responses stream.
+COALESCE_S = 100e-6
 
 
 def align(n):
@@ -198,7 +204,9 @@ class Connection:
         self.sock = sock
         self.shm_dir = shm_dir
         self.write_lock = threading.Lock()
-        self.cond = threading.Condition()
+        # `with self.lock` is `with self.cond` without the Python-level call in between.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.reading = False
         self.waiting = 0  # threads waiting on `cond`
         self.closed = False
@@ -214,8 +222,17 @@ class Connection:
     def send(self, msg, parts=(), size=0, tag=0):
         """Sends one frame: the header `msg` (a dict, or its encoded bytes) and the payload `parts` (`size`
         bytes in all)."""
-        head = msg if isinstance(msg, bytes) else _encode(msg).encode("utf-8")
-        data = b"".join([HEAD.pack(8 + len(head) + size, len(head), tag), head, *parts])
+        self.send_frames(((msg, parts, size, tag),))
+
+    def send_frames(self, frames):
+        """Sends frames, each (header, payload parts, payload size, tag) as `send` takes them, in one write."""
+        chunks = []
+        for msg, parts, size, tag in frames:
+            head = msg if isinstance(msg, bytes) else _encode(msg).encode("utf-8")
+            chunks.append(HEAD.pack(8 + len(head) + size, len(head), tag))
+            chunks.append(head)
+            chunks.extend(parts)
+        data = b"".join(chunks)
         with self.write_lock:
             self.sock.sendall(data)
 
@@ -254,7 +271,7 @@ class Connection:
         """Returns once `ready()` holds (checked under the lock) or the socket closed; reads the socket
         meanwhile when no other thread does."""
         while True:
-            with self.cond:
+            with self.lock:
                 while not (ready() or self.closed):
                     if not self.reading:
                         self.reading = True
@@ -272,7 +289,7 @@ class Connection:
             except OSError:
                 frame = None
             finally:
-                with self.cond:
+                with self.lock:
                     self.reading = False
                     if frame is None:
                         self._closed_now()
@@ -286,12 +303,30 @@ class Connection:
 
     def next_command(self):
         """The next command from the server as (header, payload, tag), or None when the socket closed."""
-        with self.cond:
+        with self.lock:
             if self.commands:
                 return self.commands.popleft()
         self.wait_for(lambda: self.commands)
-        with self.cond:
+        with self.lock:
             return self.commands.popleft() if self.commands else None
+
+    def buffered_command(self):
+        """The next command when it has already been read (no socket read, no wait), else None."""
+        with self.lock:
+            if self.commands:
+                return self.commands.popleft()
+            if self.reading or self.closed:
+                return None
+            try:
+                while not self.commands:
+                    frame = self._take_frame()
+                    if frame is None:
+                        return None
+                    self._dispatch(*frame)
+                return self.commands.popleft()
+            finally:
+                if self.waiting:
+                    self.cond.notify_all()
 
     def result(self, future):
         """Waits for a BLS future (reading the socket meanwhile) and returns its response."""
@@ -329,7 +364,7 @@ class Connection:
     def poll(self):
         """Reads, without waiting, what the server has sent when no other thread reads the socket (so that a
         cancellation reaches a model that asks for it while its execute() runs)."""
-        with self.cond:
+        with self.lock:
             if self.reading or self.closed:
                 return
             self.reading = True
@@ -346,7 +381,7 @@ class Connection:
         except OSError:
             eof = True
         finally:
-            with self.cond:
+            with self.lock:
                 try:
                     while True:
                         frame = self._take_frame()
@@ -532,11 +567,17 @@ def serve(socket_path, model_path, shm_path):
     decoupled = False
     loop = asyncio.new_event_loop()
 
+    # Answers of execute calls not sent yet (see `COALESCE_S`), and a command taken while looking for more.
+    held = []
+    first = 0.0
+    command = None
     while True:
-        command = conn.next_command()
         if command is None:
-            return
+            command = conn.next_command()
+            if command is None:
+                return
         msg, payload, tag = command
+        command = None
         op = msg["op"]
         if op == "init":
             args = msg["args"]
@@ -557,17 +598,25 @@ def serve(socket_path, model_path, shm_path):
                 conn.send({"op": "init_error", "message": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
                 return
         elif op == "execute":
+            started = time.perf_counter()
+            if not held:
+                first = started
             try:
                 head, parts, size = execute(model, loop, shared, msg, payload, tag, decoupled)
-                conn.send(head, parts, size, tag)
+                held.append((head, parts, size, tag))
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
                     raise
                 message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
-                conn.send(
-                    {"op": "error", "message": f"{type(e).__name__}: {message}", "trace": traceback.format_exc()},
-                    tag=tag,
-                )
+                error = {"op": "error", "message": f"{type(e).__name__}: {message}", "trace": traceback.format_exc()}
+                held.append((error, (), 0, tag))
+            now = time.perf_counter()
+            if not decoupled and now - started < COALESCE_S and now - first < COALESCE_S * 4 and len(held) < 16:
+                command = conn.buffered_command()
+                if command is not None and command[0].get("op") == "execute":
+                    continue
+            conn.send_frames(held)
+            held = []
         elif op == "finalize":
             try:
                 if model is not None and hasattr(model, "finalize"):
@@ -584,39 +633,87 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 _result_heads = {}
 
 
+def _plan(msg):
+    """What building the requests of an execute header takes, worked out once per header (a cached header
+    keeps it): per request its fields and, per input, its name, datatype and, for an inline tensor of a
+    fixed-size datatype, the numpy dtype, element count, offset and shape of its view (else its description).
+    """
+    plan = []
+    for r in msg["requests"]:
+        inputs = []
+        for d in r["inputs"]:
+            dtype = pb_utils._NUMPY.get(d["datatype"])
+            if d.get("inline") and dtype is not None and dtype is not np.object_ and d["nbytes"]:
+                dtype = np.dtype(dtype)
+                view = (dtype, d["nbytes"] // dtype.itemsize, d["offset"], tuple(d["shape"]))
+                inputs.append((d["name"], d["datatype"], view, None))
+            else:
+                inputs.append((d["name"], d["datatype"], None, d))
+        plan.append((inputs, r["outputs"], r["id"], r["correlation_id"], r["flags"], r["parameters"]))
+    return plan
+
+
+_PADS = [b"\0" * n for n in range(8)]
+
+
+def _plain_parts(result):
+    """For responses that carry outputs alone (no error, no parameters), each a C-contiguous array of a
+    fixed-size datatype: their form (the key of their cached header: names, datatypes, shapes and sizes),
+    payload parts and payload size; else None."""
+    form = []
+    parts = []
+    size = 0
+    for response in result:
+        if type(response) is not pb_utils.InferenceResponse or response._error is not None or response._parameters:
+            return None
+        for t in response._outputs:
+            if type(t) is not pb_utils.Tensor:
+                return None
+            arr = t._array
+            dt = t._datatype
+            if dt == "BYTES" or not arr.flags.c_contiguous:
+                return None
+            n = arr.nbytes
+            form.append((t._name, dt, arr.shape, n))
+            if n:
+                parts.append(arr)
+                pad = -n % 8
+                if pad:
+                    parts.append(_PADS[pad])
+                size += n + pad
+        form.append(None)
+    return tuple(form), parts, size
+
+
 def execute(model, loop, shared, msg, payload, tag, decoupled):
     """Runs one execute call; returns the answer's header (encoded), payload parts and payload size."""
     mm = None
     requests = []
-    for index, r in enumerate(msg["requests"]):
+    plan = msg.get(" plan")
+    if plan is None:
+        plan = msg[" plan"] = _plan(msg)
+    make_tensor = pb_utils.Tensor._of
+    for index, (inputs_plan, outputs, request_id, correlation_id, flags, parameters) in enumerate(plan):
         inputs = []
-        for d in r["inputs"]:
-            if d.get("inline"):
+        for name, dt, view, d in inputs_plan:
+            if view is not None:
                 # The payload belongs to this message alone: views stay valid after execute returns.
-                dtype = pb_utils._NUMPY.get(d["datatype"])
-                if dtype is not None and dtype is not np.object_ and d["nbytes"]:
-                    arr = np.frombuffer(payload, dtype, d["nbytes"] // np.dtype(dtype).itemsize, d["offset"])
-                    arr = arr.reshape(d["shape"])
-                else:
-                    arr = read_tensor(payload, d)
+                dtype, count, offset, shape = view
+                arr = np.frombuffer(payload, dtype, count, offset).reshape(shape)
+            elif d.get("inline"):
+                arr = read_tensor(payload, d)
             else:
                 if mm is None:
                     mm = shared.ensure(msg["shm_size"])
                 # A decoupled model may read its inputs after execute returns, when the server reuses the
                 # shared file for the next call: its inputs are copies.
                 arr = read_tensor(mm, d, copy=decoupled)
-            inputs.append(pb_utils.Tensor(d["name"], arr, d["datatype"]))
-        request = pb_utils.InferenceRequest(
-            inputs=inputs,
-            requested_output_names=r["outputs"],
-            request_id=r["id"],
-            correlation_id=r["correlation_id"],
-            flags=r["flags"],
-            parameters=r["parameters"],
+            inputs.append(make_tensor(name, arr, dt))
+        requests.append(
+            pb_utils.InferenceRequest._incoming(
+                inputs, outputs, request_id, correlation_id, flags, parameters, decoupled, (tag, index)
+            )
         )
-        request._decoupled = decoupled
-        request._key = (tag, index)
-        requests.append(request)
     try:
         result = model.execute(requests)
         # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
@@ -624,8 +721,10 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
             result = loop.run_until_complete(result)
     finally:
         if not decoupled:
-            for request in requests:
-                pb_utils._server.cancelled.discard(request._key)
+            cancelled = pb_utils._server.cancelled
+            if cancelled:
+                for request in requests:
+                    cancelled.discard(request._key)
     if decoupled:
         if result is not None:
             raise pb_utils.TritonModelException(
@@ -636,18 +735,23 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")
+    plain = _plain_parts(result)
+    if plain is not None:
+        form, parts, size = plain
+        if size <= INLINE_MAX or not msg.get("shm"):
+            head = _result_heads.get(form)
+            if head is not None:
+                return head, parts, size
+        else:
+            plain = None
     prepared = []
     total = 0
-    plain = True  # no errors, no parameters: the header depends on the outputs' form alone
     for response in result:
         if response is None or not isinstance(response, pb_utils.InferenceResponse):
             raise pb_utils.TritonModelException(f"execute returned {type(response).__name__}, not an InferenceResponse")
         if response.has_error():
             prepared.append(None)
-            plain = False
             continue
-        if response._parameters:
-            plain = False
         tensors, nbytes = prepare_tensors(response.output_tensors())
         prepared.append(tensors)
         total += nbytes
@@ -655,15 +759,6 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
     size = 0
     # Large outputs go to the shared file when this call holds it, else inline too.
     inline = total <= INLINE_MAX or not msg.get("shm")
-    if inline and plain:
-        form = tuple(tuple((name, dt, tuple(shape), nbytes) for name, dt, shape, nbytes, _ in t) for t in prepared)
-        head = _result_heads.get(form)
-        if head is not None:
-            for tensors in prepared:
-                size = inline_parts(tensors, parts, size)
-            return head, parts, size
-    else:
-        form = None
     answers = []
     offset = msg.get("out_offset", 0)
     for response, tensors in zip(result, prepared):
@@ -681,8 +776,9 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
             answer["parameters"] = response._parameters
         answers.append(answer)
     head = _encode({"op": "result", "responses": answers}).encode()
-    if form is not None and len(_result_heads) < CACHE_MAX:
-        _result_heads[form] = head
+    # Responses of a plain form that went inline have the header of that form (the id is the frame's tag).
+    if plain is not None and inline and len(_result_heads) < CACHE_MAX:
+        _result_heads[plain[0]] = head
     return head, parts, size
 
 

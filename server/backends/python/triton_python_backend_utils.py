@@ -137,6 +137,15 @@ class Tensor:
         self._array = array
         self._datatype = _datatype or numpy_to_triton_type(array.dtype)
 
+    @classmethod
+    def _of(cls, name, array, datatype):
+        """A tensor over an array of the given datatype, unchecked (the stub's inputs)."""
+        t = cls.__new__(cls)
+        t._name = name
+        t._array = array
+        t._datatype = datatype
+        return t
+
     def name(self):
         return self._name
 
@@ -256,6 +265,25 @@ class InferenceRequest:
         self._decoupled = False
         self._key = None
 
+    @classmethod
+    def _incoming(cls, inputs, outputs, request_id, correlation_id, flags, parameters, decoupled, key):
+        """A request the server hands to `execute` (built by the stub; the fields of `__init__`, with the
+        stub's own parameters dict, which nothing writes to)."""
+        r = cls.__new__(cls)
+        r._model_name = ""
+        r._inputs = inputs
+        r._outputs = list(outputs)
+        r._model_version = -1
+        r._correlation_id = correlation_id
+        r._request_id = request_id
+        r._flags = flags
+        r._timeout = 0
+        r._parameters = parameters
+        r._sender = None
+        r._decoupled = decoupled
+        r._key = key
+        return r
+
     def inputs(self):
         return self._inputs
 
@@ -264,7 +292,7 @@ class InferenceRequest:
 
     def get_input_tensor_by_name(self, name):
         for t in self._inputs:
-            if t.name() == name:
+            if t._name == name:
                 return t
         return None
 

@@ -1,0 +1,139 @@
+/**
+ * The Python backend's messages with many calls in flight on one stub, driven straight through the backend:
+ * the calls issued together go out in one write and the stub answers those it has read together; each call
+ * must still get its own answer, error or failure.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { PythonBackend } from "../../server/backends/python.ts";
+import { readConfigFile, toModelConfig } from "../../server/repository/config.ts";
+import { ServerError } from "../../server/core/errors.ts";
+import type { Tensor } from "../../server/core/types.ts";
+import { pythonPath } from "../helpers.ts";
+
+const DIR = fileURLToPath(new URL("../fixtures/python_models/error_py", import.meta.url));
+
+/** The context of instance 0 of the model in `dir`. */
+function context(dir: string, name: string) {
+  return {
+    modelDir: dir,
+    versionDir: `${dir}/1`,
+    version: 1,
+    modelPath: `${dir}/1/model.py`,
+    instanceName: `${name}_0`,
+    kind: "KIND_CPU",
+    deviceId: 0,
+    backendConfig: { "python-executable": pythonPath() },
+  };
+}
+
+function mode(n: number): Map<string, Tensor> {
+  const data = new Uint8Array(Int32Array.of(n).buffer);
+  return new Map([["MODE", { name: "MODE", datatype: "INT32", shape: [1], data }]]);
+}
+
+Deno.test("calls sent together to one stub each get their own answer, error or failure", async () => {
+  const config = toModelConfig(await readConfigFile(DIR, "error_py"), "error_py");
+  const backend = new PythonBackend();
+  const instance = await backend.createInstance(config, context(DIR, "error_py"));
+  try {
+    // MODE 0 and 2 answer an error response, 1 fails the call, any other value comes back as OUT.
+    const modes = [5, 0, 7, 1, 9, 2, 11, 13, 1, 15, 0, 17];
+    for (let round = 0; round < 3; round++) {
+      const settled = await Promise.allSettled(
+        modes.map((m) =>
+          instance.executeRequests!([{ inputs: mode(m), outputNames: ["OUT"], id: `r${m}`, parameters: {} }])
+        ),
+      );
+      settled.forEach((s, i) => {
+        const m = modes[i]!;
+        if (m === 1) {
+          assert.equal(s.status, "rejected");
+          const err = (s as PromiseRejectedResult).reason as ServerError;
+          assert.equal(err.code, "INTERNAL");
+          assert.equal(
+            err.message,
+            "Cannot run 'error_py' instance 'error_py_0': ValueError: execute failed on purpose",
+          );
+          return;
+        }
+        assert.equal(s.status, "fulfilled");
+        const [out] = (s as PromiseFulfilledResult<(Map<string, Tensor> | Error)[]>).value;
+        if (m === 0 || m === 2) {
+          assert.ok(out instanceof ServerError);
+          assert.equal(out.code, m === 0 ? "INTERNAL" : "NOT_FOUND");
+          assert.equal(out.message, m === 0 ? "MODE 0 is refused" : "nothing here");
+          return;
+        }
+        assert.ok(out instanceof Map);
+        const t = out.get("OUT")!;
+        assert.equal(t.datatype, "INT32");
+        assert.deepEqual(t.shape, [1]);
+        const bytes = t.data as Uint8Array;
+        assert.deepEqual([...new Int32Array(bytes.buffer, bytes.byteOffset, 1)], [m]);
+      });
+    }
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("empty tensors travel both ways, alone and beside others", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-pyipc-test-" });
+  try {
+    await Deno.mkdir(`${dir}/1`);
+    await Deno.writeTextFile(
+      `${dir}/config.pbtxt`,
+      `name: "echo_py"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "LEN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`,
+    );
+    await Deno.writeTextFile(
+      `${dir}/1/model.py`,
+      `import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = r.inputs()[0].as_numpy()
+            tensors = [pb_utils.Tensor("OUT", a.copy())]
+            if "LEN" in r.requested_output_names():
+                tensors.append(pb_utils.Tensor("LEN", np.array([a.size], dtype=np.int32)))
+            out.append(pb_utils.InferenceResponse(tensors))
+        return out
+`,
+    );
+    const config = toModelConfig(await readConfigFile(dir, "echo_py"), "echo_py");
+    const instance = await new PythonBackend().createInstance(config, context(dir, "echo_py"));
+    try {
+      for (const outputNames of [["OUT"], ["OUT", "LEN"]]) {
+        const inputs = new Map([["IN", {
+          name: "IN",
+          datatype: "INT32" as const,
+          shape: [0],
+          data: new Uint8Array(0),
+        }]]);
+        const [out] = await instance.executeRequests!([{ inputs, outputNames, id: "", parameters: {} }]);
+        assert.ok(out instanceof Map, String(out));
+        const t = out.get("OUT")!;
+        assert.deepEqual([t.datatype, t.shape, (t.data as Uint8Array).byteLength], ["INT32", [0], 0]);
+        if (outputNames.length === 2) {
+          const len = out.get("LEN")!.data as Uint8Array;
+          assert.deepEqual([...new Int32Array(len.buffer, len.byteOffset, 1)], [0]);
+        }
+      }
+    } finally {
+      await instance.close();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
