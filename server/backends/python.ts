@@ -407,6 +407,11 @@ interface Pending {
   reject: (e: Error) => void;
 }
 
+/** Creates (or empties) a file only the server's user can read and write: the tensors in it are no other local user's business. */
+function createPrivateFile(path: string): Deno.FsFile {
+  return Deno.openSync(path, { read: true, write: true, create: true, truncate: true, mode: 0o600 });
+}
+
 /** One stub process with its socket and shared file. */
 class Stub {
   readonly #opts: StubOptions;
@@ -446,14 +451,7 @@ class Stub {
     this.#opts = opts;
     this.#dir = dir;
     this.#shmPath = join(shmDir(), `dinfer-py-${Deno.pid}-${crypto.randomUUID()}`);
-    // Owner-only: the tensors in it are no other local user's business.
-    this.#shm = Deno.openSync(this.#shmPath, {
-      read: true,
-      write: true,
-      create: true,
-      truncate: true,
-      mode: 0o600,
-    });
+    this.#shm = createPrivateFile(this.#shmPath);
     this.#shm.truncateSync(this.#shmSize);
     this.exited = new Promise((r) => (this.#markExited = r));
   }
@@ -842,13 +840,7 @@ class Stub {
             `dinfer-blsr-${this.#child?.pid}-${msg.id}-${n++}-${crypto.randomUUID()}`,
           );
           try {
-            using file = Deno.openSync(path, {
-              read: true,
-              write: true,
-              create: true,
-              truncate: true,
-              mode: 0o600,
-            });
+            using file = createPrivateFile(path);
             const { descs } = writeTensors(file, 0, response.outputs, 0);
             this.#send({ op: "bls_stream", id: msg.id, final, file: path, outputs: descs })
               .catch(() => Deno.remove(path).catch(() => {}));
