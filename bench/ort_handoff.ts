@@ -92,7 +92,11 @@ const variants: { name: string; backend: Backend; thread: string }[] = [
 ];
 if (baseline) {
   const mod = await import(`file://${baseline}/server/backends/onnxruntime.ts`);
-  variants.push({ name: `worker of ${baseline}`, backend: mod.onnxRuntimeBackend as Backend, thread: "worker" });
+  variants.push({
+    name: `worker of ${baseline}`,
+    backend: mod.onnxRuntimeBackend as Backend,
+    thread: "worker",
+  });
 }
 const results = new Map(variants.map((v) => [v.name, { lone: [] as number[], full: [] as number[] }]));
 for (let r = 0; r < rounds; r++) {
@@ -112,7 +116,9 @@ const main = results.get("main thread")!;
 for (const v of variants) {
   const { lone, full } = results.get(v.name)!;
   console.log(
-    `${v.name}: lone run p50 ${median(lone).toFixed(0)} µs (${(median(lone) / median(main.lone)).toFixed(2)}× ` +
+    `${v.name}: lone run p50 ${median(lone).toFixed(0)} µs (${
+      (median(lone) / median(main.lone)).toFixed(2)
+    }× ` +
       `the main thread), batch of 64 p50 ${median(full).toFixed(0)} µs (${
         (median(full) / median(main.full)).toFixed(2)
       }×)`,

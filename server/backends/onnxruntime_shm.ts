@@ -111,7 +111,10 @@ export function align8(n: number): number {
 
 /** Makes a growable SharedArrayBuffer of `byteLength` bytes that grows up to ARENA_MAX_BYTES. */
 export function growableShared(byteLength: number): SharedArrayBuffer {
-  const Ctor = SharedArrayBuffer as unknown as new (n: number, o: { maxByteLength: number }) => SharedArrayBuffer;
+  const Ctor = SharedArrayBuffer as unknown as new (
+    n: number,
+    o: { maxByteLength: number },
+  ) => SharedArrayBuffer;
   return new Ctor(byteLength, { maxByteLength: ARENA_MAX_BYTES });
 }
 

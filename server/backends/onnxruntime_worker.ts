@@ -12,11 +12,11 @@
 
 import * as ort from "onnxruntime-node";
 import {
+  align8,
   ARENA_MAX_BYTES,
   ARENA_TYPE_CODES,
   ARENA_TYPED,
   ARENA_TYPES,
-  align8,
   CTL,
   ensureBytes,
   HEADER_BYTES,
@@ -235,7 +235,9 @@ function runShared(blocks: SharedBlocks, ctl: Int32Array, seq: number): void {
       Atomics.store(ctl, CTL.STATUS, STATUS.OK);
       return;
     }
-    const transfer = outputs.flatMap((o) => (ArrayBuffer.isView(o.data) ? [o.data.buffer as ArrayBuffer] : []));
+    const transfer = outputs.flatMap((
+      o,
+    ) => (ArrayBuffer.isView(o.data) ? [o.data.buffer as ArrayBuffer] : []));
     self.postMessage(
       { op: "result", id: seq, outputs, buffers: [] } satisfies WorkerReply,
       [...new Set(transfer)],
