@@ -971,7 +971,11 @@ class OrtInstance implements BackendInstance {
 
 /**
  * The smallest model file whose dynamic-batching instances run on a worker thread by default: below it a run
- * costs less than the hop to a worker and back (two postMessage calls, about 25 µs on 2 cores).
+ * costs less than the hop to a worker and back, even over shared memory. `simple` (a few hundred bytes, 2 cores,
+ * `./dinfer bench --peers-only --quick`, the same machine): on the worker 5.2k-6.2k infer/s at 1 connection
+ * and 9.5k-22k at 16, 124-133 µs of server CPU per request at 1; on the main thread 8.5k-8.7k and 19.5k-21.8k,
+ * 64-66 µs. The MLP of bench/models/mlp (4 MB, bench/mlp_rounds.ts): about as fast on the worker as on the
+ * main thread for a lone request and 1.6× at 64 connections.
  */
 export const WORKER_MIN_MODEL_BYTES = 1 << 20;
 
