@@ -534,6 +534,28 @@ Deno.test("INT64 and FP16 tensors cross to a worker instance in shared memory un
   }
 });
 
+Deno.test("a batch bigger than a worker instance's arenas grows them, and its outputs come back whole", async () => {
+  const ctx = { ...context("identity_fp32"), backendConfig: { "instance-thread": "worker" } };
+  const instance = await onnxRuntimeBackend.createInstance(identityConfig("identity_fp32", "TYPE_FP32"), ctx);
+  try {
+    for (const n of [100_000, 300_000]) {
+      const values = Float32Array.from({ length: n }, (_, i) => i * 0.5 - 7);
+      const data = lent(instance, "INPUT0", bytesOf(values));
+      const input = new Map<string, Tensor>([["INPUT0", {
+        name: "INPUT0",
+        datatype: "FP32",
+        shape: [4, n / 4],
+        data,
+      }]]);
+      const out = await instance.execute(input, ["OUTPUT0"]);
+      assertEquals(out.get("OUTPUT0")!.shape, [4, n / 4]);
+      assertEquals(out.get("OUTPUT0")!.data, bytesOf(values));
+    }
+  } finally {
+    await instance.close();
+  }
+});
+
 Deno.test("BYTES tensors cross to a worker instance by message, and the runs after them still run", async () => {
   const ctx = { ...context("identity_string"), backendConfig: { "instance-thread": "worker" } };
   const instance = await onnxRuntimeBackend.createInstance(
