@@ -4,13 +4,16 @@
  * a process of its own), and the medians per variant are printed with their ratio to the combined limit
  * 1 / (1/raw + 1/bare), raw being ONNX Runtime in-process at batch 64 measured before the rounds.
  *
- * Usage: `deno run -A bench/mlp_rounds.ts [--rounds=3] [--duration=3] [--connections=64]` (with
- * `--connections=1`, the p50 latency of a lone request is the number to read).
+ * Usage: `deno run -A bench/mlp_rounds.ts [--rounds=3] [--duration=3] [--connections=64] [--baseline=DIR]`
+ * (with `--connections=1`, the p50 latency of a lone request is the number to read; `--baseline` adds the
+ * default server of another checkout, DIR/main.ts, as one more variant, to compare a change with what it
+ * replaces in the same run).
  * @module
  */
 
 import * as ort from "onnxruntime-node";
 import { fileURLToPath } from "node:url";
+import { relative } from "node:path";
 import { startChildServer } from "./child_server.ts";
 import { type LoadReport, type LoadSpec, mlpInput } from "./mlp_load.ts";
 
@@ -18,11 +21,13 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODELS = `${ROOT}bench/models`;
 
 let rounds = 3, durationS = 3, connections = 64;
+let baseline: string | undefined;
 for (const arg of Deno.args) {
   const [k, v] = arg.split("=");
   if (k === "--rounds") rounds = Number(v);
   else if (k === "--duration") durationS = Number(v);
   else if (k === "--connections") connections = Number(v);
+  else if (k === "--baseline") baseline = v;
   else throw new Error(`Cannot parse '${arg}': unknown flag`);
 }
 
@@ -35,6 +40,9 @@ const VARIANTS: { name: string; args: string[]; script?: string }[] = [
   { name: "dinfer, 2 HTTP threads", args: ["--http-thread-count=2"] },
   { name: "bare exchange", args: [], script: "bench/mlp_bare_server.ts" },
 ];
+if (baseline) {
+  VARIANTS.unshift({ name: `baseline ${baseline}`, args: [], script: relative(ROOT, `${baseline}/main.ts`) });
+}
 
 async function raw(seconds: number): Promise<number> {
   const session = await ort.InferenceSession.create(`${MODELS}/mlp/1/model.onnx`, { logSeverityLevel: 3 });

@@ -1,14 +1,30 @@
 /**
  * The worker side of an ONNX Runtime instance that runs on its own thread: it opens one session and runs the
- * batches the main thread posts, so that the main thread goes on reading and answering requests meanwhile. The
- * inputs arrive in buffers the main thread transferred (no copy) and go back with the reply, for the main thread
- * to fill with a later batch; the outputs are transferred too.
+ * batches of the main thread, so that the main thread goes on reading and answering requests meanwhile. With the
+ * native binding, the worker waits in `Atomics.wait` for runs handed over in shared memory (see
+ * onnxruntime_shm.ts) and goes back to its event loop only for posted messages: runs the shared arenas cannot
+ * carry (strings, oversize tensors), and closing. Posted runs bring their inputs in transferred buffers, which go
+ * back with the reply; their outputs are transferred too.
  * @module
  */
 
 /// <reference lib="deno.worker" />
 
 import * as ort from "onnxruntime-node";
+import {
+  align8,
+  ARENA_MAX_BYTES,
+  ARENA_TYPE_CODES,
+  ARENA_TYPED,
+  ARENA_TYPES,
+  CTL,
+  ensureBytes,
+  HEADER_BYTES,
+  KIND,
+  type SharedBlocks,
+  STATUS,
+  writeMessage,
+} from "./onnxruntime_shm.ts";
 
 /** One tensor as it crosses between the threads. */
 export interface WorkerTensor {
@@ -29,13 +45,19 @@ export interface WorkerValueMetadata {
 
 /** Messages from the main thread. */
 export type WorkerRequest =
-  | { op: "open"; path: string; options: ort.InferenceSession.SessionOptions }
+  | { op: "open"; path: string; options: ort.InferenceSession.SessionOptions; shared?: SharedBlocks }
   | { op: "run"; id: number; feeds: WorkerTensor[]; fetches: string[] }
   | { op: "close" };
 
 /** Messages to the main thread. */
 export type WorkerReply =
-  | { op: "opened"; inputMetadata: WorkerValueMetadata[]; outputMetadata: WorkerValueMetadata[] }
+  | {
+    op: "opened";
+    inputMetadata: WorkerValueMetadata[];
+    outputMetadata: WorkerValueMetadata[];
+    /** Whether the worker takes runs through the shared blocks (it waits on them from now on). */
+    shared: boolean;
+  }
   | {
     op: "result";
     id: number;
@@ -64,6 +86,17 @@ type Run = (feeds: WorkerTensor[], fetches: string[]) => WorkerTensor[] | Promis
 
 let run: Run | undefined;
 let close: (() => Promise<void> | void) | undefined;
+/** The shared blocks, when runs come through them (native binding only: its runs are synchronous). */
+let shared: SharedBlocks | undefined;
+let inputNames: string[] = [];
+let outputNames: string[] = [];
+/** The last request of the control block the worker answered. */
+let lastSeq = 0;
+/**
+ * The worker's own copy of each input (by input index): the native binding reads no views of shared memory, so
+ * the inputs are copied out of the input arena into these (on this thread, not the server's).
+ */
+const scratch: ArrayBuffer[] = [];
 
 async function nativeSessionClass(): Promise<(new () => NativeSession) | undefined> {
   try {
@@ -97,7 +130,14 @@ async function open(path: string, options: ort.InferenceSession.SessionOptions):
       });
     };
     close = () => session.dispose();
-    return { op: "opened", inputMetadata: session.inputMetadata, outputMetadata: session.outputMetadata };
+    inputNames = session.inputMetadata.map((m) => m.name);
+    outputNames = session.outputMetadata.map((m) => m.name);
+    return {
+      op: "opened",
+      inputMetadata: session.inputMetadata,
+      outputMetadata: session.outputMetadata,
+      shared: shared !== undefined,
+    };
   }
   const session = await ort.InferenceSession.create(path, options);
   run = async (feeds, fetches) => {
@@ -115,11 +155,125 @@ async function open(path: string, options: ort.InferenceSession.SessionOptions):
     });
   };
   close = () => session.release();
+  // The public API's runs are asynchronous: they cannot run from a thread blocked in Atomics.wait.
+  shared = undefined;
   return {
     op: "opened",
     inputMetadata: session.inputMetadata.map((m) => ({ ...m })),
     outputMetadata: session.outputMetadata.map((m) => ({ ...m })),
+    shared: false,
   };
+}
+
+/** The worker's copy of input `index`, at least `byteLength` bytes. */
+function scratchFor(index: number, byteLength: number): ArrayBuffer {
+  const have = scratch[index];
+  if (have && have.byteLength >= byteLength) return have;
+  const buffer = new ArrayBuffer(Math.max(byteLength, (have?.byteLength ?? 0) * 2));
+  scratch[index] = buffer;
+  return buffer;
+}
+
+/** Reads the feeds and fetches of a run from the header, copying the inputs out of the input arena. */
+function readRequest(blocks: SharedBlocks): { feeds: WorkerTensor[]; fetches: string[] } {
+  const h = new Float64Array(blocks.header);
+  let p = 0;
+  const feeds: WorkerTensor[] = [];
+  for (let n = h[p++]!; n > 0; n--) {
+    const index = h[p++]!, type = ARENA_TYPES[h[p++]!]!, offset = h[p++]!, byteLength = h[p++]!;
+    const dims: number[] = [];
+    for (let d = h[p++]!; d > 0; d--) dims.push(h[p++]!);
+    const copy = scratchFor(index, byteLength);
+    new Uint8Array(copy, 0, byteLength).set(new Uint8Array(blocks.input, offset, byteLength));
+    const Typed = ARENA_TYPED[type];
+    const data = new Typed(copy, 0, byteLength / Typed.BYTES_PER_ELEMENT);
+    feeds.push({ name: inputNames[index]!, type, data, dims });
+  }
+  const fetches: string[] = [];
+  for (let n = h[p++]!; n > 0; n--) fetches.push(outputNames[h[p++]!]!);
+  return { feeds, fetches };
+}
+
+/**
+ * Writes the outputs into the output arena (grown as needed) and the header; false where they do not fit
+ * (strings, or beyond the arena's or the header's limit).
+ */
+function writeOutputs(blocks: SharedBlocks, outputs: WorkerTensor[]): boolean {
+  let total = 0, words = 1;
+  for (const o of outputs) {
+    if (!ArrayBuffer.isView(o.data) || !ARENA_TYPE_CODES.has(o.type)) return false;
+    total = align8(total) + o.data.byteLength;
+    words += 4 + o.dims.length;
+  }
+  if (total > ARENA_MAX_BYTES || words * 8 > HEADER_BYTES) return false;
+  ensureBytes(blocks.output, total);
+  const h = new Float64Array(blocks.header);
+  let p = 0, offset = 0;
+  h[p++] = outputs.length;
+  for (const o of outputs) {
+    const data = o.data as ArrayBufferView;
+    offset = align8(offset);
+    new Uint8Array(blocks.output, offset, data.byteLength).set(
+      new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+    );
+    h[p++] = ARENA_TYPE_CODES.get(o.type)!;
+    h[p++] = offset;
+    h[p++] = data.byteLength;
+    h[p++] = o.dims.length;
+    for (const d of o.dims) h[p++] = d;
+    offset += data.byteLength;
+  }
+  return true;
+}
+
+/** Runs the batch the header describes and leaves its outputs (or its error) for the main thread. */
+function runShared(blocks: SharedBlocks, ctl: Int32Array, seq: number): void {
+  try {
+    const { feeds, fetches } = readRequest(blocks);
+    const outputs = run!(feeds, fetches) as WorkerTensor[];
+    if (writeOutputs(blocks, outputs)) {
+      Atomics.store(ctl, CTL.STATUS, STATUS.OK);
+      return;
+    }
+    const transfer = outputs.flatMap((
+      o,
+    ) => (ArrayBuffer.isView(o.data) ? [o.data.buffer as ArrayBuffer] : []));
+    self.postMessage(
+      { op: "result", id: seq, outputs, buffers: [] } satisfies WorkerReply,
+      [...new Set(transfer)],
+    );
+    Atomics.store(ctl, CTL.STATUS, STATUS.POSTED);
+  } catch (err) {
+    writeMessage(blocks.header, err instanceof Error ? err.message : String(err));
+    Atomics.store(ctl, CTL.STATUS, STATUS.ERROR);
+  }
+}
+
+/**
+ * Waits for requests on the control block and answers them, until one asks the worker to read a posted message
+ * (it returns to the event loop, whose handler comes back here) or to stop.
+ */
+function serve(blocks: SharedBlocks): void {
+  const ctl = new Int32Array(blocks.control);
+  for (;;) {
+    Atomics.wait(ctl, CTL.SEQ, lastSeq);
+    const seq = Atomics.load(ctl, CTL.SEQ);
+    if (seq === lastSeq) continue;
+    const kind = Atomics.load(ctl, CTL.KIND);
+    if (kind === KIND.RUN) runShared(blocks, ctl, seq);
+    else if (kind === KIND.EXIT) {
+      close?.();
+      run = close = shared = undefined;
+    }
+    lastSeq = seq;
+    Atomics.store(ctl, CTL.DONE, seq);
+    Atomics.notify(ctl, CTL.DONE);
+    if (kind === KIND.EXIT) {
+      self.postMessage({ op: "closed" } satisfies WorkerReply);
+      return;
+    }
+    if (kind === KIND.MESSAGE) return;
+  }
 }
 
 function buffersOf(feeds: WorkerTensor[]): (ArrayBuffer | null)[] {
@@ -130,11 +284,14 @@ self.onmessage = async (event: MessageEvent<WorkerRequest>) => {
   const msg = event.data;
   if (msg.op === "open") {
     try {
+      shared = msg.shared;
       self.postMessage(await open(msg.path, msg.options));
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
       self.postMessage({ op: "error", id: -1, message, buffers: [] } satisfies WorkerReply);
+      return;
     }
+    if (shared) serve(shared);
     return;
   }
   if (msg.op === "close") {
@@ -154,4 +311,5 @@ self.onmessage = async (event: MessageEvent<WorkerRequest>) => {
     const message = err instanceof Error ? err.message : String(err);
     self.postMessage({ op: "error", id: msg.id, message, buffers } satisfies WorkerReply, back);
   }
+  if (shared) serve(shared);
 };

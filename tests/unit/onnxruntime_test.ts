@@ -413,19 +413,165 @@ function lent(
   return buf;
 }
 
-Deno.test("a worker instance lends input buffers that cross to its thread without a copy and come back", async () => {
+Deno.test("a worker instance lends views of one shared arena, which keep their place from batch to batch", async () => {
   const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
   const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
   try {
     for (let round = 0; round < 3; round++) {
       const a = lent(instance, "INPUT0", f32(1, 2, 3, round));
       const b = lent(instance, "INPUT1", f32(0.5, -1, 10, 4));
-      assertEquals([a.byteLength, a.byteOffset, b.byteLength], [16, 0, 16]);
+      assert(
+        a.buffer instanceof SharedArrayBuffer && a.buffer === b.buffer,
+        "the inputs lie in one shared arena",
+      );
+      assertEquals([a.byteOffset, a.byteLength, b.byteOffset, b.byteLength], [0, 16, 16, 16]);
       const out = await instance.execute(inputs(a, b), ["OUTPUT0", "OUTPUT1"]);
       assertEquals(out.get("OUTPUT0")!.data, f32(1.5, 1, 13, round + 4));
       assertEquals(out.get("OUTPUT1")!.data, f32(0.5, 3, -7, round - 4));
-      // Transferred to the worker: the lent views are detached here.
-      assertEquals([a.byteLength, b.byteLength], [0, 0]);
+      // The outputs are copies: the next batch's outputs do not overwrite them.
+      const o0 = out.get("OUTPUT0")!.data as Uint8Array;
+      assert(!(o0.buffer instanceof SharedArrayBuffer), "the outputs are copied out");
+    }
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("a worker instance lends plain buffers while a run is in flight, and runs in order", async () => {
+  const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
+  try {
+    const first = instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT0"]);
+    const a = lent(instance, "INPUT0", f32(10, 20, 30, 40));
+    const b = lent(instance, "INPUT1", f32(1, 2, 3, 4));
+    assert(!(a.buffer instanceof SharedArrayBuffer), "the arena is not lent while the worker reads it");
+    const second = instance.execute(inputs(a, b), ["OUTPUT1"]);
+    const third = instance.execute(inputs(f32(0, 0, 0, 1), f32(0, 0, 0, 1)), ["OUTPUT0", "OUTPUT1"]);
+    const [one, two, three] = await Promise.all([first, second, third]);
+    assertEquals(one.get("OUTPUT0")!.data, f32(2, 3, 4, 5));
+    assertEquals(two.get("OUTPUT1")!.data, f32(9, 18, 27, 36));
+    assertEquals(three.get("OUTPUT0")!.data, f32(0, 0, 0, 2));
+    assertEquals(three.get("OUTPUT1")!.data, f32(0, 0, 0, 0));
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("an error in a worker run rejects that run only", async () => {
+  const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
+  try {
+    const wrong = new Map<string, Tensor>([
+      ["INPUT0", { name: "INPUT0", datatype: "FP32", shape: [2, 2], data: f32(1, 2, 3, 4) }],
+      ["INPUT1", { name: "INPUT1", datatype: "FP32", shape: [4], data: f32(1, 1, 1, 1) }],
+    ]);
+    const [bad, good] = await Promise.allSettled([
+      instance.execute(wrong, ["OUTPUT0"]),
+      instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT0"]),
+    ]);
+    assertEquals(bad.status, "rejected");
+    const err = (bad as PromiseRejectedResult).reason as ServerError;
+    assertEquals(err.code, "INTERNAL");
+    assertEquals(
+      err.message,
+      "Cannot run 'add_sub_fp32_nobatch' in ONNX Runtime: Invalid rank for input: INPUT0 Got: 2 Expected: 1 " +
+        "Please fix either the inputs/outputs or the model.",
+    );
+    assertEquals(
+      (good as PromiseFulfilledResult<Map<string, Tensor>>).value.get("OUTPUT0")!.data,
+      f32(2, 3, 4, 5),
+    );
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("closing a worker instance lets the run in flight finish and refuses the ones after it", async () => {
+  const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
+  const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
+  const running = instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT0"]);
+  const queued = instance.execute(inputs(f32(1, 2, 3, 4), f32(2, 2, 2, 2)), ["OUTPUT0"]);
+  const closed = instance.close();
+  const refused = {
+    code: "INTERNAL",
+    message: "Cannot run 'add_sub_fp32_nobatch' in ONNX Runtime: the instance is closing",
+  };
+  await assertRejects(() => queued, ServerError, refused);
+  assertEquals((await running).get("OUTPUT0")!.data, f32(2, 3, 4, 5));
+  await closed;
+  await assertRejects(
+    () => instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT0"]),
+    ServerError,
+    refused,
+  );
+});
+
+function identityConfig(model: string, type: string): ModelConfig {
+  return prepared({
+    name: model,
+    platform: "onnxruntime_onnx",
+    max_batch_size: 8,
+    input: [{ name: "INPUT0", data_type: type, dims: [-1] }],
+    output: [{ name: "OUTPUT0", data_type: type, dims: [-1] }],
+  });
+}
+
+Deno.test("INT64 and FP16 tensors cross to a worker instance in shared memory unchanged", async () => {
+  const cases: [string, string, "INT64" | "FP16", Uint8Array][] = [
+    ["identity_int64", "TYPE_INT64", "INT64", bytesOf(new BigInt64Array([1n, -2n, 1n << 40n, -(1n << 62n)]))],
+    ["identity_fp16", "TYPE_FP16", "FP16", bytesOf(new Uint16Array([0x3c00, 0xc000, 0x7bff, 0x0001]))],
+  ];
+  for (const [model, type, datatype, data] of cases) {
+    const ctx = { ...context(model), backendConfig: { "instance-thread": "worker" } };
+    const instance = await onnxRuntimeBackend.createInstance(identityConfig(model, type), ctx);
+    try {
+      const input = new Map<string, Tensor>([["INPUT0", { name: "INPUT0", datatype, shape: [2, 2], data }]]);
+      const out = await instance.execute(input, ["OUTPUT0"]);
+      assertEquals(out.get("OUTPUT0"), { name: "OUTPUT0", datatype, shape: [2, 2], data });
+    } finally {
+      await instance.close();
+    }
+  }
+});
+
+Deno.test("a batch bigger than a worker instance's arenas grows them, and its outputs come back whole", async () => {
+  const ctx = { ...context("identity_fp32"), backendConfig: { "instance-thread": "worker" } };
+  const instance = await onnxRuntimeBackend.createInstance(identityConfig("identity_fp32", "TYPE_FP32"), ctx);
+  try {
+    for (const n of [100_000, 300_000]) {
+      const values = Float32Array.from({ length: n }, (_, i) => i * 0.5 - 7);
+      const data = lent(instance, "INPUT0", bytesOf(values));
+      const input = new Map<string, Tensor>([["INPUT0", {
+        name: "INPUT0",
+        datatype: "FP32",
+        shape: [4, n / 4],
+        data,
+      }]]);
+      const out = await instance.execute(input, ["OUTPUT0"]);
+      assertEquals(out.get("OUTPUT0")!.shape, [4, n / 4]);
+      assertEquals(out.get("OUTPUT0")!.data, bytesOf(values));
+    }
+  } finally {
+    await instance.close();
+  }
+});
+
+Deno.test("BYTES tensors cross to a worker instance by message, and the runs after them still run", async () => {
+  const ctx = { ...context("identity_string"), backendConfig: { "instance-thread": "worker" } };
+  const instance = await onnxRuntimeBackend.createInstance(
+    identityConfig("identity_string", "TYPE_STRING"),
+    ctx,
+  );
+  const utf8 = (s: string) => new TextEncoder().encode(s);
+  try {
+    for (const words of [["a", "bc"], ["é", "", "xyz"], ["last"]]) {
+      const data = words.map(utf8);
+      const input = new Map<string, Tensor>([
+        ["INPUT0", { name: "INPUT0", datatype: "BYTES", shape: [1, words.length], data }],
+      ]);
+      const out = await instance.execute(input, ["OUTPUT0"]);
+      assertEquals(out.get("OUTPUT0")!.shape, [1, words.length]);
+      assertEquals(out.get("OUTPUT0")!.data, data);
     }
   } finally {
     await instance.close();
