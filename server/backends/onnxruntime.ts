@@ -594,6 +594,11 @@ class WorkerRunner implements SessionRunner {
     this.#worker = worker;
   }
 
+  /** Whether no run is in flight or queued. */
+  get idle(): boolean {
+    return this.#current === undefined && this.#queue.length === 0;
+  }
+
   static open(path: string, options: ort.InferenceSession.SessionOptions): Promise<WorkerRunner> {
     const worker = new Worker(new URL("./onnxruntime_worker.ts", import.meta.url).href, { type: "module" });
     const runner = new WorkerRunner(worker);
@@ -888,6 +893,42 @@ class WorkerRunner implements SessionRunner {
   }
 }
 
+/**
+ * A worker instance that also holds a session on the server's thread, for the lone request: a run of one
+ * request's own buffers (not a batch the scheduler concatenated into the worker's arena) while the worker is
+ * idle runs on the server's thread, as fast as an instance there; batches, and anything that arrives while the
+ * worker runs, go to the worker (in order), so that the server's thread goes on reading and answering requests
+ * under load. The price is the model's weights held twice (see LONE_ON_MAIN_MAX_MODEL_BYTES).
+ */
+class LoneOnMainRunner implements SessionRunner {
+  #main: NativeRunner;
+  #worker: WorkerRunner;
+  constructor(main: NativeRunner, worker: WorkerRunner) {
+    this.#main = main;
+    this.#worker = worker;
+  }
+  get inputNames(): readonly string[] {
+    return this.#worker.inputNames;
+  }
+  get inputMetadata(): readonly ort.InferenceSession.ValueMetadata[] {
+    return this.#worker.inputMetadata;
+  }
+  get outputMetadata(): readonly ort.InferenceSession.ValueMetadata[] {
+    return this.#worker.outputMetadata;
+  }
+  inputBuffer(name: string, byteLength: number): Uint8Array {
+    return this.#worker.inputBuffer(name, byteLength);
+  }
+  run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
+    const batch = feeds.some((f) => ArrayBuffer.isView(f.data) && f.data.buffer instanceof SharedArrayBuffer);
+    if (!batch && this.#worker.idle) return this.#main.run(feeds, fetches);
+    return this.#worker.run(feeds, fetches);
+  }
+  async close(): Promise<void> {
+    await Promise.all([this.#main.close(), this.#worker.close()]);
+  }
+}
+
 /** Metadata from the worker: the native binding's (element types by number) or the public API's. */
 function fromWorkerMetadata(m: WorkerValueMetadata): ort.InferenceSession.ValueMetadata {
   if (typeof m.type === "number" || !m.isTensor) return fromNativeMetadata(m as NativeValueMetadata);
@@ -975,6 +1016,13 @@ class OrtInstance implements BackendInstance {
 export const WORKER_MIN_MODEL_BYTES = 1 << 20;
 
 /**
+ * The largest model file whose default worker instances also open a session on the server's thread for lone
+ * requests (LoneOnMainRunner): the weights are held twice, which matters little below this size. An
+ * `instance_thread: "worker"` set in the config or on the command line gets the worker alone.
+ */
+export const LONE_ON_MAIN_MAX_MODEL_BYTES = 256 << 20;
+
+/**
  * Where a model's instances run: `main` (the server's thread: no thread hop, best for a lone request to a small
  * model) or `worker` (a thread per instance: the server's thread goes on reading and answering requests while a
  * batch runs, and instances run at the same time): the config parameter `instance_thread`, else
@@ -1024,25 +1072,45 @@ async function fileBytes(path: string): Promise<number> {
 /** Opens the session of one instance: on a worker thread, through the native binding, or the public API. */
 async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<SessionRunner> {
   const options = sessionOptions(config);
-  if (instanceThread(config, ctx.backendConfig, await fileBytes(modelPathOf(ctx))) === "worker") {
+  const bytes = await fileBytes(modelPathOf(ctx));
+  if (instanceThread(config, ctx.backendConfig, bytes) === "worker") {
+    let worker: WorkerRunner;
     try {
-      return await WorkerRunner.open(modelPathOf(ctx), options);
+      worker = await WorkerRunner.open(modelPathOf(ctx), options);
     } catch (err) {
       throw invalidArg(`Cannot load ONNX model '${modelPathOf(ctx)}': ${(err as Error).message}`);
     }
+    const chosen = config.parameters?.instance_thread?.string_value || ctx.backendConfig["instance-thread"];
+    if (chosen || bytes > LONE_ON_MAIN_MAX_MODEL_BYTES) return worker;
+    let main: SessionRunner;
+    try {
+      main = await openMainRunner(modelPathOf(ctx), options);
+    } catch (err) {
+      await worker.close();
+      throw err;
+    }
+    return main instanceof NativeRunner ? new LoneOnMainRunner(main, worker) : (await main.close(), worker);
   }
+  return await openMainRunner(modelPathOf(ctx), options);
+}
+
+/** Opens a session on the server's thread: through the native binding, or the public API. */
+async function openMainRunner(
+  path: string,
+  options: ort.InferenceSession.SessionOptions,
+): Promise<SessionRunner> {
   const native = await loadNativeBinding();
   if (native) {
     const session = new native.InferenceSession();
     try {
-      session.loadModel(modelPathOf(ctx), options);
+      session.loadModel(path, options);
     } catch (err) {
       const msg = err instanceof Error ? err.message : String(err);
-      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${modelPathOf(ctx)}': ${msg}`);
+      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${msg}`);
     }
     return new NativeRunner(session);
   }
-  return new InlineRunner(await openSession(modelPathOf(ctx), options));
+  return new InlineRunner(await openSession(path, options));
 }
 
 /** The ONNX Runtime backend. */

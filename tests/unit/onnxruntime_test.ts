@@ -1,7 +1,7 @@
 import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { join } from "node:path";
 import { assert, assertEquals, assertRejects, assertThrows } from "../assert.ts";
-import { FIXTURES } from "../helpers.ts";
+import { FIXTURES, ROOT } from "../helpers.ts";
 import {
   DEFAULT_MAX_BATCH_SIZE,
   DEFAULT_SESSION_ENTRIES,
@@ -619,4 +619,48 @@ Deno.test("instance_thread comes from the config parameter, then the backend con
       message: "Cannot load 'add_sub_fp32_nobatch': instance_thread is 'gpu', expected 'main' or 'worker'",
     },
   );
+});
+
+Deno.test("a default worker instance answers a lone request and a batch alike (lone on the server's thread, batch on the worker)", async () => {
+  const dir = join(ROOT, "bench/models/mlp");
+  const config = prepared({
+    name: "mlp",
+    platform: "onnxruntime_onnx",
+    max_batch_size: 64,
+    input: [{ name: "input", data_type: "TYPE_FP32", dims: [784] }],
+    output: [{ name: "logits", data_type: "TYPE_FP32", dims: [10] }],
+    dynamic_batching: {},
+  });
+  const ctx: InstanceContext = {
+    ...context("mlp"),
+    modelDir: dir,
+    versionDir: join(dir, "1"),
+    modelPath: join(dir, "1", "model.onnx"),
+  };
+  const instance = await onnxRuntimeBackend.createInstance(config, ctx);
+  try {
+    const row = (seed: number) => new Float32Array(784).map((_, i) => ((i * seed) % 17) / 17);
+    const bytes = (a: Float32Array) => new Uint8Array(a.buffer);
+    const one = (data: Uint8Array) =>
+      new Map<string, Tensor>([["input", {
+        name: "input",
+        datatype: "FP32",
+        shape: [data.byteLength / 3136, 784],
+        data,
+      }]]);
+    const lone1 = await instance.execute(one(bytes(row(3))), ["logits"]);
+    const lone2 = await instance.execute(one(bytes(row(5))), ["logits"]);
+    // The scheduler concatenates a batch into a buffer the instance lends: the worker's shared arena.
+    const batch = instance.inputBuffer!("input", 2 * 3136);
+    assert(batch.buffer instanceof SharedArrayBuffer, "a batch is lent the worker's shared memory");
+    batch.set(bytes(row(3)), 0);
+    batch.set(bytes(row(5)), 3136);
+    const both = await instance.execute(one(batch), ["logits"]);
+    const logits = (m: Map<string, Tensor>) =>
+      Array.from(new Float32Array((m.get("logits")!.data as Uint8Array).slice().buffer));
+    assertEquals(both.get("logits")!.shape, [2, 10]);
+    assertEquals(logits(both), [...logits(lone1), ...logits(lone2)]);
+  } finally {
+    await instance.close();
+  }
 });
