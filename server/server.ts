@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { ConfigError, httpListenerCount, resolveConfig } from "./cli.ts";
 import type { ServerConfig, ServerConfigInput } from "./config.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
-import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
+import { type GrpcServer, startGrpcServer } from "./frontends/grpc/server.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
 import { HttpWorkers } from "./frontends/http/workers.ts";
 import { type ConnectionLimits, type ResilientServer, serveResilient } from "./frontends/http/listener.ts";

@@ -1,6 +1,6 @@
 /**
- * Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`): Triton's API groups, which endpoint
- * belongs to which, and the header check a restricted call must pass.
+ * Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`): Triton's API groups and the header check
+ * a restricted call must pass; the frontends' route and method tables say which group each endpoint belongs to.
  * @module
  */
 
@@ -72,31 +72,6 @@ export function parseRestrictions(entries: readonly string[], flag: string): Res
   }
   return out;
 }
-
-/** The API group of every gRPC method (`inference.GRPCInferenceService` and `grpc.health.v1.Health`). */
-export const GRPC_METHOD_GROUPS: Readonly<Record<string, ApiGroup>> = {
-  ServerLive: "health",
-  ServerReady: "health",
-  ModelReady: "health",
-  Check: "health",
-  ServerMetadata: "metadata",
-  ModelMetadata: "metadata",
-  ModelInfer: "inference",
-  ModelStreamInfer: "inference",
-  SystemSharedMemoryStatus: "shared-memory",
-  SystemSharedMemoryRegister: "shared-memory",
-  SystemSharedMemoryUnregister: "shared-memory",
-  CudaSharedMemoryStatus: "shared-memory",
-  CudaSharedMemoryRegister: "shared-memory",
-  CudaSharedMemoryUnregister: "shared-memory",
-  ModelConfig: "model-config",
-  RepositoryIndex: "model-repository",
-  RepositoryModelLoad: "model-repository",
-  RepositoryModelUnload: "model-repository",
-  ModelStatistics: "statistics",
-  TraceSetting: "trace",
-  LogSettings: "logging",
-};
 
 /**
  * Whether a header value is the expected one, in time that does not depend on where they differ.

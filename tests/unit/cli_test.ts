@@ -10,7 +10,7 @@ import {
   resolveConfig,
 } from "../../server/cli.ts";
 import type { ServerConfig } from "../../server/config.ts";
-import { GRPC_METHOD_GROUPS } from "../../server/frontends/restricted.ts";
+import { GRPC_METHOD_GROUPS } from "../../server/frontends/grpc/server.ts";
 import { protoRoot } from "../../server/core/protos.ts";
 
 function parse(args: string[]): ServerConfig {
