@@ -431,19 +431,9 @@ async function serveGrpc(
   try {
     server = await startGrpcServer(pipeline, {
       ...frontend,
+      ...config,
       restrictions: config.restrictedProtocol,
-      address: config.address,
-      port: config.port,
-      keepaliveTimeMs: config.keepaliveTimeMs,
-      keepaliveTimeoutMs: config.keepaliveTimeoutMs,
-      keepalivePermitWithoutCalls: config.keepalivePermitWithoutCalls,
-      http2MaxPingsWithoutData: config.http2MaxPingsWithoutData,
-      maxConnections: config.maxConnections,
       compressionLevel: config.inferResponseCompressionLevel,
-      useSsl: config.useSsl,
-      serverCert: config.serverCert,
-      serverKey: config.serverKey,
-      rootCert: config.rootCert,
     });
   } catch (err) {
     throw new StartupError(
