@@ -120,22 +120,32 @@ export function createHttpFrontend(pipeline: InferencePipeline, options: HttpOpt
     return json({ error: `This API is restricted, expecting header '${rule.key}'` }, 403);
   }
 
-  async function run(
+  /** Runs a route behind its group's restriction; what its handler throws comes back as a rejection. */
+  function run(
     route: CompiledRoute,
     request: Request,
     params: Record<string, string>,
     path: string,
   ): Promise<Response> {
-    const denied = restricted && checkRestriction(request, route.group);
-    if (denied) return denied;
-    return await route.run({ request, params, path, bodyLimit: 0 });
+    try {
+      const denied = restricted && checkRestriction(request, route.group);
+      if (denied) return Promise.resolve(denied);
+      return Promise.resolve(route.run({ request, params, path, bodyLimit: 0 }));
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
-  async function route(request: Request, path: string): Promise<Response> {
-    const parts = segments(path);
+  function route(request: Request, path: string): Promise<Response> {
+    let parts: string[];
+    try {
+      parts = segments(path);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     const found = router.match(request.method, parts);
-    if (!found) throw noRoute(request.method, path, parts);
-    return await run(found.route, request, found.params, path);
+    if (!found) return Promise.reject(noRoute(request.method, path, parts));
+    return run(found.route, request, found.params, path);
   }
 
   function inferDecoded(request: InferRequest, recvStart: number, recvEnd: number): Promise<InferResponse> {

@@ -47,16 +47,24 @@ export function bodyLimit(limit: number): Wrapper {
 }
 
 /** The wrapper that compresses a route's answers with gzip or deflate when the client's Accept-Encoding takes it. */
-export const compression: Wrapper = (handler: RouteHandler): RouteHandler => async (ctx) => {
-  const response = await handler(ctx);
+export const compression: Wrapper = (handler: RouteHandler): RouteHandler => (ctx) => {
   const encoding = pickEncoding(ctx.request);
-  if (!encoding || response.body === null) return response;
+  return encoding ? compress(handler, ctx, encoding) : handler(ctx);
+};
+
+async function compress(
+  handler: RouteHandler,
+  ctx: RouteContext,
+  encoding: "gzip" | "deflate",
+): Promise<Response> {
+  const response = await handler(ctx);
+  if (response.body === null) return response;
   const headers = new Headers(response.headers);
   headers.set("content-encoding", encoding);
   const stream = response.body.pipeThrough(new CompressionStream(encoding));
   const body = new Uint8Array(await new Response(stream).arrayBuffer());
   return new Response(body, { status: response.status, headers });
-};
+}
 
 function pickEncoding(request: Request): "gzip" | "deflate" | undefined {
   const accept = request.headers.get("accept-encoding");
