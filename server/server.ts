@@ -9,10 +9,15 @@ import { fileURLToPath } from "node:url";
 import { ConfigError, httpListenerCount, resolveConfig } from "./cli.ts";
 import type { ServerConfig, ServerConfigInput } from "./config.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
-import { type GrpcServer, startGrpcServer } from "./frontends/grpc/service.ts";
+import { type GrpcServer, startGrpcServer } from "./frontends/grpc/server.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
 import { HttpWorkers } from "./frontends/http/workers.ts";
-import { type ConnectionLimits, type ResilientServer, serveResilient } from "./frontends/http/listener.ts";
+import {
+  type ConnectionLimits,
+  type ResilientServeOptions,
+  type ResilientServer,
+  serveResilient,
+} from "./frontends/http/listener.ts";
 import { resolve as resolvePath } from "node:path";
 import { Logger } from "./logging.ts";
 import { CleanupStack, removeStaleFiles } from "./cleanup.ts";
@@ -342,6 +347,29 @@ function openSharedMemory(s: Startup): { shm: SystemSharedMemory; cudaShm: CudaS
 /** The endpoints stop together: each stops accepting, then answers the requests it has. */
 const ENDPOINTS = "endpoints";
 
+/**
+ * Starts one listener of the HTTP services (its failed accepts logged by the server's logger).
+ * @param s the start-up state
+ * @param what the service in a start-up error, e.g. "HTTP service"
+ * @param options where it listens, its log name and limits
+ * @param handler answers its requests
+ * @throws StartupError naming the service and address when it cannot listen
+ */
+function listen(
+  s: Startup,
+  what: string,
+  options: Omit<ResilientServeOptions, "logger">,
+  handler: (request: Request) => Promise<Response>,
+): ResilientServer {
+  try {
+    return serveResilient({ ...options, logger: s.log }, handler);
+  } catch (err) {
+    throw new StartupError(
+      `Cannot start the ${what} on ${options.hostname}:${options.port}: ${(err as Error).message}`,
+    );
+  }
+}
+
 /** Serves HTTP (`--allow-http`) on the main thread and `--http-thread-count` listener threads. */
 async function serveHttp(
   s: Startup,
@@ -361,25 +389,14 @@ async function serveHttp(
     ...connectionLimits(config),
     openConnections: new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT)),
   };
-  let server: ResilientServer;
-  try {
-    server = serveResilient(
-      {
-        port: config.port,
-        hostname: config.address,
-        name: "HTTPService",
-        logger: s.log,
-        // Listener threads join the same port; the kernel spreads connections over them.
-        reusePort: listeners > 1,
-        limits,
-      },
-      http.handle,
-    );
-  } catch (err) {
-    throw new StartupError(
-      `Cannot start the HTTP service on ${config.address}:${config.port}: ${(err as Error).message}`,
-    );
-  }
+  const server = listen(s, "HTTP service", {
+    port: config.port,
+    hostname: config.address,
+    name: "HTTPService",
+    // Listener threads join the same port; the kernel spreads connections over them.
+    reusePort: listeners > 1,
+    limits,
+  }, http.handle);
   s.stack.defer("HTTP service", () => server.shutdown(), { group: ENDPOINTS });
   const addr = server.addr;
   if (listeners > 1) {
@@ -414,19 +431,9 @@ async function serveGrpc(
   try {
     server = await startGrpcServer(pipeline, {
       ...frontend,
+      ...config,
       restrictions: config.restrictedProtocol,
-      address: config.address,
-      port: config.port,
-      keepaliveTimeMs: config.keepaliveTimeMs,
-      keepaliveTimeoutMs: config.keepaliveTimeoutMs,
-      keepalivePermitWithoutCalls: config.keepalivePermitWithoutCalls,
-      http2MaxPingsWithoutData: config.http2MaxPingsWithoutData,
-      maxConnections: config.maxConnections,
       compressionLevel: config.inferResponseCompressionLevel,
-      useSsl: config.useSsl,
-      serverCert: config.serverCert,
-      serverKey: config.serverKey,
-      rootCert: config.rootCert,
     });
   } catch (err) {
     throw new StartupError(
@@ -448,23 +455,12 @@ function serveMetrics(
 ): { addr: Deno.NetAddr; finished: Promise<void> } | undefined {
   const { metrics: config } = s.config;
   if (!metrics) return undefined;
-  let server: ResilientServer;
-  try {
-    server = serveResilient(
-      {
-        port: config.port,
-        hostname: config.address,
-        name: "Metrics Service",
-        logger: s.log,
-        limits: connectionLimits(s.config.http),
-      },
-      createMetricsHandler(metrics),
-    );
-  } catch (err) {
-    throw new StartupError(
-      `Cannot start the metrics service on ${config.address}:${config.port}: ${(err as Error).message}`,
-    );
-  }
+  const server = listen(s, "metrics service", {
+    port: config.port,
+    hostname: config.address,
+    name: "Metrics Service",
+    limits: connectionLimits(s.config.http),
+  }, createMetricsHandler(metrics));
   s.stack.defer("metrics service", () => server.shutdown(), { group: ENDPOINTS });
   s.log.info(`Started Metrics Service at ${server.addr.hostname}:${server.addr.port}`);
   return { addr: server.addr, finished: server.finished };

@@ -1,6 +1,6 @@
 /**
- * Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`): Triton's API groups, which endpoint
- * belongs to which, and the header check a restricted call must pass.
+ * Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`): Triton's API groups and the header check
+ * a restricted call must pass; the frontends' route and method tables say which group each endpoint belongs to.
  * @module
  */
 
@@ -72,70 +72,6 @@ export function parseRestrictions(entries: readonly string[], flag: string): Res
   }
   return out;
 }
-
-/**
- * The API group of an HTTP request, from its method and its decoded path segments; undefined for paths that
- * belong to none (they answer 404).
- * @param parts the path's segments, percent-decoded, e.g. `["v2", "repository", "models", "m", "load"]`
- */
-export function httpApiGroup(parts: readonly string[]): ApiGroup | undefined {
-  // The OpenAI-compatible API: its model list is metadata, everything else runs models.
-  if (parts[0] === "v1") return parts[1] === "models" ? "metadata" : "inference";
-  if (parts[0] !== "v2") return undefined;
-  if (parts.length === 1) return "metadata";
-  switch (parts[1]) {
-    case "health":
-      return "health";
-    case "repository":
-      return "model-repository";
-    case "trace":
-      return "trace";
-    case "logging":
-      return "logging";
-    case "systemsharedmemory":
-    case "cudasharedmemory":
-      return "shared-memory";
-    case "models": {
-      if (parts.length === 2) return undefined;
-      if (parts.length === 3 && parts[2] === "stats") return "statistics";
-      let rest = parts.slice(3);
-      if (rest[0] === "versions") rest = rest.slice(2);
-      const action = rest[0] ?? "";
-      if (action === "") return "metadata";
-      if (action === "ready") return "health";
-      if (action === "config") return "model-config";
-      if (action === "stats") return "statistics";
-      if (action === "trace") return "trace";
-      return "inference";
-    }
-  }
-  return undefined;
-}
-
-/** The API group of every gRPC method (`inference.GRPCInferenceService` and `grpc.health.v1.Health`). */
-export const GRPC_METHOD_GROUPS: Readonly<Record<string, ApiGroup>> = {
-  ServerLive: "health",
-  ServerReady: "health",
-  ModelReady: "health",
-  Check: "health",
-  ServerMetadata: "metadata",
-  ModelMetadata: "metadata",
-  ModelInfer: "inference",
-  ModelStreamInfer: "inference",
-  SystemSharedMemoryStatus: "shared-memory",
-  SystemSharedMemoryRegister: "shared-memory",
-  SystemSharedMemoryUnregister: "shared-memory",
-  CudaSharedMemoryStatus: "shared-memory",
-  CudaSharedMemoryRegister: "shared-memory",
-  CudaSharedMemoryUnregister: "shared-memory",
-  ModelConfig: "model-config",
-  RepositoryIndex: "model-repository",
-  RepositoryModelLoad: "model-repository",
-  RepositoryModelUnload: "model-repository",
-  ModelStatistics: "statistics",
-  TraceSetting: "trace",
-  LogSettings: "logging",
-};
 
 /**
  * Whether a header value is the expected one, in time that does not depend on where they differ.

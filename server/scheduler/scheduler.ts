@@ -14,6 +14,7 @@ import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
 import type { VersionStats } from "../metrics/stats.ts";
 import { batchCompatible, type BatchModel, executeBatch, isModelError } from "./batch.ts";
+import { type PendingRequest, QueueingScheduler, recordFailedExecution } from "./pending.ts";
 
 /** Queues requests of one model version and runs them on its instances. */
 export interface Scheduler {
@@ -97,14 +98,7 @@ export const OPEN_POLICY: QueuePolicy = {
   maxQueueSize: 0,
 };
 
-interface Pending {
-  request: ValidatedRequest;
-  resolve: (r: InferResponse) => void;
-  reject: (e: unknown) => void;
-  /** performance.now() at enqueue, for the queue delay. */
-  enqueuedAt: number;
-  /** nowNs() at arrival, for statistics. */
-  received: number;
+interface Pending extends PendingRequest {
   /** performance.now() deadline; Infinity for none. */
   deadline: number;
   /** The arrival order, for preserve_ordering. */
@@ -123,7 +117,7 @@ function intParam(v: ParamValue | undefined, name: string, model: string): numbe
 /**
  * A scheduler over a pool of instances; with `maxBatchSize` above 1 it is the dynamic batcher.
  */
-export class PoolScheduler implements Scheduler {
+export class PoolScheduler extends QueueingScheduler implements Scheduler {
   #model: BatchModel;
   #free: BackendInstance[];
   /**
@@ -131,13 +125,9 @@ export class PoolScheduler implements Scheduler {
    * right after it the level's delayed (expired, DELAY) requests.
    */
   #levels: Pending[][];
-  #queued = 0;
-  #executing = 0;
   #options: BatchingOptions;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #timerAt = Infinity;
-  #stopping = false;
-  #drained: (() => void) | undefined;
   #stats: VersionStats | undefined;
   #seq = 0;
   #pumpScheduled = false;
@@ -158,6 +148,7 @@ export class PoolScheduler implements Scheduler {
     options?: Partial<BatchingOptions>,
     stats?: VersionStats,
   ) {
+    super();
     this.#model = model;
     this.#stats = stats;
     // An instance with a pipeline depth of N is free N times over (see BackendInstance.pipelineDepth).
@@ -187,7 +178,9 @@ export class PoolScheduler implements Scheduler {
     let level: number;
     let deadline = Infinity;
     try {
-      if (this.#stopping) throw unavailable(`Cannot infer '${name}': the model version is unloading`);
+      if (this.stopping) {
+        throw unavailable(`Cannot infer '${name}': the model version is unloading`);
+      }
       const params = request.request.parameters;
       const levels = Math.max(1, this.#options.priorityLevels);
       // Priorities only mean something where the config has priority levels; elsewhere they are ignored.
@@ -231,7 +224,7 @@ export class PoolScheduler implements Scheduler {
       const together = options.maxBatchSize > 1 && options.maxQueueDelayMicroseconds === 0 &&
         options.arrivals?.together() === true;
       if (
-        !together && this.#queued === 0 && this.#free.length > 0 && options.delayUntilQueued === 0 &&
+        !together && this.queued === 0 && this.#free.length > 0 && options.delayUntilQueued === 0 &&
         (options.maxBatchSize <= 1 || options.maxQueueDelayMicroseconds === 0)
       ) {
         // Nothing queued, an instance free and nothing to wait for: the batch is this request alone, as
@@ -240,7 +233,7 @@ export class PoolScheduler implements Scheduler {
         return;
       }
       this.#levels[2 * (level - 1)]!.push(pending);
-      this.#queued++;
+      this.queued++;
       if (deadline !== Infinity) this.#arm(deadline - performance.now());
       if (together) this.#pumpSoon();
       else this.#pump();
@@ -261,25 +254,11 @@ export class PoolScheduler implements Scheduler {
     });
   }
 
-  inflightCount(): number {
-    return this.#queued + this.#executing;
-  }
-
   /** A free instance: the rate limiter's pick where the model has one, else the last one freed. */
   #takeInstance(): BackendInstance {
     const gate = this.#model.gate;
     if (!gate) return this.#free.pop()!;
     return this.#free.splice(gate.pick(this.#free), 1)[0]!;
-  }
-
-  queuedCount(): number {
-    return this.#queued;
-  }
-
-  stop(): Promise<void> {
-    this.#stopping = true;
-    if (this.inflightCount() === 0) return Promise.resolve();
-    return new Promise((resolve) => (this.#drained = resolve));
   }
 
   /** Handles expired requests: REJECT answers them, DELAY moves them to their level's delayed queue. */
@@ -299,7 +278,7 @@ export class PoolScheduler implements Scheduler {
           p.deadline = Infinity;
           delayed.push(p);
         } else {
-          this.#queued--;
+          this.queued--;
           this.#stats?.recordFailure(p.received, "REJECTED");
           this.#deliver(
             p.seq,
@@ -326,17 +305,17 @@ export class PoolScheduler implements Scheduler {
         this.#levels[l] = k === q.length ? [] : q.slice(k);
       }
     }
-    this.#queued -= batch.length;
+    this.queued -= batch.length;
   }
 
   #pump(): void {
     if (this.#options.delayUntilQueued > 0) {
-      if (this.#queued < this.#options.delayUntilQueued) return;
+      if (this.queued < this.#options.delayUntilQueued) return;
       this.#options.delayUntilQueued = 0; // the hold is released once, then scheduling is normal
     }
     const now = performance.now();
     this.#expire(now);
-    while (this.#free.length > 0 && this.#queued > 0) {
+    while (this.#free.length > 0 && this.queued > 0) {
       const batch = this.#take(now);
       if (!batch) break;
       this.#remove(batch);
@@ -420,7 +399,7 @@ export class PoolScheduler implements Scheduler {
   }
 
   async #run(instance: BackendInstance, batch: Pending[]): Promise<void> {
-    this.#executing += batch.length;
+    this.executing += batch.length;
     const started = nowNs();
     try {
       const { responses, times } = await executeBatch(this.#model, instance, batch.map((p) => p.request));
@@ -438,24 +417,12 @@ export class PoolScheduler implements Scheduler {
       });
     } catch (err) {
       const e = toServerError(err);
-      // As Triton: a failed execution is still an execution.
-      const end = nowNs();
-      const batchSize = batch.reduce((n, p) => n + p.request.batchSize, 0);
-      this.#stats?.recordExecution({
-        batchSize,
-        start: started,
-        inputEnd: started,
-        inferEnd: end,
-        outputEnd: end,
-      });
-      for (const p of batch) {
-        this.#stats?.recordFailure(p.received, "BACKEND");
-        this.#deliver(p.seq, () => p.reject(e));
-      }
+      recordFailedExecution(this.#stats, batch, started);
+      for (const p of batch) this.#deliver(p.seq, () => p.reject(e));
     } finally {
-      this.#executing -= batch.length;
+      this.executing -= batch.length;
       this.#free.push(instance);
-      if (this.#timer !== undefined && this.#queued === 0) {
+      if (this.#timer !== undefined && this.queued === 0) {
         clearTimeout(this.#timer);
         this.#timer = undefined;
         this.#timerAt = Infinity;
@@ -465,6 +432,6 @@ export class PoolScheduler implements Scheduler {
   }
 
   #maybeDrained(): void {
-    if (this.#stopping && this.inflightCount() === 0) this.#drained?.();
+    this.settle();
   }
 }

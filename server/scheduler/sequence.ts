@@ -30,6 +30,7 @@ import { nowNs } from "../core/clock.ts";
 import type { VersionStats } from "../metrics/stats.ts";
 import { batchCompatible, type BatchModel, executeBatch, isModelError } from "./batch.ts";
 import type { Scheduler } from "./scheduler.ts";
+import { type PendingRequest, QueueingScheduler, recordFailedExecution } from "./pending.ts";
 
 type ControlKind =
   | "CONTROL_SEQUENCE_START"
@@ -92,12 +93,7 @@ interface StateSpec {
 
 type SequenceId = number | bigint | string;
 
-interface Pending {
-  request: ValidatedRequest;
-  resolve: (r: InferResponse) => void;
-  reject: (e: unknown) => void;
-  enqueuedAt: number;
-  received: number;
+interface Pending extends PendingRequest {
   start: boolean;
   end: boolean;
 }
@@ -121,7 +117,7 @@ function seqText(id: SequenceId): string {
 }
 
 /** The sequence batcher. */
-export class SequenceScheduler implements Scheduler {
+export class SequenceScheduler extends QueueingScheduler implements Scheduler {
   #model: BatchModel;
   #name: string;
   #instances: BackendInstance[];
@@ -139,10 +135,6 @@ export class SequenceScheduler implements Scheduler {
   #backlog: Sequence[] = [];
   #slotUse: number[];
   #timedOut = new Map<string, number>();
-  #executing = 0;
-  #queued = 0;
-  #stopping = false;
-  #drained: (() => void) | undefined;
   #stats: VersionStats | undefined;
   #idleTimer: ReturnType<typeof setInterval> | undefined;
   #delayTimer: ReturnType<typeof setTimeout> | undefined;
@@ -155,6 +147,7 @@ export class SequenceScheduler implements Scheduler {
     states: StateSpec[],
     stats: VersionStats | undefined,
   ) {
+    super();
     const sb = config.sequence_batching as SequenceBatchingConfig;
     this.#model = model;
     this.#name = config.name;
@@ -266,7 +259,7 @@ export class SequenceScheduler implements Scheduler {
       this.#stats?.recordFailure(received, "REJECTED");
       return Promise.reject(err);
     };
-    if (this.#stopping) {
+    if (this.stopping) {
       return fail(unavailable(`Cannot infer '${this.#name}': the model version is unloading`));
     }
     const p = request.request.parameters;
@@ -348,26 +341,15 @@ export class SequenceScheduler implements Scheduler {
     return new Promise((resolve, reject) => {
       s.queue.push({ request, resolve, reject, enqueuedAt: performance.now(), received, start, end });
       s.lastActive = performance.now();
-      this.#queued++;
+      this.queued++;
       this.#pump();
     });
   }
 
-  inflightCount(): number {
-    return this.#queued + this.#executing;
-  }
-
-  queuedCount(): number {
-    return this.#queued;
-  }
-
-  stop(): Promise<void> {
-    this.#stopping = true;
-    if (this.inflightCount() === 0) {
-      this.#clearTimers();
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => (this.#drained = resolve));
+  override stop(): Promise<void> {
+    const stopped = super.stop();
+    if (this.inflightCount() === 0) this.#clearTimers();
+    return stopped;
   }
 
   #clearTimers(): void {
@@ -445,10 +427,7 @@ export class SequenceScheduler implements Scheduler {
       this.#free.delete(i);
       this.#run(i, batch);
     }
-    if (this.#stopping && this.inflightCount() === 0) {
-      this.#clearTimers();
-      this.#drained?.();
-    }
+    if (this.settle()) this.#clearTimers();
   }
 
   /** The next batch for instance `i`: the oldest waiting request of each eligible sequence. */
@@ -549,8 +528,8 @@ export class SequenceScheduler implements Scheduler {
       seq.executing = true;
       seq.queue.shift();
     }
-    this.#queued -= batch.length;
-    this.#executing += batch.length;
+    this.queued -= batch.length;
+    this.executing += batch.length;
     const started = nowNs();
     try {
       const augmented = batch.map(({ seq, pending }) => this.#augment(seq, pending));
@@ -574,22 +553,10 @@ export class SequenceScheduler implements Scheduler {
       });
     } catch (err) {
       const e = toServerError(err);
-      // As Triton: a failed execution is still an execution.
-      const end = nowNs();
-      const batchSize = batch.reduce((n, { pending }) => n + pending.request.batchSize, 0);
-      this.#stats?.recordExecution({
-        batchSize,
-        start: started,
-        inputEnd: started,
-        inferEnd: end,
-        outputEnd: end,
-      });
-      for (const { pending } of batch) {
-        this.#stats?.recordFailure(pending.received, "BACKEND");
-        pending.reject(e);
-      }
+      recordFailedExecution(this.#stats, batch.map(({ pending }) => pending), started);
+      for (const { pending } of batch) pending.reject(e);
     } finally {
-      this.#executing -= batch.length;
+      this.executing -= batch.length;
       for (const { seq, pending } of batch) {
         seq.executing = false;
         seq.lastActive = performance.now();

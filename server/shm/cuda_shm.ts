@@ -10,7 +10,7 @@
 
 import { invalidArg, ServerError, unavailable } from "../core/errors.ts";
 import { type IpcMapping, openTrtShim, type Stream, type TrtShim, TrtShimError } from "../../ffi/trtshim.ts";
-import { RegionTable, type ShmLocation } from "./regions.ts";
+import { type ShmLocation, ShmRegistry } from "./regions.ts";
 
 /** The size of a CUDA IPC memory handle (`cudaIpcMemHandle_t`). */
 export const CUDA_IPC_HANDLE_SIZE = 64;
@@ -29,11 +29,9 @@ interface CudaRegion extends CudaRegionStatus {
 }
 
 /** The registry of CUDA shared-memory regions. */
-export class CudaSharedMemory {
-  #allowed: boolean;
+export class CudaSharedMemory extends ShmRegistry<CudaRegion> {
   #shimPath: string;
   #taken: (name: string) => boolean;
-  #regions = new RegionTable<CudaRegion>("CUDA shared memory");
 
   /**
    * Creates an empty registry.
@@ -42,21 +40,9 @@ export class CudaSharedMemory {
    * @param taken whether a name is already a region of another kind (system shared memory)
    */
   constructor(allowed: boolean, shimPath: string, taken: (name: string) => boolean = () => false) {
-    this.#allowed = allowed;
+    super("CUDA shared memory", allowed);
     this.#shimPath = shimPath;
     this.#taken = taken;
-  }
-
-  /** Throws UNAVAILABLE unless clients may use shared memory (`--allow-client-shm`). */
-  checkAllowed(): void {
-    if (!this.#allowed) {
-      throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
-    }
-  }
-
-  /** Whether a CUDA region of that name is registered. */
-  has(name: string): boolean {
-    return this.#regions.has(name);
   }
 
   #shim(where: string): TrtShim {
@@ -80,7 +66,7 @@ export class CudaSharedMemory {
     this.checkAllowed();
     const where = `Cannot register CUDA shared memory region '${name}'`;
     if (!name) throw invalidArg(`${where}: the region needs a name`);
-    if (this.#regions.has(name) || this.#taken(name)) {
+    if (this.regions.has(name) || this.#taken(name)) {
       throw new ServerError("ALREADY_EXISTS", `${where}: a region of that name is already registered`);
     }
     if (rawHandle.byteLength !== CUDA_IPC_HANDLE_SIZE) {
@@ -120,7 +106,7 @@ export class CudaSharedMemory {
       mapping.close();
       throw unavailable(`${where}: cannot create a stream on GPU ${deviceId}: ${(err as Error).message}`);
     }
-    this.#regions.add({ name, device_id: deviceId, byte_size: byteSize, mapping, stream, inUse: 0 });
+    this.regions.add({ name, device_id: deviceId, byte_size: byteSize, mapping, stream, inUse: 0 });
   }
 
   /**
@@ -128,7 +114,7 @@ export class CudaSharedMemory {
    * @param name the region name
    */
   unregister(name: string): void {
-    this.#regions.unregister(name, (r) => this.#release(r));
+    this.regions.unregister(name, (r) => this.#release(r));
   }
 
   #release(r: CudaRegion): void {
@@ -149,16 +135,11 @@ export class CudaSharedMemory {
    * @param name the region name, "" for all
    */
   status(name: string): CudaRegionStatus[] {
-    return this.#regions.select(name).map((r) => ({
+    return this.regions.select(name).map((r) => ({
       name: r.name,
       device_id: r.device_id,
       byte_size: r.byte_size,
     }));
-  }
-
-  #region(loc: ShmLocation, what: string, size: number, action: "read" | "write"): CudaRegion {
-    this.checkAllowed();
-    return this.#regions.locate(loc, what, size, action);
   }
 
   /**
@@ -167,25 +148,7 @@ export class CudaSharedMemory {
    * @param what names the tensor in error messages
    */
   checkRead(loc: ShmLocation, what: string): void {
-    this.#region(loc, what, loc.byteSize, "read");
-  }
-
-  /**
-   * Checks, when a request arrives, that an output's location is inside its region.
-   * @param loc where the output goes (`byteSize` is the room the client gave)
-   * @param what names the output in error messages
-   */
-  checkWrite(loc: ShmLocation, what: string): void {
-    this.#region(loc, what, loc.byteSize, "write");
-  }
-
-  /**
-   * Marks regions as used by a running request.
-   * @param names region names (names of other kinds are ignored)
-   * @returns a function that ends the use
-   */
-  use(names: Iterable<string>): () => void {
-    return this.#regions.use(names);
+    this.locate(loc, what, loc.byteSize, "read");
   }
 
   /**
@@ -194,7 +157,7 @@ export class CudaSharedMemory {
    * @param what names the tensor in error messages
    */
   async read(loc: ShmLocation, what: string): Promise<Uint8Array> {
-    const r = this.#region(loc, what, loc.byteSize, "read");
+    const r = this.locate(loc, what, loc.byteSize, "read");
     if (loc.byteSize === 0) return new Uint8Array(0);
     const shim = this.#shim(`Cannot read ${what}`);
     const host = shim.mallocHost(loc.byteSize);
@@ -219,7 +182,7 @@ export class CudaSharedMemory {
    * @param what names the tensor in error messages
    */
   async write(loc: ShmLocation, bytes: Uint8Array, what: string): Promise<void> {
-    const r = this.#region(loc, what, bytes.byteLength, "write");
+    const r = this.locate(loc, what, bytes.byteLength, "write");
     if (bytes.byteLength === 0) return;
     const shim = this.#shim(`Cannot write ${what}`);
     const host = shim.mallocHost(bytes.byteLength);
@@ -241,7 +204,7 @@ export class CudaSharedMemory {
 
   /** Closes every region no running request uses (at shutdown those are left to the process's exit). */
   close(): void {
-    this.#regions.clear((r) => this.#release(r), (r) => r.inUse > 0);
+    this.regions.clear((r) => this.#release(r), (r) => r.inUse > 0);
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * What system and CUDA shared memory have in common: the location a tensor's `shared_memory_*` parameters
- * name and the table of registered regions (lookup, bounds, the count of running requests that use each,
- * unregistering).
+ * name, the table of registered regions (lookup, bounds, the count of running requests that use each,
+ * unregistering), and the registry base both kinds build on.
  * @module
  */
 
@@ -155,5 +155,67 @@ export class RegionTable<R extends TableRegion> {
       this.#regions.delete(r.name);
       release(r);
     }
+  }
+}
+
+/**
+ * What the system and CUDA shared-memory registries share: their region table, the `--allow-client-shm` check,
+ * and locating, checking and marking regions.
+ */
+export abstract class ShmRegistry<R extends TableRegion> {
+  /** The registered regions of this kind. */
+  protected readonly regions: RegionTable<R>;
+  readonly #allowed: boolean;
+
+  /**
+   * Creates an empty registry.
+   * @param kind the kind in messages: "shared memory" or "CUDA shared memory"
+   * @param allowed whether clients may register regions (`--allow-client-shm`)
+   */
+  constructor(kind: string, allowed: boolean) {
+    this.regions = new RegionTable<R>(kind);
+    this.#allowed = allowed;
+  }
+
+  /** Throws UNAVAILABLE unless clients may use shared memory (`--allow-client-shm`). */
+  checkAllowed(): void {
+    if (!this.#allowed) {
+      throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
+    }
+  }
+
+  /** Whether a region of this kind and that name is registered. */
+  has(name: string): boolean {
+    return this.regions.has(name);
+  }
+
+  /**
+   * The region a location names, once shared memory is allowed and the location is inside it.
+   * @param loc the location
+   * @param what names the tensor in error messages
+   * @param size the bytes read or written
+   * @param action whether they are read or written
+   */
+  protected locate(loc: ShmLocation, what: string, size: number, action: "read" | "write"): R {
+    this.checkAllowed();
+    return this.regions.locate(loc, what, size, action);
+  }
+
+  /**
+   * Checks, when a request arrives, that an output's location is inside its region.
+   * @param loc where the output goes (`byteSize` is the room the client gave)
+   * @param what names the output in error messages
+   */
+  checkWrite(loc: ShmLocation, what: string): void {
+    this.locate(loc, what, loc.byteSize, "write");
+  }
+
+  /**
+   * Marks regions as used by a running request.
+   * @param names region names (names of other kinds are ignored)
+   * @returns a function that ends the use
+   */
+  use(names: Iterable<string>): () => void {
+    return this.regions.use(names);
   }
 }

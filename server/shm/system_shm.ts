@@ -10,8 +10,8 @@ import { BytesTensor } from "../core/bytes_tensor.ts";
 import fs from "node:fs";
 import { join } from "node:path";
 import { type Datatype, elementCount, type TensorData } from "../core/dtypes.ts";
-import { invalidArg, ServerError, unavailable } from "../core/errors.ts";
-import { RegionTable, type ShmLocation } from "./regions.ts";
+import { invalidArg, ServerError } from "../core/errors.ts";
+import { type ShmLocation, ShmRegistry } from "./regions.ts";
 
 export { type ShmLocation, shmLocation } from "./regions.ts";
 
@@ -74,9 +74,7 @@ async function openRegularFile(path: string, where: string): Promise<Deno.FsFile
 }
 
 /** The registry of system shared-memory regions. */
-export class SystemSharedMemory {
-  #regions = new RegionTable<Region>("shared memory");
-  #allowed: boolean;
+export class SystemSharedMemory extends ShmRegistry<Region> {
   #dir: string;
 
   /**
@@ -85,23 +83,12 @@ export class SystemSharedMemory {
    * @param dir where shm_open names live (tests may point elsewhere)
    */
   constructor(allowed: boolean, dir = SHM_DIR) {
-    this.#allowed = allowed;
+    super("shared memory", allowed);
     this.#dir = dir;
   }
 
   /** Whether a name is a region of another kind (CUDA): region names are one namespace. */
   otherKind: (name: string) => boolean = () => false;
-
-  /** Whether a system region of that name is registered. */
-  has(name: string): boolean {
-    return this.#regions.has(name);
-  }
-
-  #checkAllowed(): void {
-    if (!this.#allowed) {
-      throw unavailable("Shared memory is disabled: start the server with --allow-client-shm=true to use it");
-    }
-  }
 
   /**
    * Registers a region.
@@ -111,10 +98,10 @@ export class SystemSharedMemory {
    * @param byteSize the region's size
    */
   async register(name: string, key: string, offset: number, byteSize: number): Promise<void> {
-    this.#checkAllowed();
+    this.checkAllowed();
     const where = `Cannot register shared memory region '${name}'`;
     if (!name) throw invalidArg(`${where}: the region needs a name`);
-    if (this.#regions.has(name) || this.otherKind(name)) {
+    if (this.regions.has(name) || this.otherKind(name)) {
       throw new ServerError("ALREADY_EXISTS", `${where}: a region of that name is already registered`);
     }
     const base = key.startsWith("/") ? key.slice(1) : key;
@@ -138,7 +125,7 @@ export class SystemSharedMemory {
         `${where}: offset ${offset} + byte_size ${byteSize} is beyond the end of '${key}' (${size} bytes)`,
       );
     }
-    this.#regions.add({ name, key, offset, byte_size: byteSize, file, inUse: 0 });
+    this.regions.add({ name, key, offset, byte_size: byteSize, file, inUse: 0 });
   }
 
   /**
@@ -146,7 +133,7 @@ export class SystemSharedMemory {
    * @param name the region name
    */
   unregister(name: string): void {
-    this.#regions.unregister(name, (r) => r.file.close());
+    this.regions.unregister(name, (r) => r.file.close());
   }
 
   /**
@@ -154,35 +141,12 @@ export class SystemSharedMemory {
    * @param name the region name, "" for all
    */
   status(name: string): RegionStatus[] {
-    return this.#regions.select(name).map((r) => ({
+    return this.regions.select(name).map((r) => ({
       name: r.name,
       key: r.key,
       offset: r.offset,
       byte_size: r.byte_size,
     }));
-  }
-
-  #region(loc: ShmLocation, what: string, size: number, action: "read" | "write"): Region {
-    this.#checkAllowed();
-    return this.#regions.locate(loc, what, size, action);
-  }
-
-  /**
-   * Checks, when a request arrives, that an output's location is inside a registered region.
-   * @param loc where the output goes (`byteSize` is the room the client gave)
-   * @param what names the output in error messages
-   */
-  checkWrite(loc: ShmLocation, what: string): void {
-    this.#region(loc, what, loc.byteSize, "write");
-  }
-
-  /**
-   * Marks regions as used by a running request.
-   * @param names region names
-   * @returns a function that ends the use
-   */
-  use(names: Iterable<string>): () => void {
-    return this.#regions.use(names);
   }
 
   /**
@@ -193,7 +157,7 @@ export class SystemSharedMemory {
    * @param what names the tensor in error messages
    */
   readTensor(loc: ShmLocation, datatype: Datatype, shape: number[], what: string): TensorData {
-    const r = this.#region(loc, what, loc.byteSize, "read");
+    const r = this.locate(loc, what, loc.byteSize, "read");
     const bytes = new Uint8Array(loc.byteSize);
     let got = 0;
     try {
@@ -224,7 +188,7 @@ export class SystemSharedMemory {
    * @param what names the tensor in error messages
    */
   write(loc: ShmLocation, bytes: Uint8Array, what: string): void {
-    const r = this.#region(loc, what, bytes.byteLength, "write");
+    const r = this.locate(loc, what, bytes.byteLength, "write");
     r.file.seekSync(r.offset + loc.offset, Deno.SeekMode.Start);
     let off = 0;
     while (off < bytes.byteLength) off += r.file.writeSync(bytes.subarray(off));
@@ -232,6 +196,6 @@ export class SystemSharedMemory {
 
   /** Closes every region. */
   close(): void {
-    this.#regions.clear((r) => r.file.close());
+    this.regions.clear((r) => r.file.close());
   }
 }

@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { HANDSHAKE_TIMEOUT_MS } from "../../server/frontends/grpc/service.ts";
+import { HANDSHAKE_TIMEOUT_MS } from "../../server/frontends/grpc/server.ts";
 import {
   EXAMPLES,
   freePorts,

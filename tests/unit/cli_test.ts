@@ -10,7 +10,7 @@ import {
   resolveConfig,
 } from "../../server/cli.ts";
 import type { ServerConfig } from "../../server/config.ts";
-import { GRPC_METHOD_GROUPS, httpApiGroup } from "../../server/frontends/restricted.ts";
+import { GRPC_METHOD_GROUPS } from "../../server/frontends/grpc/server.ts";
 import { protoRoot } from "../../server/core/protos.ts";
 
 function parse(args: string[]): ServerConfig {
@@ -452,56 +452,7 @@ Deno.test("bad restricted-API entries are refused naming the problem", () => {
   );
 });
 
-Deno.test("every HTTP endpoint and gRPC method belongs to Triton's API group", () => {
-  const group = (path: string) => httpApiGroup(path.split("/").filter((p) => p !== ""));
-  assertEquals(
-    [
-      "/v2",
-      "/v2/health/live",
-      "/v2/health/ready",
-      "/v2/models/m",
-      "/v2/models/m/versions/2",
-      "/v2/models/m/ready",
-      "/v2/models/m/versions/2/ready",
-      "/v2/models/m/config",
-      "/v2/models/m/infer",
-      "/v2/models/m/versions/2/infer",
-      "/v2/models/m/generate",
-      "/v2/models/stats",
-      "/v2/models/m/stats",
-      "/v2/models/m/trace/setting",
-      "/v2/trace/setting",
-      "/v2/logging",
-      "/v2/repository/index",
-      "/v2/repository/models/m/load",
-      "/v2/systemsharedmemory/status",
-      "/v2/cudasharedmemory/region/r/register",
-      "/metrics",
-    ].map(group),
-    [
-      "metadata",
-      "health",
-      "health",
-      "metadata",
-      "metadata",
-      "health",
-      "health",
-      "model-config",
-      "inference",
-      "inference",
-      "inference",
-      "statistics",
-      "statistics",
-      "trace",
-      "trace",
-      "logging",
-      "model-repository",
-      "model-repository",
-      "shared-memory",
-      "shared-memory",
-      undefined,
-    ],
-  );
+Deno.test("every gRPC method belongs to Triton's API group", () => {
   const methods = Object.keys(protoRoot().lookupService(".inference.GRPCInferenceService").methods);
   assertEquals(methods.filter((m) => GRPC_METHOD_GROUPS[m] === undefined), []);
   assertEquals(GRPC_METHOD_GROUPS.Check, "health");

@@ -1,0 +1,133 @@
+/**
+ * Inference routes: `POST /v2/models/{m}[/versions/{v}]/infer` (JSON, the binary extension, or the raw binary
+ * form), and the generate extension's two routes.
+ * @module
+ */
+
+import { elementSize, fromConfigType } from "../../../core/dtypes.ts";
+import { invalidArg } from "../../../core/errors.ts";
+import { nowNs } from "../../../core/clock.ts";
+import type { InferResponse } from "../../../core/types.ts";
+import type { ModelVersion } from "../../../models/model_version.ts";
+import { ENDPOINTS } from "../../../pipeline/pipeline.ts";
+import type { ShmWritten } from "../../../shm/session.ts";
+import { createGenerateHandler } from "../generate.ts";
+import {
+  type DecodedRequest,
+  decodeInferRequest,
+  encodeInferResponse,
+  HEADER_LENGTH,
+} from "../infer_codec.ts";
+import { bodyLimit, compression, JSON_HEADERS, readBody } from "../middleware.ts";
+import type { RouteDeps } from "../options.ts";
+import { modelPaths, type Route, type RouteContext } from "../router.ts";
+
+/** The one input of the raw binary form (no JSON header): its name, datatype and shape from the model. */
+function rawInput(mv: ModelVersion, bytes: number) {
+  const inputs = mv.config.input;
+  if (inputs.length !== 1) {
+    throw invalidArg(
+      `Cannot read the inference request for '${mv.name}': the raw binary form needs a model with exactly one input, it has ${inputs.length}`,
+    );
+  }
+  const spec = inputs[0]!;
+  const datatype = fromConfigType(spec.data_type)!;
+  const batch = mv.config.max_batch_size > 0 ? [1] : [];
+  const dims = [...spec.dims];
+  const wild = dims.filter((d) => d === -1).length;
+  if (wild > 0) {
+    const size = datatype === "BYTES"
+      ? 0
+      : (dims.filter((d) => d > 0).reduce((a, b) => a * b, 1) * elementSize(datatype));
+    if (wild > 1 || datatype === "BYTES" || size === 0 || bytes % size !== 0) {
+      throw invalidArg(
+        `Cannot read the inference request for '${mv.name}': the shape of input '${spec.name}' [${
+          dims.join(",")
+        }] cannot be derived from ${bytes} bytes of raw data`,
+      );
+    }
+    dims[dims.indexOf(-1)] = bytes / size;
+  }
+  return { name: spec.name, datatype, shape: [...batch, ...dims] };
+}
+
+/**
+ * Encodes an inference response as the HTTP answer (the `compression` wrapper compresses it).
+ * @param decoded the decoded request (the outputs' binary_data flags, binary_data_output)
+ * @param response the inference response
+ * @param written the outputs written to shared memory
+ */
+function answer(decoded: DecodedRequest, response: InferResponse, written: ShmWritten | undefined): Response {
+  const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, written);
+  const headers: Record<string, string> = encoded.headerLength === undefined
+    ? JSON_HEADERS
+    : { [HEADER_LENGTH]: String(encoded.headerLength), "content-type": "application/octet-stream" };
+  return new Response((encoded.text ?? encoded.body) as BodyInit, { status: 200, headers });
+}
+
+/**
+ * The inference routes: infer first (the hot path), then generate and generate_stream.
+ * @param deps the pipeline and options
+ */
+export function inferRoutes({ pipeline, options }: RouteDeps): Route[] {
+  async function infer(ctx: RouteContext): Promise<Response> {
+    const { request, params } = ctx;
+    const model = params.model!;
+    const version = params.version ?? "";
+    const recvStart = nowNs();
+    // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
+    const mv = pipeline.accept(model, version, ENDPOINTS.httpInfer);
+    const hl = request.headers.get(HEADER_LENGTH);
+    let headerLength: number | undefined;
+    if (hl !== null) {
+      headerLength = Number(hl);
+      if (!/^\s*[0-9]+\s*$/.test(hl)) {
+        throw invalidArg(
+          `Cannot read the inference request for '${model}': Inference-Header-Content-Length '${hl}' is not a number`,
+        );
+      }
+    }
+    // A body that is JSON alone (no binary part) is read as text.
+    const body = headerLength === undefined
+      ? await readBody(ctx, true)
+      : await readBody(ctx, false, headerLength);
+    const recvEnd = nowNs();
+    const shm = pipeline.shmSession();
+    const decoded = decodeInferRequest(
+      body,
+      headerLength,
+      { model, version },
+      headerLength === 0 ? (bytes) => rawInput(mv, bytes) : undefined,
+      shm?.reader,
+    );
+    return await pipeline.infer(
+      mv,
+      decoded.request,
+      { endpoint: ENDPOINTS.httpInfer, shm, recvStart, recvEnd },
+      (response, written) => answer(decoded, response, written),
+    );
+  }
+
+  const generate = createGenerateHandler(pipeline, { maxInputSize: options.maxInputSize });
+  return [
+    {
+      method: "POST",
+      path: modelPaths("/infer"),
+      group: "inference",
+      handler: infer,
+      wrap: [compression, bodyLimit(options.maxInputSize)],
+    },
+    {
+      method: "POST",
+      path: modelPaths("/generate"),
+      group: "inference",
+      handler: ({ request, params }) => generate(request, params.model!, params.version ?? "", false),
+    },
+    {
+      method: "POST",
+      path: modelPaths("/generate_stream"),
+      group: "inference",
+      handler: ({ request, params }) => generate(request, params.model!, params.version ?? "", true),
+    },
+  ];
+}
