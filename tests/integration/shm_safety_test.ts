@@ -88,10 +88,19 @@ Deno.test("a Python stub's shared-memory object is readable and writable by its 
     inputs: [{ name: "ACTION", datatype: "INT32", shape: [1], data: [0] }],
   });
   assert.equal(r.status, 200, JSON.stringify(r.json));
+  // Test files running beside this one in the same process may have stubs of their own: every object of this
+  // process must be owner-only, this stub's among them.
   const mine = [...Deno.readDirSync("/dev/shm")].filter((e) => e.name.startsWith(`dinfer-py-${Deno.pid}-`));
-  assert.equal(mine.length, 1, "one stub, one object");
-  const mode = Deno.statSync(`/dev/shm/${mine[0]!.name}`).mode! & 0o777;
-  assert.equal(mode.toString(8), "600");
+  const modes = mine.flatMap((e) => {
+    try {
+      return [(Deno.statSync(`/dev/shm/${e.name}`).mode! & 0o777).toString(8)];
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) return []; // another file's stub, gone meanwhile
+      throw err;
+    }
+  });
+  assert.ok(modes.length >= 1, "the stub's object exists");
+  assert.deepEqual(modes, modes.map(() => "600"));
 });
 
 Deno.test("a request to a stub killed from outside says that the stub died", async () => {
