@@ -18,6 +18,7 @@ import {
 import type { Tensor } from "../core/types.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
 import { initializerTypes } from "./onnx_proto.ts";
+import { nativeSessionClass } from "./onnxruntime_binding.ts";
 import type { WorkerReply, WorkerRequest, WorkerValueMetadata } from "./onnxruntime_worker.ts";
 import {
   align8,
@@ -430,26 +431,11 @@ function fromNativeMetadata(m: NativeValueMetadata): ort.InferenceSession.ValueM
   return { name: m.name, isTensor: true, type, shape: [...m.shape] };
 }
 
-let nativeBinding: { InferenceSession: new () => NativeSession } | null | undefined;
+let nativeSession: Promise<(new () => NativeSession) | undefined> | undefined;
 
-/**
- * onnxruntime-node's native binding, used directly on the hot path: its public `run` defers every call with
- * setImmediate and re-validates feeds the server has already validated (26 µs against 16 µs a run of
- * `simple`). Null where the binding cannot be loaded this way; the public API is then used.
- */
-async function loadNativeBinding(): Promise<{ InferenceSession: new () => NativeSession } | null> {
-  if (nativeBinding !== undefined) return nativeBinding;
-  try {
-    const mod = await import("onnxruntime-node/dist/binding.js") as {
-      binding: { InferenceSession: new () => NativeSession };
-      initOrt: () => void;
-    };
-    mod.initOrt();
-    nativeBinding = typeof mod.binding?.InferenceSession === "function" ? mod.binding : null;
-  } catch {
-    nativeBinding = null;
-  }
-  return nativeBinding;
+/** The native session class (see onnxruntime_binding.ts), loaded once. */
+function loadNativeSession(): Promise<(new () => NativeSession) | undefined> {
+  return nativeSession ??= nativeSessionClass<NativeSession>();
 }
 
 /** A session run synchronously through the native binding on the server's thread. */
@@ -1099,9 +1085,9 @@ async function openMainRunner(
   path: string,
   options: ort.InferenceSession.SessionOptions,
 ): Promise<SessionRunner> {
-  const native = await loadNativeBinding();
-  if (native) {
-    const session = new native.InferenceSession();
+  const Native = await loadNativeSession();
+  if (Native) {
+    const session = new Native();
     try {
       session.loadModel(path, options);
     } catch (err) {

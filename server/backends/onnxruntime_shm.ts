@@ -56,32 +56,13 @@ export const HEADER_BYTES = 64 * 1024;
 /** The largest an arena grows; bigger batches cross by postMessage. */
 export const ARENA_MAX_BYTES = 1 << 30;
 
-/** The element types the arenas carry, by code (strings cross by postMessage). */
-export const ARENA_TYPES = [
-  "float32",
-  "uint8",
-  "int8",
-  "uint16",
-  "int16",
-  "int32",
-  "int64",
-  "bool",
-  "float16",
-  "float64",
-  "uint32",
-  "uint64",
-] as const;
-
-/** An element type the arenas carry. */
-export type ArenaType = (typeof ARENA_TYPES)[number];
-
-/** The code of each element type the arenas carry. */
-export const ARENA_TYPE_CODES: ReadonlyMap<string, number> = new Map(ARENA_TYPES.map((t, i) => [t, i]));
-
 type TypedCtor = new (buffer: ArrayBuffer, byteOffset: number, length: number) => ArrayBufferView;
 
-/** The typed array the native binding takes for each element type (FP16 as its bit patterns). */
-export const ARENA_TYPED: Readonly<Record<ArenaType, TypedCtor & { BYTES_PER_ELEMENT: number }>> = {
+/**
+ * The element types the arenas carry (strings cross by postMessage), with the typed array the native binding
+ * takes for each (FP16 as its bit patterns); an element type's code is its place in this list.
+ */
+export const ARENA_TYPED = {
   float32: Float32Array,
   uint8: Uint8Array,
   int8: Int8Array,
@@ -94,7 +75,16 @@ export const ARENA_TYPED: Readonly<Record<ArenaType, TypedCtor & { BYTES_PER_ELE
   float64: Float64Array,
   uint32: Uint32Array,
   uint64: BigUint64Array,
-};
+} as const satisfies Record<string, TypedCtor & { BYTES_PER_ELEMENT: number }>;
+
+/** An element type the arenas carry. */
+export type ArenaType = keyof typeof ARENA_TYPED;
+
+/** The element types the arenas carry, by code. */
+export const ARENA_TYPES: readonly ArenaType[] = Object.keys(ARENA_TYPED) as ArenaType[];
+
+/** The code of each element type the arenas carry. */
+export const ARENA_TYPE_CODES: ReadonlyMap<string, number> = new Map(ARENA_TYPES.map((t, i) => [t, i]));
 
 /** The shared buffers of one worker instance, as the open message carries them. */
 export interface SharedBlocks {

@@ -11,6 +11,7 @@
 /// <reference lib="deno.worker" />
 
 import * as ort from "onnxruntime-node";
+import { nativeSessionClass } from "./onnxruntime_binding.ts";
 import {
   align8,
   ARENA_MAX_BYTES,
@@ -98,22 +99,9 @@ let lastSeq = 0;
  */
 const scratch: ArrayBuffer[] = [];
 
-async function nativeSessionClass(): Promise<(new () => NativeSession) | undefined> {
-  try {
-    const mod = await import("onnxruntime-node/dist/binding.js") as {
-      binding: { InferenceSession: new () => NativeSession };
-      initOrt: () => void;
-    };
-    mod.initOrt();
-    return typeof mod.binding?.InferenceSession === "function" ? mod.binding.InferenceSession : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Opens the session: through the native binding (no per-run setImmediate or re-validation), else the public API. */
 async function open(path: string, options: ort.InferenceSession.SessionOptions): Promise<WorkerReply> {
-  const Native = await nativeSessionClass();
+  const Native = await nativeSessionClass<NativeSession>();
   if (Native) {
     const session = new Native();
     session.loadModel(path, options);
