@@ -118,21 +118,11 @@ export interface MetricsSection {
   settings: string[];
 }
 
-/** The log (the logger's settings, which the logging API changes at run time). */
-export interface LoggingSection extends LogSettings {
-  /** Log info messages (`--log-info`). @default true */
-  info: boolean;
-  /** Log warnings (`--log-warning`). @default true */
-  warning: boolean;
-  /** Log errors (`--log-error`). @default true */
-  error: boolean;
-  /** The verbose level; 0 logs no verbose message (`--log-verbose`). @default 0 */
-  verbose: number;
-  /** The line format (`--log-format`). @default "default" */
-  format: "default" | "ISO8601";
-  /** A file to append to; "" for standard error (`--log-file`). @default "" */
-  file: string;
-}
+/**
+ * The log: the logger's own settings (`LogSettings` in logging.ts documents each field's flag and default),
+ * which the logging API changes at run time.
+ */
+export type LoggingSection = LogSettings;
 
 /** Request tracing. */
 export interface TraceSection {

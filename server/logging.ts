@@ -5,19 +5,19 @@
 
 import { invalidArg, unsupported } from "./core/errors.ts";
 
-/** Where and what to log. */
+/** Where and what to log (the `logging` section of the server's configuration). */
 export interface LogSettings {
-  /** Log info messages. */
+  /** Log info messages (`--log-info`). @default true */
   info: boolean;
-  /** Log warnings. */
+  /** Log warnings (`--log-warning`). @default true */
   warning: boolean;
-  /** Log errors. */
+  /** Log errors (`--log-error`). @default true */
   error: boolean;
-  /** Verbose level; 0 logs no verbose message. */
+  /** The verbose level; 0 logs no verbose message (`--log-verbose`). @default 0 */
   verbose: number;
-  /** The line format. */
+  /** The line format (`--log-format`). @default "default" */
   format: "default" | "ISO8601";
-  /** A file to append to; "" for standard error. */
+  /** A file to append to; "" for standard error (`--log-file`). @default "" */
   file: string;
 }
 

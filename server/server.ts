@@ -431,9 +431,20 @@ async function serveGrpc(
   try {
     server = await startGrpcServer(pipeline, {
       ...frontend,
-      ...config,
+      address: config.address,
+      port: config.port,
+      keepalive: {
+        timeMs: config.keepaliveTimeMs,
+        timeoutMs: config.keepaliveTimeoutMs,
+        permitWithoutCalls: config.keepalivePermitWithoutCalls,
+        maxPingsWithoutData: config.http2MaxPingsWithoutData,
+      },
+      maxConnections: config.maxConnections,
       restrictions: config.restrictedProtocol,
       compressionLevel: config.inferResponseCompressionLevel,
+      ...(config.useSsl
+        ? { tls: { serverCert: config.serverCert, serverKey: config.serverKey, rootCert: config.rootCert } }
+        : {}),
     });
   } catch (err) {
     throw new StartupError(

@@ -11,18 +11,15 @@ export interface GrpcOptions extends FrontendOptions {
   address: string;
   /** Listen port; 0 picks a free one. */
   port: number;
-  /** Keepalive and message settings. */
-  keepaliveTimeMs: number;
-  keepaliveTimeoutMs: number;
-  keepalivePermitWithoutCalls: boolean;
-  http2MaxPingsWithoutData: number;
+  /** HTTP/2 keepalive: ping interval and acknowledgement timeout (ms), pings without calls or data. */
+  keepalive: { timeMs: number; timeoutMs: number; permitWithoutCalls: boolean; maxPingsWithoutData: number };
   /** The most connections open at once (`--grpc-max-connections`); 0 for no limit. */
   maxConnections: number;
   /** Response compression for infer responses. */
   compressionLevel: "none" | "low" | "medium" | "high";
-  /** TLS: PEM file paths; no TLS when `useSsl` is false. */
-  useSsl: boolean;
-  serverCert: string;
-  serverKey: string;
-  rootCert: string;
+  /**
+   * TLS: PEM file paths of the server's certificate and key, and of the root certificate client certificates
+   * must chain to ("" for none); plain TCP without it.
+   */
+  tls?: { serverCert: string; serverKey: string; rootCert: string };
 }

@@ -131,10 +131,10 @@ export async function startGrpcServer(
     "grpc.max_receive_message_length": MAX_MESSAGE,
     "grpc.enable_channelz": 0,
     "grpc.max_send_message_length": MAX_MESSAGE,
-    "grpc.keepalive_time_ms": options.keepaliveTimeMs,
-    "grpc.keepalive_timeout_ms": options.keepaliveTimeoutMs,
-    "grpc.keepalive_permit_without_calls": options.keepalivePermitWithoutCalls ? 1 : 0,
-    "grpc.http2.max_pings_without_data": options.http2MaxPingsWithoutData,
+    "grpc.keepalive_time_ms": options.keepalive.timeMs,
+    "grpc.keepalive_timeout_ms": options.keepalive.timeoutMs,
+    "grpc.keepalive_permit_without_calls": options.keepalive.permitWithoutCalls ? 1 : 0,
+    "grpc.http2.max_pings_without_data": options.keepalive.maxPingsWithoutData,
     ...(level > 0
       ? { "grpc.default_compression_algorithm": 2, "grpc.default_compression_level": level }
       : {}),
@@ -167,15 +167,14 @@ export async function startGrpcServer(
     connections.clear();
   };
   let listener: net.Server;
-  if (options.useSsl) {
+  const certs = options.tls;
+  if (certs) {
     const read = (p: string) => Buffer.from(Deno.readFileSync(p));
     // Client certificates are checked when a root certificate is given (as Triton's --grpc-root-cert).
     listener = tls.createServer({
-      key: read(options.serverKey),
-      cert: read(options.serverCert),
-      ...(options.rootCert
-        ? { ca: read(options.rootCert), requestCert: true, rejectUnauthorized: true }
-        : {}),
+      key: read(certs.serverKey),
+      cert: read(certs.serverCert),
+      ...(certs.rootCert ? { ca: read(certs.rootCert), requestCert: true, rejectUnauthorized: true } : {}),
       ALPNProtocols: ["h2"],
     }, (socket) => accept(socket));
   } else {
