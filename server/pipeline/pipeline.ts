@@ -94,9 +94,9 @@ export interface Exchange {
   /** Its shared-memory session (from `InferencePipeline.shmSession`), if the frontend read inputs with it. */
   shm?: ShmSession | undefined;
   /** When reading the request began (nowNs), for the trace. */
-  recvStart?: number;
+  recvStart?: number | undefined;
   /** When reading the request ended (nowNs), for the trace. */
-  recvEnd?: number;
+  recvEnd?: number | undefined;
   /**
    * The request as validateRequest returned it, when the frontend had to validate it before it could answer
    * (generate answers a bad request with a JSON error, not an event): it is not validated twice. Only for
@@ -173,6 +173,15 @@ export class InferencePipeline {
       throw new ServerError(endpoint.refusalCode, endpoint.refusal.replace("{model}", mv.name));
     }
     return mv;
+  }
+
+  /**
+   * Whether requests to a model may be traced (see TraceManager.mayTrace): where not, the frontend need not
+   * take the times of reading a request (Exchange.recvStart, recvEnd).
+   * @param model the model name
+   */
+  mayTrace(model: string): boolean {
+    return this.#traces !== undefined && this.#traces.mayTrace(model);
   }
 
   /**
