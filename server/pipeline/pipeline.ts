@@ -201,18 +201,41 @@ export class InferencePipeline {
    *   trace's send marks are taken around it
    * @returns what `respond` returns
    */
-  async infer<T>(
+  infer<T>(
     mv: ModelVersion,
     request: InferRequest,
     exchange: Exchange,
     respond: (response: InferResponse, written: ShmWritten | undefined) => T | Promise<T>,
   ): Promise<T> {
-    const trace = this.#startTrace(mv, request, exchange);
+    const session = exchange.shm;
+    let trace: RequestTrace | undefined;
+    let shared: boolean;
+    try {
+      trace = this.#startTrace(mv, request, exchange);
+      shared = session === undefined ? refuseShmOutputs(request) : session.begin(request);
+    } catch (err) {
+      trace?.end();
+      return Promise.reject(err);
+    }
+    // The common request (not traced, no output in shared memory) goes straight through.
+    if (trace === undefined && !shared) {
+      return mv.infer(request, exchange.validated).then((response) => respond(response, undefined));
+    }
+    return this.#inferWith(mv, request, exchange, respond, trace, shared);
+  }
+
+  /** infer for a request that is traced or uses shared memory (its session has begun when `shared`). */
+  async #inferWith<T>(
+    mv: ModelVersion,
+    request: InferRequest,
+    exchange: Exchange,
+    respond: (response: InferResponse, written: ShmWritten | undefined) => T | Promise<T>,
+    trace: RequestTrace | undefined,
+    shared: boolean,
+  ): Promise<T> {
     const session = exchange.shm;
     const marks = exchange.endpoint.marks;
-    let shared = false;
     try {
-      shared = session === undefined ? refuseShmOutputs(request) : session.begin(request);
       if (shared) await session!.copyIn(request);
       let response: InferResponse;
       if (trace === undefined) response = await mv.infer(request, exchange.validated);
