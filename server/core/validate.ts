@@ -51,6 +51,29 @@ export function requestedClassification(params: Record<string, ParamValue>): num
   return c === undefined ? 0 : typeof c === "number" ? c : Number.NaN;
 }
 
+/**
+ * Whether a shape matches a signature's dims (-1 any size), behind a batch dimension of any size when the model
+ * batches; every dimension a non-negative integer.
+ */
+function shapeMatches(shape: readonly number[], dims: readonly number[], batched: boolean): boolean {
+  const skip = batched ? 1 : 0;
+  if (shape.length !== dims.length + skip) return false;
+  for (let i = 0; i < shape.length; i++) {
+    const d = shape[i]!;
+    if (!Number.isInteger(d) || d < 0) return false;
+    const want = i < skip ? -1 : dims[i - skip]!;
+    if (want !== -1 && want !== d) return false;
+  }
+  return true;
+}
+
+/** The number of inputs a signature requires (not optional). */
+function requiredCount(sig: ModelSignature): number {
+  let n = 0;
+  for (const spec of sig.inputs) if (!spec.optional) n++;
+  return n;
+}
+
 function quoteList(names: readonly string[]): string {
   return names.map((n) => `'${n}'`).join(", ");
 }
@@ -85,10 +108,8 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
         `inference input '${t.name}' data-type is '${t.datatype}', but model '${sig.name}' expects '${spec.datatype}'`,
       );
     }
-    const expected = sig.maxBatchSize > 0 ? [-1, ...spec.dims] : spec.dims;
-    const shapeOk = t.shape.length === expected.length &&
-      t.shape.every((d, i) => Number.isInteger(d) && d >= 0 && (expected[i] === -1 || expected[i] === d));
-    if (!shapeOk) {
+    if (!shapeMatches(t.shape, spec.dims, sig.maxBatchSize > 0)) {
+      const expected = sig.maxBatchSize > 0 ? [-1, ...spec.dims] : spec.dims;
       fail(
         `unexpected shape for input '${t.name}' for model '${sig.name}'. Expected ${
           shapeText(expected)
@@ -130,7 +151,11 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
     }
     inputs.set(t.name, t);
   }
-  const missing = sig.inputs.filter((spec) => !spec.optional && !inputs.has(spec.name)).map((s) => s.name);
+  let required = 0;
+  for (const spec of sig.inputs) if (!spec.optional && inputs.has(spec.name)) required++;
+  const missing = required === requiredCount(sig)
+    ? []
+    : sig.inputs.filter((spec) => !spec.optional && !inputs.has(spec.name)).map((s) => s.name);
   if (missing.length > 0) {
     // Triton's wording, which its clients and tests match on.
     const required = sig.inputs.filter((spec) => !spec.optional).length;

@@ -164,9 +164,9 @@ export class VersionStats {
    * @param batchSize its batch size
    * @param received when it arrived
    * @param t the timestamps of the execution it was part of
+   * @param end when it was answered (nowNs); now by default (the requests of one batch share one reading)
    */
-  recordSuccess(batchSize: number, received: number, t: ExecutionTimes): void {
-    const end = nowNs();
+  recordSuccess(batchSize: number, received: number, t: ExecutionTimes, end: number = nowNs()): void {
     this.inferenceCount += batchSize;
     this.lastInference = Date.now();
     add(this.success, end - received);

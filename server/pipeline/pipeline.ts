@@ -94,9 +94,9 @@ export interface Exchange {
   /** Its shared-memory session (from `InferencePipeline.shmSession`), if the frontend read inputs with it. */
   shm?: ShmSession | undefined;
   /** When reading the request began (nowNs), for the trace. */
-  recvStart?: number;
+  recvStart?: number | undefined;
   /** When reading the request ended (nowNs), for the trace. */
-  recvEnd?: number;
+  recvEnd?: number | undefined;
   /**
    * The request as validateRequest returned it, when the frontend had to validate it before it could answer
    * (generate answers a bad request with a JSON error, not an event): it is not validated twice. Only for
@@ -176,6 +176,15 @@ export class InferencePipeline {
   }
 
   /**
+   * Whether requests to a model may be traced (see TraceManager.mayTrace): where not, the frontend need not
+   * take the times of reading a request (Exchange.recvStart, recvEnd).
+   * @param model the model name
+   */
+  mayTrace(model: string): boolean {
+    return this.#traces !== undefined && this.#traces.mayTrace(model);
+  }
+
+  /**
    * A shared-memory session for one request, whose reader the frontend's decoder uses; undefined when the
    * server has no shared memory.
    */
@@ -192,18 +201,41 @@ export class InferencePipeline {
    *   trace's send marks are taken around it
    * @returns what `respond` returns
    */
-  async infer<T>(
+  infer<T>(
     mv: ModelVersion,
     request: InferRequest,
     exchange: Exchange,
     respond: (response: InferResponse, written: ShmWritten | undefined) => T | Promise<T>,
   ): Promise<T> {
-    const trace = this.#startTrace(mv, request, exchange);
+    const session = exchange.shm;
+    let trace: RequestTrace | undefined;
+    let shared: boolean;
+    try {
+      trace = this.#startTrace(mv, request, exchange);
+      shared = session === undefined ? refuseShmOutputs(request) : session.begin(request);
+    } catch (err) {
+      trace?.end();
+      return Promise.reject(err);
+    }
+    // The common request (not traced, no output in shared memory) goes straight through.
+    if (trace === undefined && !shared) {
+      return mv.infer(request, exchange.validated).then((response) => respond(response, undefined));
+    }
+    return this.#inferWith(mv, request, exchange, respond, trace, shared);
+  }
+
+  /** infer for a request that is traced or uses shared memory (its session has begun when `shared`). */
+  async #inferWith<T>(
+    mv: ModelVersion,
+    request: InferRequest,
+    exchange: Exchange,
+    respond: (response: InferResponse, written: ShmWritten | undefined) => T | Promise<T>,
+    trace: RequestTrace | undefined,
+    shared: boolean,
+  ): Promise<T> {
     const session = exchange.shm;
     const marks = exchange.endpoint.marks;
-    let shared = false;
     try {
-      shared = session === undefined ? refuseShmOutputs(request) : session.begin(request);
       if (shared) await session!.copyIn(request);
       let response: InferResponse;
       if (trace === undefined) response = await mv.infer(request, exchange.validated);

@@ -209,13 +209,21 @@ export function batchCompatible(a: ValidatedRequest, b: ValidatedRequest): boole
  * @returns one response per request, in order, and the execution's timestamps; rejects for the whole batch
  *   when execution fails
  */
-export async function executeBatch(
+export function executeBatch(
   model: BatchModel,
   instance: BackendInstance,
   requests: readonly ValidatedRequest[],
 ): Promise<{ responses: (InferResponse | ServerError)[]; times: ExecutionTimes }> {
   const gate = model.gate;
-  if (!gate) return await runBatch(model, instance, requests);
+  return gate ? executeGated(gate, model, instance, requests) : runBatch(model, instance, requests);
+}
+
+async function executeGated(
+  gate: NonNullable<BatchModel["gate"]>,
+  model: BatchModel,
+  instance: BackendInstance,
+  requests: readonly ValidatedRequest[],
+): Promise<{ responses: (InferResponse | ServerError)[]; times: ExecutionTimes }> {
   // Under the rate limiter the wait for resources comes before the execution's start: it is queue time.
   await gate.acquire(instance);
   try {
@@ -233,13 +241,21 @@ async function runBatch(
   if (instance.executeRequests) return await executeSeparately(model, instance, requests);
   const start = nowNs();
   const first = requests[0]!;
-  const inputs = new Map<string, Tensor>();
-  for (const name of first.inputs.keys()) {
-    inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!), instance));
+  let inputs: Map<string, Tensor>;
+  let names: string[];
+  if (requests.length === 1) {
+    // A batch of one runs on the request's own inputs (backends only read them).
+    inputs = first.inputs;
+    names = first.outputs.map((o) => o.name);
+  } else {
+    inputs = new Map<string, Tensor>();
+    for (const name of first.inputs.keys()) {
+      inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!), instance));
+    }
+    const wanted = new Set<string>();
+    for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
+    names = [...wanted];
   }
-  const wanted = new Set<string>();
-  for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
-  const names = [...wanted];
   const inputEnd = nowNs();
   const produced = await instance.execute(inputs, names);
   const inferEnd = nowNs();

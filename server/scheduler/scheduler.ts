@@ -213,7 +213,8 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
         request,
         resolve,
         reject,
-        enqueuedAt: performance.now(),
+        // Read when it joins the queue (a request that runs at once never waits for a batch).
+        enqueuedAt: 0,
         received,
         deadline,
         seq: this.#seq++,
@@ -232,6 +233,7 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
         this.#run(this.#takeInstance(), [pending]);
         return;
       }
+      pending.enqueuedAt = performance.now();
       this.#levels[2 * (level - 1)]!.push(pending);
       this.queued++;
       if (deadline !== Infinity) this.#arm(deadline - performance.now());
@@ -403,18 +405,23 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     const started = nowNs();
     try {
       const { responses, times } = await executeBatch(this.#model, instance, batch.map((p) => p.request));
-      this.#stats?.recordExecution(times);
-      batch.forEach((p, i) => {
+      const stats = this.#stats;
+      stats?.recordExecution(times);
+      // One clock reading for the whole batch: its requests are answered together.
+      const end = stats ? nowNs() : 0;
+      for (let i = 0; i < batch.length; i++) {
+        const p = batch[i]!;
         const res = responses[i]!;
         if (res instanceof Error) {
-          if (isModelError(res)) this.#stats?.recordSuccess(p.request.batchSize, p.received, times);
-          else this.#stats?.recordFailure(p.received, "BACKEND");
+          if (isModelError(res)) stats?.recordSuccess(p.request.batchSize, p.received, times, end);
+          else stats?.recordFailure(p.received, "BACKEND");
           this.#deliver(p.seq, () => p.reject(res));
-          return;
+          continue;
         }
-        this.#stats?.recordSuccess(p.request.batchSize, p.received, times);
-        this.#deliver(p.seq, () => p.resolve(res));
-      });
+        stats?.recordSuccess(p.request.batchSize, p.received, times, end);
+        if (this.#options.preserveOrdering) this.#deliver(p.seq, () => p.resolve(res));
+        else p.resolve(res);
+      }
     } catch (err) {
       const e = toServerError(err);
       recordFailedExecution(this.#stats, batch, started);

@@ -554,6 +554,15 @@ export class TraceManager {
   }
 
   /**
+   * Whether requests to a model may be traced at all (its trace level is not OFF): where not, a frontend need
+   * not read the clock for the marks of receiving a request.
+   * @param model the model name
+   */
+  mayTrace(model: string): boolean {
+    return ((this.#models.get(model)?.level) ?? this.#global.level).size > 0;
+  }
+
+  /**
    * Decides whether to trace a request: the `trace_rate`-th, 2 × `trace_rate`-th, ... request under a
    * setting while its `trace_count` lasts.
    * @param model the model name

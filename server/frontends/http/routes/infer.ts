@@ -74,7 +74,9 @@ export function inferRoutes({ pipeline, options }: RouteDeps): Route[] {
     const { request, params } = ctx;
     const model = params.model!;
     const version = params.version ?? "";
-    const recvStart = nowNs();
+    // The times of reading the body only go into a trace.
+    const traced = pipeline.mayTrace(model);
+    const recvStart = traced ? nowNs() : undefined;
     // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
     const mv = pipeline.accept(model, version, ENDPOINTS.httpInfer);
     const hl = request.headers.get(HEADER_LENGTH);
@@ -91,7 +93,7 @@ export function inferRoutes({ pipeline, options }: RouteDeps): Route[] {
     const body = headerLength === undefined
       ? await readBody(ctx, true)
       : await readBody(ctx, false, headerLength);
-    const recvEnd = nowNs();
+    const recvEnd = traced ? nowNs() : undefined;
     const shm = pipeline.shmSession();
     const decoded = decodeInferRequest(
       body,
