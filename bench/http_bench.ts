@@ -1240,7 +1240,7 @@ async function main(args: string[]): Promise<void> {
   const bin16 = at("binary", 16);
   const grpcRatio = (grpc16?.rate ?? NaN) / (bin16?.rate ?? NaN);
   const grpcJsRow = (label: string) =>
-    `| ${label} | ${fmt(100 * grpcRatio)}% (${fmt(grpc16?.rate ?? NaN)} vs ${
+    `| ${label} | ${grpcRatio.toFixed(2)}× (${fmt(grpc16?.rate ?? NaN)} vs ${
       fmt(bin16?.rate ?? NaN)
     } infer/s) | ${grpcRatio >= TARGET_GRPC_RATIO ? "yes" : "**no**"} |`;
   const h2At = (protocol: string, n: number) =>
@@ -1253,7 +1253,7 @@ async function main(args: string[]): Promise<void> {
       `| gRPC ≥ ${
         TARGET_GRPC_RATIO.toFixed(1)
       }× HTTP binary throughput (16 in flight), both measured by h2load: ` +
-      `gRPC with 16 streams on one connection, HTTP/1.1 with 16 connections | ${fmt(h2Ratio, 2)}× (${
+      `gRPC with 16 streams on one connection, HTTP/1.1 with 16 connections | ${h2Ratio.toFixed(2)}× (${
         fmt(h2Grpc16?.rate ?? NaN)
       } vs ${fmt(h2Bin16?.rate ?? NaN)} infer/s) | ${
         h2Ratio >= TARGET_GRPC_RATIO && !h2Wrong ? "yes" : "**no**"
