@@ -89,3 +89,22 @@ export async function readDeclared(
   }
   return out.subarray(pad);
 }
+
+/**
+ * The largest body of a declared length read with one native `Request.bytes()` call. Below it, reading chunk by
+ * chunk into a buffer of the declared size costs more CPU than the copy it saves: the binary `simple` request at
+ * 16 connections took 43–51 µs of server CPU per request read natively against 59–66 µs read by chunks (h2load,
+ * alternated, 2026-11-25).
+ */
+export const SMALL_BODY_BYTES = 64 * 1024;
+
+/**
+ * Reads a request's body of a declared length (Content-Length): a small one natively at once, a larger one
+ * straight into one buffer of that size (readDeclared).
+ * @param request the request
+ * @param size the declared length in bytes
+ * @param alignAt an offset in the body that should land 8-byte aligned (large bodies; see readDeclared)
+ */
+export function readDeclaredBody(request: Request, size: number, alignAt = 0): Promise<Uint8Array> {
+  return size <= SMALL_BODY_BYTES ? request.bytes() : readDeclared(request.body, size, alignAt);
+}

@@ -22,7 +22,7 @@ import {
   HEADER_LENGTH,
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
-import { readDeclared, readUpTo } from "./_body.ts";
+import { readDeclaredBody, readUpTo } from "./_body.ts";
 import { handlerFailed, receiveBody, type ResilientServer, serveResilient } from "./listener.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
@@ -134,7 +134,7 @@ async function readCapped(request: Request, limit: number): Promise<Uint8Array |
   if (!request.body) return new Uint8Array(0);
   if (declared !== null) {
     const alignAt = Number(request.headers.get("inference-header-content-length") ?? 0);
-    return await receiveBody(request, readDeclared(request.body, Number(declared), alignAt));
+    return await receiveBody(request, readDeclaredBody(request, Number(declared), alignAt));
   }
   return await receiveBody(request, readUpTo(request.body, limit));
 }

@@ -5,7 +5,7 @@
  */
 
 import { httpStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
-import { concat, readDeclared, readUpTo } from "./_body.ts";
+import { concat, readDeclaredBody, readUpTo } from "./_body.ts";
 import { receiveBody } from "./listener.ts";
 import type { RouteContext, RouteHandler, Wrapper } from "./router.ts";
 
@@ -102,7 +102,7 @@ export async function readBody(ctx: RouteContext, asText = false, alignAt = 0): 
     if (asText && plain) {
       return await receiveBody(request, request.text());
     }
-    body = await receiveBody(request, readDeclared(request.body, Number(declared), alignAt));
+    body = await receiveBody(request, readDeclaredBody(request, Number(declared), alignAt));
   } else {
     const read = await receiveBody(request, readUpTo(request.body, limit));
     if (read === null) {
