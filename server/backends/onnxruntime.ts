@@ -404,6 +404,12 @@ interface NativeTensor {
   data: ArrayBufferView | string[];
 }
 
+/** What a reused feed object holds between runs (see NativeRunner). */
+const NO_DATA = new Uint8Array(0);
+
+/** The run options the native binding reads (none set). */
+const RUN_OPTIONS: Record<string, unknown> = {};
+
 /** The native session class of onnxruntime-node's binding (what its public InferenceSession wraps). */
 interface NativeSession {
   loadModel(path: string, options: ort.InferenceSession.SessionOptions): void;
@@ -445,6 +451,10 @@ class NativeRunner implements SessionRunner {
   readonly inputMetadata: readonly ort.InferenceSession.ValueMetadata[];
   readonly outputMetadata: readonly ort.InferenceSession.ValueMetadata[];
   #buffers = new InputBuffers();
+  #feedNames: string[] = [];
+  #feedRecord: Record<string, NativeTensor> = {};
+  #fetchNames: string[] = [];
+  #fetchRecord: Record<string, null> = {};
   constructor(session: NativeSession) {
     this.#session = session;
     this.inputNames = session.inputMetadata.map((m) => m.name);
@@ -456,29 +466,68 @@ class NativeRunner implements SessionRunner {
   }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     try {
-      const input: Record<string, NativeTensor> = {};
-      for (const f of feeds) input[f.name] = { type: f.type, dims: f.dims, location: "cpu", data: f.data };
-      const want: Record<string, null> = {};
-      for (const name of fetches) want[name] = null;
+      const input = this.#feedsFor(feeds);
       let results: Record<string, ort.Tensor>;
       try {
-        results = this.#session.run(input, want, {});
+        results = this.#session.run(input, this.#fetchesFor(fetches), RUN_OPTIONS);
       } finally {
-        // The run is over (it is synchronous): the batch's input buffers serve the next batch.
+        // The run is over (it is synchronous): the reused feed objects let go of the request's data, and the
+        // batch's input buffers serve the next batch.
+        for (const name in input) input[name]!.data = NO_DATA;
         for (const f of feeds) {
           if (ArrayBuffer.isView(f.data) && this.#buffers.owns(f.data)) {
             this.#buffers.give(f.name, f.data.buffer as ArrayBuffer);
           }
         }
       }
-      return Promise.resolve(fetches.map((name) => {
+      const out: OrtValue[] = new Array(fetches.length);
+      for (let i = 0; i < fetches.length; i++) {
+        const name = fetches[i]!;
         const v = results[name];
         if (!v) throw new Error(`no output '${name}'`);
-        return { name, type: v.type, data: v.data as ArrayBufferView | string[], dims: v.dims.map(Number) };
-      }));
+        // The binding gives dims as numbers, in an array of their own.
+        out[i] = { name, type: v.type, data: v.data as ArrayBufferView | string[], dims: v.dims as number[] };
+      }
+      return Promise.resolve(out);
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+  /**
+   * The feeds as the binding reads them, in objects kept from the previous run when it fed the same inputs in
+   * the same order (a run is synchronous, so nothing else uses them meanwhile).
+   */
+  #feedsFor(feeds: readonly OrtValue[]): Record<string, NativeTensor> {
+    const names = this.#feedNames;
+    let same = names.length === feeds.length;
+    for (let i = 0; same && i < feeds.length; i++) same = names[i] === feeds[i]!.name;
+    let input = this.#feedRecord;
+    if (!same) {
+      input = {};
+      for (const f of feeds) input[f.name] = { type: f.type, dims: f.dims, location: "cpu", data: NO_DATA };
+      this.#feedRecord = input;
+      this.#feedNames = feeds.map((f) => f.name);
+    }
+    for (const f of feeds) {
+      const t = input[f.name]!;
+      t.type = f.type;
+      t.dims = f.dims;
+      t.data = f.data;
+    }
+    return input;
+  }
+  /** The fetches as the binding reads them, kept from the previous run when it asked for the same outputs. */
+  #fetchesFor(fetches: readonly string[]): Record<string, null> {
+    const names = this.#fetchNames;
+    let same = names.length === fetches.length;
+    for (let i = 0; same && i < fetches.length; i++) same = names[i] === fetches[i];
+    if (!same) {
+      const want: Record<string, null> = {};
+      for (const name of fetches) want[name] = null;
+      this.#fetchRecord = want;
+      this.#fetchNames = [...fetches];
+    }
+    return this.#fetchRecord;
   }
   close(): Promise<void> {
     this.#session.dispose();

@@ -257,6 +257,22 @@ const INT_RANGE: Partial<Record<Datatype, [number, number]>> = {
   INT32: [-2147483648, 2147483647],
 };
 
+/** Refuses element `i` of JSON values converted to `dt` (see fromJsonValues). */
+function badElement(
+  dt: Datatype,
+  values: readonly unknown[],
+  what: string,
+  i: number,
+  expected: string,
+): never {
+  const v = values[i];
+  throw invalidArg(
+    `Cannot read ${what}: element ${i} is ${
+      typeof v === "bigint" ? String(v) : JSON.stringify(v)
+    }, expected ${expected} for ${dt}`,
+  );
+}
+
 /**
  * Converts flat JSON values to tensor bytes, checking each element's type and range.
  * @param dt the datatype
@@ -266,23 +282,17 @@ const INT_RANGE: Partial<Record<Datatype, [number, number]>> = {
  */
 export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: string): TensorData {
   const n = values.length;
-  const bad = (i: number, expected: string): never => {
-    const v = values[i];
-    throw invalidArg(
-      `Cannot read ${what}: element ${i} is ${
-        typeof v === "bigint" ? String(v) : JSON.stringify(v)
-      }, expected ${expected} for ${dt}`,
-    );
-  };
   if (dt === "BYTES") {
-    for (let i = 0; i < n; i++) if (typeof values[i] !== "string") bad(i, "a string");
+    for (let i = 0; i < n; i++) {
+      if (typeof values[i] !== "string") badElement(dt, values, what, i, "a string");
+    }
     return BytesTensor.fromStrings(values, what);
   }
   if (dt === "BOOL") {
     const out = new Uint8Array(n);
     for (let i = 0; i < n; i++) {
       const v = values[i];
-      if (typeof v !== "boolean") bad(i, "true or false");
+      if (typeof v !== "boolean") badElement(dt, values, what, i, "true or false");
       out[i] = v ? 1 : 0;
     }
     return out;
@@ -292,9 +302,11 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     const [lo, hi] = dt === "INT64" ? [-(2n ** 63n), 2n ** 63n - 1n] : [0n, 2n ** 64n - 1n];
     for (let i = 0; i < n; i++) {
       const v = values[i];
-      if (typeof v !== "bigint" && (typeof v !== "number" || !Number.isInteger(v))) bad(i, "an integer");
+      if (typeof v !== "bigint" && (typeof v !== "number" || !Number.isInteger(v))) {
+        badElement(dt, values, what, i, "an integer");
+      }
       const b = BigInt(v as number | bigint);
-      if (b < lo || b > hi) bad(i, "an integer in range");
+      if (b < lo || b > hi) badElement(dt, values, what, i, "an integer in range");
       out[i] = b;
     }
     return bytesOf(out);
@@ -306,10 +318,12 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     for (let i = 0; i < n; i++) {
       const v = values[i];
       if (typeof v !== "number" || !Number.isInteger(v)) {
-        if (typeof v === "bigint") bad(i, `an integer in [${lo}, ${hi}]`);
-        bad(i, "an integer");
+        if (typeof v === "bigint") badElement(dt, values, what, i, `an integer in [${lo}, ${hi}]`);
+        badElement(dt, values, what, i, "an integer");
       }
-      if ((v as number) < lo || (v as number) > hi) bad(i, `an integer in [${lo}, ${hi}]`);
+      if ((v as number) < lo || (v as number) > hi) {
+        badElement(dt, values, what, i, `an integer in [${lo}, ${hi}]`);
+      }
       out[i] = v as number;
     }
     return bytesOf(out);
@@ -319,7 +333,7 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
   for (let i = 0; i < n; i++) {
     // Integer literals beyond 2^53 arrive as bigint (see parseJsonExact); as floats they are plain numbers.
     const v = typeof values[i] === "bigint" ? Number(values[i]) : values[i];
-    if (typeof v !== "number") bad(i, "a number");
+    if (typeof v !== "number") badElement(dt, values, what, i, "a number");
     const x = dt === "FP16"
       ? numberToHalf(v as number)
       : dt === "BF16"
