@@ -20,6 +20,7 @@ import {
   decodeInferRequest,
   encodeInferResponse,
   HEADER_LENGTH,
+  inferResponse,
 } from "./infer_codec.ts";
 import { INFER_PATH, pathOf } from "./_paths.ts";
 import { readDeclaredBody, readUpTo } from "./_body.ts";
@@ -239,11 +240,7 @@ async function infer(request: Request, model: string, version: string): Promise<
       headers: JSON_HEADERS,
     });
   }
-  const encoded = encodeInferResponse(answer.response, outputs, decoded.binaryOutput);
-  const headers: Record<string, string> = encoded.headerLength === undefined
-    ? JSON_HEADERS
-    : { [HEADER_LENGTH]: String(encoded.headerLength), "content-type": "application/octet-stream" };
-  return new Response((encoded.text ?? encoded.body) as BodyInit, { status: 200, headers });
+  return inferResponse(encodeInferResponse(answer.response, outputs, decoded.binaryOutput));
 }
 
 function handle(request: Request): Promise<Response> {

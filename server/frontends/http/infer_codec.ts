@@ -259,7 +259,7 @@ function decodeJson(
 
 /** An encoded response body and its header length (undefined for pure JSON). */
 export interface EncodedResponse {
-  /** The body as bytes. */
+  /** The body as bytes (joined on first use when binary data follows the JSON part). */
   readonly body: Uint8Array;
   /**
    * The body as text when it is JSON alone (no binary part): Deno.serve writes a text body faster than the
@@ -268,6 +268,48 @@ export interface EncodedResponse {
   readonly text: string | undefined;
   /** The JSON part's length when binary data follows. */
   readonly headerLength: number | undefined;
+  /** The body in its parts, not joined: the JSON part's bytes, then each binary output's bytes (empty for pure JSON). */
+  readonly parts: readonly Uint8Array[];
+  /** The body's length in bytes when binary data follows (undefined for pure JSON). */
+  readonly byteLength: number | undefined;
+}
+
+/**
+ * From this many body bytes on, a response with binary data is written in its parts rather than joined into one
+ * buffer first: a joined copy of a large output costs as much memory as the output itself, while for a small one a
+ * single buffer is written faster than a stream.
+ */
+export const STREAM_RESPONSE_BYTES: number = 1 << 20;
+
+/**
+ * The HTTP answer of an encoded inference response: JSON as text; with binary data, one buffer when small, and
+ * the parts streamed one after the other (with their exact Content-Length) when large.
+ * @param encoded the encoded response
+ */
+export function inferResponse(encoded: EncodedResponse): Response {
+  if (encoded.text !== undefined) {
+    return new Response(encoded.text, { status: 200, headers: { "content-type": "application/json" } });
+  }
+  const headers = {
+    [HEADER_LENGTH]: String(encoded.headerLength),
+    "content-type": "application/octet-stream",
+  };
+  if (encoded.byteLength! < STREAM_RESPONSE_BYTES) {
+    return new Response(encoded.body as BodyInit, { status: 200, headers });
+  }
+  const parts = [...encoded.parts];
+  const stream = new ReadableStream<Uint8Array>({
+    type: "bytes",
+    pull(controller) {
+      const next = parts.shift();
+      if (next === undefined) controller.close();
+      else controller.enqueue(next);
+    },
+  });
+  return new Response(stream, {
+    status: 200,
+    headers: { ...headers, "content-length": String(encoded.byteLength) },
+  });
 }
 
 /**
@@ -320,19 +362,32 @@ export function encodeInferResponse(
     return {
       text: json,
       headerLength: undefined,
+      parts: [],
+      byteLength: undefined,
       get body() {
         return utf8Encode(json);
       },
     };
   }
   const json = utf8Encode(text);
-  const total = json.byteLength + chunks.reduce((n, c) => n + c.byteLength, 0);
-  const body = new Uint8Array(total);
-  body.set(json, 0);
-  let off = json.byteLength;
-  for (const c of chunks) {
-    body.set(c, off);
-    off += c.byteLength;
-  }
-  return { body, text: undefined, headerLength: json.byteLength };
+  const parts = [json, ...chunks];
+  const total = parts.reduce((n, c) => n + c.byteLength, 0);
+  let joined: Uint8Array | undefined;
+  return {
+    text: undefined,
+    headerLength: json.byteLength,
+    parts,
+    byteLength: total,
+    get body() {
+      if (joined === undefined) {
+        joined = new Uint8Array(total);
+        let off = 0;
+        for (const c of parts) {
+          joined.set(c, off);
+          off += c.byteLength;
+        }
+      }
+      return joined;
+    },
+  };
 }

@@ -17,8 +17,9 @@ import {
   decodeInferRequest,
   encodeInferResponse,
   HEADER_LENGTH,
+  inferResponse,
 } from "../infer_codec.ts";
-import { bodyLimit, compression, JSON_HEADERS, readBody } from "../middleware.ts";
+import { bodyLimit, compression, readBody } from "../middleware.ts";
 import type { RouteDeps } from "../options.ts";
 import { modelPaths, type Route, type RouteContext } from "../router.ts";
 
@@ -58,11 +59,7 @@ function rawInput(mv: ModelVersion, bytes: number) {
  * @param written the outputs written to shared memory
  */
 function answer(decoded: DecodedRequest, response: InferResponse, written: ShmWritten | undefined): Response {
-  const encoded = encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, written);
-  const headers: Record<string, string> = encoded.headerLength === undefined
-    ? JSON_HEADERS
-    : { [HEADER_LENGTH]: String(encoded.headerLength), "content-type": "application/octet-stream" };
-  return new Response((encoded.text ?? encoded.body) as BodyInit, { status: 200, headers });
+  return inferResponse(encodeInferResponse(response, decoded.request.outputs, decoded.binaryOutput, written));
 }
 
 /**
