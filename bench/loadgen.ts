@@ -294,3 +294,34 @@ export async function runLoad(
   if (firstError !== undefined) result.firstError = firstError;
   return result;
 }
+
+/**
+ * Reads what a connection receives within `ms`: its text, and whether the server closed it in that time (a
+ * reset counts as closed).
+ * @param conn the connection
+ * @param ms how long to wait
+ */
+export async function readUntilClosed(
+  conn: Deno.Conn,
+  ms: number,
+): Promise<{ text: string; closed: boolean }> {
+  let text = "";
+  const decoder = new TextDecoder();
+  const buf = new Uint8Array(65536);
+  const read = (async () => {
+    try {
+      for (;;) {
+        const n = await conn.read(buf);
+        if (n === null) return true;
+        text += decoder.decode(buf.subarray(0, n), { stream: true });
+      }
+    } catch {
+      return true; // reset: closed too
+    }
+  })();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<false>((r) => (timer = setTimeout(() => r(false), ms)));
+  const closed = await Promise.race([read, late]);
+  clearTimeout(timer);
+  return { text, closed };
+}

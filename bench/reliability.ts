@@ -13,6 +13,7 @@ import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import { fileURLToPath } from "node:url";
 import { lookupType } from "../server/core/protos.ts";
+import { readUntilClosed } from "./loadgen.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const EXAMPLES = `${ROOT}examples/models`;
@@ -402,25 +403,6 @@ function connectionFlags(quick: boolean): string[] {
 }
 const HEADER_TIMEOUT_S = 2;
 
-/** What a connection receives within `ms`: its bytes and whether the server closed it (reset counts). */
-async function within(conn: Deno.Conn, ms: number): Promise<{ text: string; closed: boolean }> {
-  let text = "";
-  const buf = new Uint8Array(4096);
-  const read = (async () => {
-    try {
-      for (;;) {
-        const n = await conn.read(buf);
-        if (n === null) return true;
-        text += new TextDecoder().decode(buf.subarray(0, n));
-      }
-    } catch {
-      return true;
-    }
-  })();
-  const closed = await timed(read, ms);
-  return { text, closed: closed === true };
-}
-
 async function flood(server: Server, connections: number, limit: number): Promise<Row> {
   const row: Row = {
     part: "connection flood",
@@ -442,7 +424,7 @@ async function flood(server: Server, connections: number, limit: number): Promis
     }
   }
   // Past --http-max-connections a connection is answered 503 and closed at once; the others stay open.
-  const seen = await Promise.all(conns.map((c) => within(c, 1_000)));
+  const seen = await Promise.all(conns.map((c) => readUntilClosed(c, 1_000)));
   const refused = seen.filter((r) => r.closed && r.text.startsWith("HTTP/1.1 503 ")).length;
   const held = seen.filter((r) => !r.closed).length;
   const other = seen.length - refused - held;
@@ -451,7 +433,7 @@ async function flood(server: Server, connections: number, limit: number): Promis
   try {
     const c = await Deno.connect({ hostname: "127.0.0.1", port });
     await c.write(new TextEncoder().encode("GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"));
-    const { text } = await within(c, 2_000);
+    const { text } = await readUntilClosed(c, 2_000);
     during = text.split("\r\n")[0] || "no answer";
     c.close();
   } catch (err) {
@@ -496,7 +478,7 @@ async function slowloris(server: Server, connections: number): Promise<Row> {
   }
   const ok = await alive(server);
   // The server closes each after --http-header-timeout-secs (checked a few times per timeout).
-  const seen = await Promise.all(conns.map((c) => within(c, HEADER_TIMEOUT_S * 1000 + 3_000)));
+  const seen = await Promise.all(conns.map((c) => readUntilClosed(c, HEADER_TIMEOUT_S * 1000 + 3_000)));
   const closed = seen.filter((r) => r.closed).length;
   for (const c of conns) {
     try {

@@ -9,6 +9,7 @@ import { parseCommandLine } from "../server/cli.ts";
 import type { ServerConfig } from "../server/config.ts";
 import { Logger } from "../server/logging.ts";
 import { type RunningServer, startServer } from "../server/server.ts";
+import { readUntilClosed } from "../bench/loadgen.ts";
 
 /** The repository root. */
 export const ROOT: string = fileURLToPath(new URL("../", import.meta.url));
@@ -215,24 +216,8 @@ export async function readHttpResponse(conn: Deno.Conn): Promise<string> {
  * @returns that text, or null when the connection is still open after `ms`
  */
 export async function untilClosed(conn: Deno.Conn, ms: number): Promise<string | null> {
-  let text = "";
-  const buf = new Uint8Array(65536);
-  const read = (async () => {
-    try {
-      for (;;) {
-        const n = await conn.read(buf);
-        if (n === null) return text;
-        text += responseDecoder.decode(buf.subarray(0, n));
-      }
-    } catch {
-      return text; // reset: closed too
-    }
-  })();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<null>((r) => (timer = setTimeout(() => r(null), ms)));
-  const out = await Promise.race([read, late]);
-  clearTimeout(timer);
-  return out;
+  const { text, closed } = await readUntilClosed(conn, ms);
+  return closed ? text : null;
 }
 
 /** The HTTP status of a GET, or the error message when the request fails. */
