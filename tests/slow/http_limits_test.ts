@@ -231,9 +231,11 @@ Deno.test("past --http-max-connections a connection is answered 503 and closed; 
       if (ready !== 200) await new Promise((r) => setTimeout(r, 50));
     }
     assert.equal(ready, 200);
+    // Half the limit at once: this process's kept-alive readiness connection and a closed connection the server
+    // has not seen close yet still count.
     const answers = await Promise.all(
       Array.from(
-        { length: 20 },
+        { length: 10 },
         () =>
           fetch(`${server.url}/v2/models/simple/infer`, { method: "POST", body: INFER }).then(async (r) => {
             await r.body?.cancel();
@@ -241,7 +243,7 @@ Deno.test("past --http-max-connections a connection is answered 503 and closed; 
           }),
       ),
     );
-    assert.deepEqual(answers, Array(20).fill(200));
+    assert.deepEqual(answers, Array(10).fill(200));
     const [code, stderr] = await stop(server, conns);
     assert.equal(code, 0, stderr);
   } finally {
