@@ -124,15 +124,13 @@ export interface PipelineOptions {
   cudaShm?: CudaSharedMemory | undefined;
   /** The trace extension. */
   traces?: TraceManager | undefined;
-  /** The count of arriving requests the dynamic batchers read; the registry's own by default. */
-  arrivals?: ArrivalCounter;
 }
 
 /** The one inference path of the server. */
 export class InferencePipeline {
   /** The models. */
   readonly registry: ModelRegistry;
-  /** The count of requests arriving from clients, which the dynamic batchers read. */
+  /** The count of requests arriving from clients: the registry's, which its dynamic batchers read. */
   readonly arrivals: ArrivalCounter;
   readonly #shm: SystemSharedMemory | undefined;
   readonly #cuda: CudaSharedMemory | undefined;
@@ -142,11 +140,11 @@ export class InferencePipeline {
    * Creates the pipeline over a registry and connects the registry's models to it (their ensemble steps and
    * BLS calls run through it).
    * @param registry the models
-   * @param options shared memory, traces, the arrival counter
+   * @param options shared memory and traces
    */
   constructor(registry: ModelRegistry, options: PipelineOptions = {}) {
     this.registry = registry;
-    this.arrivals = options.arrivals ?? registry.arrivals;
+    this.arrivals = registry.arrivals;
     this.#shm = options.shm;
     this.#cuda = options.cudaShm;
     this.#traces = options.traces;
