@@ -548,6 +548,9 @@ export async function startServer(
     const http = await serveHttp(s, pipeline, frontend);
     const grpcPort = await serveGrpc(s, pipeline, frontend);
     const metricsServer = serveMetrics(s, metrics);
+    // Loads still running (an `initialize()` that hangs) would hold up the endpoints' drain of the requests
+    // that asked for them: they are cancelled before it.
+    stack.defer("loads in progress", () => registry.cancelLoads());
     // The first undo: readiness turns false before the endpoints stop.
     stack.defer("readiness", () => void (stopping = true));
     checkAborted(s);

@@ -44,6 +44,12 @@ export interface InstanceContext {
   deviceId: number;
   /** Server-wide settings from `--backend-config=<backend>,<key>=<value>`. */
   backendConfig: Record<string, string>;
+  /**
+   * Aborted when the load is cancelled (the model is unloaded, or the server stops, while it loads): a backend
+   * whose instance start can wait (a Python `initialize()`) gives up, frees what it started and throws the
+   * signal's reason.
+   */
+  signal?: AbortSignal;
 }
 
 /** One model instance: executes whole batches. */

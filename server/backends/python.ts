@@ -460,12 +460,20 @@ class Stub {
   static async start(opts: StubOptions): Promise<Stub> {
     const dir = await Deno.makeTempDir({ prefix: `dinfer-py-${Deno.pid}-` });
     const stub = new Stub(opts, dir);
+    // A cancelled load stops the stub at once, whatever `initialize()` is doing.
+    const signal = opts.ctx.signal;
+    const cancel = () => void stub.kill();
+    signal?.addEventListener("abort", cancel, { once: true });
     try {
+      signal?.throwIfAborted();
       await stub.#start();
+      signal?.throwIfAborted();
       return stub;
     } catch (err) {
       await stub.kill();
-      throw err;
+      throw signal?.aborted ? signal.reason : err;
+    } finally {
+      signal?.removeEventListener("abort", cancel);
     }
   }
 
@@ -1213,8 +1221,10 @@ export class PythonBackend implements Backend {
           stdout: "inherit",
           stderr: "piped",
           env: { PYTHONDONTWRITEBYTECODE: "1" },
+          signal: ctx.signal,
         }).output();
       } catch (err) {
+        if (ctx.signal?.aborted) throw ctx.signal.reason;
         throw unavailable(
           `Cannot load '${config.name}': cannot start Python '${python}': ${(err as Error).message}`,
         );

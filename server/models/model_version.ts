@@ -106,10 +106,17 @@ export class ModelVersion {
    * @param backend the backend to create instances with
    * @param modelDir the model folder
    * @param backendConfig server-wide settings for the backend
+   * @param signal cancels the load (it then fails with the signal's reason)
    */
-  async load(backend: Backend, modelDir: string, backendConfig: Record<string, string>): Promise<void> {
+  async load(
+    backend: Backend,
+    modelDir: string,
+    backendConfig: Record<string, string>,
+    signal?: AbortSignal,
+  ): Promise<void> {
     const started = performance.now();
     try {
+      signal?.throwIfAborted();
       this.#signature = await buildSignature(this.config, modelDir);
       const versionDir = join(modelDir, String(this.version));
       const modelPath = join(versionDir, this.config.default_model_filename || backend.defaultModelFilename);
@@ -141,9 +148,11 @@ export class ModelVersion {
               kind: group.kind,
               deviceId: group.gpus?.[i % Math.max(1, group.gpus.length)] ?? 0,
               backendConfig,
+              signal,
             }),
           );
           limits.push(instanceLimits(group, i));
+          signal?.throwIfAborted();
         }
       }
       await warmup(this.config, modelDir, this.#instances);

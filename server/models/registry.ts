@@ -97,6 +97,8 @@ export interface ModelEntry {
   reason: string;
   /** The model folder's files (paths, sizes, modification times) when it was loaded. */
   stamp?: string;
+  /** Cancels the entry's load while it runs (see {@linkcode InstanceContext.signal}). */
+  loading?: AbortController;
 }
 
 /** Options of a repository-extension load. */
@@ -251,6 +253,8 @@ export class ModelRegistry {
   #backends: Map<string, Backend>;
   #models = new Map<string, ModelEntry>();
   #locks = new Map<string, Promise<void>>();
+  /** The entries whose load runs now. */
+  #building = new Set<ModelEntry>();
   /** Ensembles whose composing models are being loaded (guards against cycles). */
   #composing = new Set<string>();
   /** The temporary repositories of uploaded models, removed when no version needs them any more. */
@@ -491,6 +495,9 @@ export class ModelRegistry {
    * @param name the model name
    */
   async retireModel(name: string): Promise<void> {
+    // A load of the model that is still running (an `initialize()` that hangs) would hold the unload up
+    // behind it: it is cancelled, and its load request fails saying why.
+    this.#cancelLoads(name, `the load was cancelled: '${name}' was unloaded while it loaded`);
     await this.#serialized(name, async () => {
       const entry = this.#models.get(name);
       if (!entry) return;
@@ -557,7 +564,14 @@ export class ModelRegistry {
         duplicate.join(", ")
       })`;
     } else {
-      await this.#load(entry, override);
+      entry.loading = new AbortController();
+      this.#building.add(entry);
+      try {
+        await this.#load(entry, override);
+      } finally {
+        this.#building.delete(entry);
+        entry.loading = undefined;
+      }
     }
     const old = this.#models.get(name);
     const oldReady = old ? [...old.versions.values()].filter((v) => v.state === "READY") : [];
@@ -601,7 +615,10 @@ export class ModelRegistry {
         // Complete from the newest selected version that has a folder (`specific` may list one without).
         const present = versions.filter((v) => available.includes(v));
         const v = present[present.length - 1] ?? versions[versions.length - 1]!;
-        await backend.autoComplete(config, this.#context(entry, config, backend, v));
+        await backend.autoComplete(config, {
+          ...this.#context(entry, config, backend, v),
+          signal: entry.loading?.signal,
+        });
         config = toModelConfig(config, name);
       }
       await validateConfig(config, name, location.dir);
@@ -618,7 +635,7 @@ export class ModelRegistry {
           mv.reason = `Cannot load '${name}' version ${v}: the version folder does not exist`;
           return;
         }
-        await mv.load(backend, location.dir, backendConfig);
+        await mv.load(backend, location.dir, backendConfig, entry.loading?.signal);
       }));
     } catch (err) {
       entry.reason = err instanceof Error ? err.message : String(err);
@@ -823,8 +840,34 @@ export class ModelRegistry {
     return rows;
   }
 
-  /** Unloads every model, waiting for in-flight requests. */
+  /**
+   * Cancels every load that runs now (the server stops): their load requests fail saying so, and the
+   * Python stubs they started are stopped.
+   */
+  cancelLoads(): void {
+    this.#cancelLoads(undefined, "the load was cancelled: the server is shutting down");
+  }
+
+  /**
+   * Cancels the loads that run now (all, or those of one model).
+   * @param name the model, or undefined for every model
+   * @param why the reason the load requests fail with
+   */
+  #cancelLoads(name: string | undefined, why: string): void {
+    for (const entry of this.#building) {
+      if (name === undefined || entry.name === name) {
+        entry.loading?.abort(unavailable(`Cannot load '${entry.name}': ${why}`));
+      }
+    }
+  }
+
+  /**
+   * Unloads every model, waiting for in-flight requests. Loads still running are cancelled first (their
+   * Python stubs are stopped), so a model whose `initialize()` hangs does not hold the close up.
+   */
   async close(): Promise<void> {
+    this.cancelLoads();
+    await Promise.all([...this.#locks.values()]);
     const all = [...this.#models.values()].flatMap((e) => [...e.versions.values()]);
     await Promise.all(all.filter((v) => v.state === "READY").map((v) => v.unload()));
     await Promise.all([...this.#models.values()].map((e) => this.#discard(e.location)));

@@ -1,11 +1,12 @@
 /**
  * A model whose load hangs (initialize() never returns) holds up nothing else: polling goes on for the other
- * models, SIGTERM exits within --exit-timeout-secs, and the stub does not outlive the server.
+ * models, an unload of it cancels the load, a server stopped in the same process stops its stub, SIGTERM exits
+ * within --exit-timeout-secs, and the stub does not outlive the server.
  * @module
  */
 
 import assert from "node:assert/strict";
-import { FIXTURES, pythonPath, startServerProcess } from "../helpers.ts";
+import { FIXTURES, pythonPath, startServerProcess, startTestServer } from "../helpers.ts";
 
 const HANG_CONFIG = `name: "hang_py"
 backend: "python"
@@ -158,6 +159,77 @@ Deno.test("a stub whose server was killed with SIGKILL exits by itself", async (
       await server.output;
     }
   } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
+
+/**
+ * Starts a load of hang_py in explicit mode and waits until its stub hangs in initialize().
+ * @returns the load request's answer, still to come (in an object, so that awaiting the call does not wait
+ *   for it)
+ */
+async function hangingLoad(url: string, repo: string): Promise<{ load: Promise<Response> }> {
+  await Deno.remove(`${repo}/hang_py/initializing`).catch(() => {});
+  const load = fetch(`${url}/v2/repository/models/hang_py/load`, { method: "POST" });
+  await until("the stub hangs in initialize()", () => exists(`${repo}/hang_py/initializing`), 20_000);
+  assert.equal(processesMentioning(repo).length, 1);
+  return { load };
+}
+
+Deno.test("unloading a model whose load hangs cancels the load and stops its stub", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-hang-" });
+  await addHangingModel(repo);
+  await using s = await startTestServer([
+    `--model-repository=${repo}`,
+    "--model-control-mode=explicit",
+    "--strict-readiness=false",
+    `--backend-config=python,python-executable=${pythonPath()}`,
+  ]);
+  try {
+    const { load } = await hangingLoad(s.url, repo);
+    const unload = await fetch(`${s.url}/v2/repository/models/hang_py/unload`, { method: "POST" });
+    assert.equal(unload.status, 200, await unload.text());
+    const loaded = await load;
+    assert.equal(loaded.status, 400);
+    assert.deepEqual(await loaded.json(), {
+      error:
+        "Cannot load 'hang_py': failed to load 'hang_py': Cannot load 'hang_py': the load was cancelled: " +
+        "'hang_py' was unloaded while it loaded",
+    });
+    assert.deepEqual(processesMentioning(repo), []);
+    // The server goes on: the model loads again (and hangs again) when asked.
+    const again = await hangingLoad(s.url, repo);
+    await s.close();
+    assert.equal((await again.load).status, 400);
+  } finally {
+    for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
+    await Deno.remove(repo, { recursive: true });
+  }
+});
+
+Deno.test("a server stopped in its own process cancels a hanging load and stops its stub", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-hang-" });
+  await addHangingModel(repo);
+  const s = await startTestServer([
+    `--model-repository=${repo}`,
+    "--model-control-mode=explicit",
+    "--strict-readiness=false",
+    `--backend-config=python,python-executable=${pythonPath()}`,
+  ]);
+  try {
+    const { load } = await hangingLoad(s.url, repo);
+    // Without the cancel, the close waits for initialize() (600 s) and the test runs into its limit.
+    await s.close();
+    assert.deepEqual(processesMentioning(repo), []);
+    const loaded = await load;
+    assert.equal(loaded.status, 400);
+    assert.deepEqual(await loaded.json(), {
+      error:
+        "Cannot load 'hang_py': failed to load 'hang_py': Cannot load 'hang_py': the load was cancelled: " +
+        "the server is shutting down",
+    });
+  } finally {
+    for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
     await Deno.remove(repo, { recursive: true });
   }
 });
