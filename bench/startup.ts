@@ -5,7 +5,8 @@
  * answers the same readiness request with `Deno.serve`, started the same way, in alternating rounds.
  *
  * Usage: `deno run -A bench/startup.ts [--rounds=5] [--idle-secs=3] [--no-write] [--out=<path>]`; writes its
- * section of bench/RESULTS.md (or the file --out names) (between `<!-- startup:start -->` and `<!-- startup:end -->`).
+ * section (between `<!-- startup:start -->` and `<!-- startup:end -->`) of bench/RESULTS.md, or of the file
+ * `--out` names.
  * @module
  */
 
