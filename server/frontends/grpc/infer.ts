@@ -11,9 +11,12 @@ import type { ModelVersion } from "../../models/model_version.ts";
 import { type Endpoint, ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { ApiGroup } from "../restricted.ts";
 import { codec, type GrpcDeps, grpcError, method, SERVICE, undecodable } from "./_calls.ts";
+import type { InferResponse } from "../../core/types.ts";
+import type { ShmWritten } from "../../shm/session.ts";
+import { FRAME_PREFIX, framedCodec, FramedMessage } from "./framing.ts";
 import {
   decodeModelInferRequest,
-  encodeModelInferResponse,
+  encodeModelInferResponseParts,
   type ModelInferRequestMessage,
 } from "./infer_codec.ts";
 
@@ -31,23 +34,26 @@ export const inferRequestCodec = codec(lookupType("ModelInferRequest"), false);
  * @param msg the request message
  * @param mv the model version the pipeline accepted
  * @param endpoint the endpoint, for statistics and traces
- * @returns the response message
+ * @param stream whether the answer is a stream's message (`ModelStreamInferResponse`, the response marked final)
+ *   rather than a `ModelInferResponse`
+ * @returns the answer, serialized and framed (a large output its own part, not copied)
  */
 export async function runInfer(
   pipeline: InferencePipeline,
   msg: Message,
   mv: ModelVersion,
   endpoint: Endpoint,
-): Promise<Message> {
+  stream = false,
+): Promise<FramedMessage> {
   const received = nowNs();
   const session = pipeline.shmSession();
   const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session?.reader);
-  return await pipeline.infer(
-    mv,
-    request,
-    { endpoint, shm: session, recvEnd: received },
-    encodeModelInferResponse,
-  );
+  const options = stream
+    ? { reserve: FRAME_PREFIX, stream, parameters: { triton_final_response: true } }
+    : { reserve: FRAME_PREFIX };
+  const respond = (response: InferResponse, written: ShmWritten | undefined) =>
+    new FramedMessage(encodeModelInferResponseParts(response, written, options));
+  return await pipeline.infer(mv, request, { endpoint, shm: session, recvEnd: received }, respond);
 }
 
 /**
@@ -56,14 +62,17 @@ export async function runInfer(
  */
 export function modelInfer({ pipeline, calls }: GrpcDeps): {
   definition: grpc.MethodDefinition<unknown, unknown>;
-  handler: grpc.handleUnaryCall<Message, Message>;
+  handler: grpc.handleUnaryCall<Message, Message | FramedMessage>;
 } {
   const definition = method(
     `/${SERVICE}/ModelInfer`,
     inferRequestCodec,
-    codec(lookupType("ModelInferResponse"), true),
+    framedCodec(lookupType("ModelInferResponse")),
   );
-  const handler = (call: grpc.ServerUnaryCall<Message, Message>, callback: grpc.sendUnaryData<Message>) => {
+  const handler = (
+    call: grpc.ServerUnaryCall<Message, Message | FramedMessage>,
+    callback: grpc.sendUnaryData<Message | FramedMessage>,
+  ) => {
     const bad = undecodable(call.request, "ModelInfer");
     if (bad) {
       callback(grpcError(bad));

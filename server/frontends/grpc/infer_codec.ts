@@ -8,6 +8,8 @@
 import { BytesTensor } from "../../core/bytes_tensor.ts";
 import { bytesOf, type Datatype, elementCount, fromJsonValues, isDatatype } from "../../core/dtypes.ts";
 import { invalidArg } from "../../core/errors.ts";
+import { lookupType } from "../../core/protos.ts";
+import type * as protobuf from "protobufjs";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 import { requestedClassification, shapeText } from "../../core/validate.ts";
 import { shmLocation } from "../../shm/regions.ts";
@@ -282,4 +284,100 @@ export function encodeModelInferResponse(
       shmOutputs?.has(t.name) ? new Uint8Array(0) : t.data instanceof Uint8Array ? t.data : t.data.data
     ),
   };
+}
+
+/** The wire tag of `ModelInferResponse.raw_output_contents` (field 6, length-delimited). */
+const RAW_OUTPUT_TAG = (6 << 3) | 2;
+/** The wire tag of `ModelStreamInferResponse.infer_response` (field 2, length-delimited). */
+const STREAM_RESPONSE_TAG = (2 << 3) | 2;
+
+let responseType: protobuf.Type | undefined;
+
+/** The bytes of a varint (a length: non-negative, below 2^53). */
+function varintLength(n: number): number {
+  let length = 1;
+  for (; n >= 128; n = Math.floor(n / 128)) length++;
+  return length;
+}
+
+/** Writes a varint at `at`, returning the position after it. */
+function writeVarint(out: Uint8Array, at: number, n: number): number {
+  for (; n >= 128; n = Math.floor(n / 128)) out[at++] = (n % 128) | 128;
+  out[at++] = n;
+  return at;
+}
+
+/** Raw outputs from this size on are parts of their own in `encodeModelInferResponseParts`; smaller ones are copied. */
+export const OWN_PART_BYTES = 64 * 1024;
+
+/** How `encodeModelInferResponseParts` lays the message out. */
+export interface ResponsePartsOptions {
+  /** Bytes left free at the start of the first part, for the caller (a frame header); 0 unless given. */
+  reserve?: number;
+  /** Whether the message is a `ModelStreamInferResponse` carrying the response (and no error). */
+  stream?: boolean;
+  /** Parameters added to the response's own. */
+  parameters?: Record<string, ParamValue>;
+}
+
+/** Joins byte arrays into one. */
+function join(chunks: Uint8Array[], length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}
+
+/**
+ * Encodes a core response as the protobuf bytes of a `ModelInferResponse` (outputs in `raw_output_contents`), in
+ * parts whose concatenation is the message: the fields but the raw contents through protobufjs, then the raw
+ * contents (the message's last field), each output of `OWN_PART_BYTES` or more being a part of its own (the
+ * output's bytes, not a copy) and the rest joined around them.
+ * @param response the core response
+ * @param shmOutputs outputs already written to shared memory, with their parameters
+ * @param options free bytes before the message, the stream's wrapping, added parameters
+ * @returns the parts: the first starts with `reserve` free bytes
+ */
+export function encodeModelInferResponseParts(
+  response: InferResponse,
+  shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
+  options: ResponsePartsOptions = {},
+): Uint8Array[] {
+  const { reserve = 0, stream = false } = options;
+  const withParameters = options.parameters
+    ? { ...response, parameters: { ...response.parameters, ...options.parameters } }
+    : response;
+  const { raw_output_contents, ...fields } = encodeModelInferResponse(withParameters, shmOutputs);
+  const head = (responseType ??= lookupType("ModelInferResponse")).encode(fields).finish();
+  const raw = raw_output_contents as Uint8Array[];
+  let inner = head.byteLength;
+  for (const r of raw) inner += 1 + varintLength(r.byteLength) + r.byteLength;
+  const prefix = new Uint8Array(reserve + (stream ? 1 + varintLength(inner) : 0));
+  if (stream) {
+    prefix[reserve] = STREAM_RESPONSE_TAG;
+    writeVarint(prefix, reserve + 1, inner);
+  }
+  const parts: Uint8Array[] = [];
+  let joined: Uint8Array[] = [prefix, head];
+  let joinedLength = prefix.byteLength + head.byteLength;
+  for (const r of raw) {
+    const tag = new Uint8Array(1 + varintLength(r.byteLength));
+    tag[0] = RAW_OUTPUT_TAG;
+    writeVarint(tag, 1, r.byteLength);
+    joined.push(tag);
+    joinedLength += tag.byteLength;
+    if (r.byteLength < OWN_PART_BYTES) {
+      joined.push(r);
+      joinedLength += r.byteLength;
+    } else {
+      parts.push(join(joined, joinedLength), r);
+      joined = [];
+      joinedLength = 0;
+    }
+  }
+  if (joinedLength > 0 || parts.length === 0) parts.push(join(joined, joinedLength));
+  return parts;
 }

@@ -13,6 +13,7 @@ import { GoawayFilter } from "./goaway_filter.ts";
 import type { InferencePipeline } from "../../pipeline/pipeline.ts";
 import { type ApiGroup, GRPC_RESTRICTED_PREFIX, matchesRestriction } from "../restricted.ts";
 import { CallCounter, type GrpcDeps, SERVICE } from "./_calls.ts";
+import { installGrpcJsPatches } from "./framing.ts";
 import type { GrpcOptions } from "./options.ts";
 import { UNARY_METHODS, unaryMethod } from "./unary.ts";
 import { INFER_GROUP, modelInfer } from "./infer.ts";
@@ -88,6 +89,11 @@ export async function startGrpcServer(
   pipeline: InferencePipeline,
   options: GrpcOptions,
 ): Promise<GrpcServer> {
+  if (!installGrpcJsPatches()) {
+    options.logger?.warning(
+      "gRPC: @grpc/grpc-js is not a version whose message framing dinfer adapts (server/frontends/grpc/framing.ts); large messages take a copy more",
+    );
+  }
   const calls = new CallCounter();
   const deps: GrpcDeps = { pipeline, options, calls };
   const services = new Map<string, {

@@ -11,7 +11,8 @@ import { lookupType } from "../../core/protos.ts";
 import type { ModelVersion } from "../../models/model_version.ts";
 import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { ApiGroup } from "../restricted.ts";
-import { codec, type GrpcDeps, method, SERVICE, undecodable } from "./_calls.ts";
+import { type GrpcDeps, method, SERVICE, undecodable } from "./_calls.ts";
+import { framedCodec, type FramedMessage } from "./framing.ts";
 import { inferRequestCodec, runInfer } from "./infer.ts";
 import {
   decodeModelInferRequest,
@@ -94,15 +95,15 @@ async function inferDecoupled(
  */
 export function modelStreamInfer({ pipeline, calls }: GrpcDeps): {
   definition: grpc.MethodDefinition<unknown, unknown>;
-  handler: grpc.handleBidiStreamingCall<Message, Message>;
+  handler: grpc.handleBidiStreamingCall<Message, Message | FramedMessage>;
 } {
   const definition = method(
     `/${SERVICE}/ModelStreamInfer`,
     inferRequestCodec,
-    codec(lookupType("ModelStreamInferResponse"), true),
+    framedCodec(lookupType("ModelStreamInferResponse")),
     true,
   );
-  const handler = (call: grpc.ServerDuplexStream<Message, Message>) => {
+  const handler = (call: grpc.ServerDuplexStream<Message, Message | FramedMessage>) => {
     calls.begin();
     let open = true;
     const finish = () => {
@@ -119,7 +120,7 @@ export function modelStreamInfer({ pipeline, calls }: GrpcDeps): {
     });
     let last: Promise<void> = Promise.resolve();
     const streaming = new Set<Promise<void>>();
-    const write = (out: Message) => {
+    const write = (out: Message | FramedMessage) => {
       if (!call.cancelled && !call.writableEnded) call.write(out);
     };
     call.on("data", (msg: Message) => {
@@ -153,13 +154,9 @@ export function modelStreamInfer({ pipeline, calls }: GrpcDeps): {
         });
         return;
       }
-      const answer = runInfer(pipeline, msg, mv, ENDPOINTS.grpcStream).then((infer_response) => {
-        infer_response.parameters = {
-          ...(infer_response.parameters as Message),
-          triton_final_response: { bool_param: true },
-        };
-        return { error_message: "", infer_response };
-      }, (err) => streamError(msg, err));
+      const answer = runInfer(pipeline, msg, mv, ENDPOINTS.grpcStream, true).catch((err) =>
+        streamError(msg, err)
+      );
       last = last.then(async () => write(await answer));
     });
     call.on("end", async () => {

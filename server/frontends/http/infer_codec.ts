@@ -21,6 +21,7 @@ import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor }
 import { requestedClassification, shapeText } from "../../core/validate.ts";
 import { shmLocation } from "../../shm/regions.ts";
 import { readShmInput, type ShmReader } from "../../shm/session.ts";
+import { DEFERRED_DATA, JSON_STREAM_BYTES, jsonChunks, jsonWhole } from "./json_chunks.ts";
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
@@ -272,6 +273,11 @@ export interface EncodedResponse {
   readonly parts: readonly Uint8Array[];
   /** The body's length in bytes when binary data follows (undefined for pure JSON). */
   readonly byteLength: number | undefined;
+  /**
+   * For pure JSON with outputs of `JSON_STREAM_BYTES` or more (then `text` is undefined): the body, their data
+   * written in chunks as it is read.
+   */
+  readonly chunks?: () => ReadableStream<Uint8Array>;
 }
 
 /**
@@ -287,6 +293,9 @@ export const STREAM_RESPONSE_BYTES: number = 1 << 20;
  * @param encoded the encoded response
  */
 export function inferResponse(encoded: EncodedResponse): Response {
+  if (encoded.chunks) {
+    return new Response(encoded.chunks(), { status: 200, headers: { "content-type": "application/json" } });
+  }
   if (encoded.text !== undefined) {
     return new Response(encoded.text, { status: 200, headers: { "content-type": "application/json" } });
   }
@@ -312,6 +321,20 @@ export function inferResponse(encoded: EncodedResponse): Response {
   });
 }
 
+/** A pure JSON answer whose large outputs' data is written in chunks as the body is read. */
+function deferredJson(text: string, deferred: readonly Tensor[]): EncodedResponse {
+  return {
+    text: undefined,
+    headerLength: undefined,
+    parts: [],
+    byteLength: undefined,
+    chunks: () => jsonChunks(text, deferred),
+    get body() {
+      return utf8Encode(jsonWhole(text, deferred));
+    },
+  };
+}
+
 /**
  * Encodes an inference response: outputs in JSON, or in binary when the output asks (`binary_data`) or the
  * request does (`binary_data_output`).
@@ -327,6 +350,8 @@ export function encodeInferResponse(
   shmOutputs?: Map<string, Record<string, ParamValue>>,
 ): EncodedResponse {
   const chunks: Uint8Array[] = [];
+  /** Outputs whose data is written later (`json_chunks.ts`), `DEFERRED_DATA` standing in the text. */
+  const deferred: Tensor[] = [];
   // The JSON text is written piece by piece: the tensor data arrays straight from their typed arrays.
   const outputs = response.outputs.map((t) => {
     const inShm = shmOutputs?.get(t.name);
@@ -345,9 +370,10 @@ export function encodeInferResponse(
         parameters: { binary_data_size: bytes.byteLength },
       });
     }
+    const large = t.data.byteLength >= JSON_STREAM_BYTES && deferred.push(t) > 0;
     return `{"name":${JSON.stringify(t.name)},"datatype":"${t.datatype}","shape":${
       JSON.stringify(t.shape)
-    },"data":${toJsonText(t.datatype, t.data)}}`;
+    },"data":${large ? DEFERRED_DATA : toJsonText(t.datatype, t.data)}}`;
   });
   let text = `{"model_name":${JSON.stringify(response.model)},"model_version":${
     JSON.stringify(response.version)
@@ -357,6 +383,10 @@ export function encodeInferResponse(
     text += `,"parameters":${JSON.stringify(response.parameters)}`;
   }
   text += `,"outputs":[${outputs.join(",")}]}`;
+  if (deferred.length > 0) {
+    if (chunks.length === 0) return deferredJson(text, deferred);
+    text = jsonWhole(text, deferred);
+  }
   if (chunks.length === 0) {
     const json = text;
     return {
