@@ -9,6 +9,7 @@ import {
   onnxRuntimeBackend,
   sessionOptions,
   WORKER_MIN_MODEL_BYTES,
+  workerIntraOpThreads,
 } from "../../server/backends/onnxruntime.ts";
 import { CTL, CTL_WORDS, reached, slotOf, SLOTS, slotWord } from "../../server/backends/onnxruntime_shm.ts";
 import type { InstanceContext } from "../../server/backends/backend.ts";
@@ -704,4 +705,8 @@ Deno.test("worker requests alternate between the two slots and count past the In
     5,
   ]);
   assertEquals(CTL_WORDS, 6);
+});
+
+Deno.test("a worker instance's session leaves one core to the server's thread", () => {
+  assertEquals([1, 2, 3, 4, 16].map(workerIntraOpThreads), [1, 1, 2, 3, 15]);
 });
