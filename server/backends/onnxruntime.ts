@@ -985,15 +985,26 @@ class WorkerRunner implements SessionRunner {
 }
 
 /**
+ * How long after the worker's last run a lone request still goes to the worker (ms): a gap in a stream of
+ * batches is not a lone request, and running it on the server's thread would hold up the reading and answering
+ * of the requests that follow (bench/mlp_bench.ts, 64 connections: 20 to 60 such runs a second, 20 to 40 ms of
+ * the server's thread).
+ */
+export const LONE_QUIET_MS = 20;
+
+/**
  * A worker instance that also holds a session on the server's thread, for the lone request: a run of one
  * request's own buffers (not a batch the scheduler concatenated into the worker's arena) while the worker is
- * idle runs on the server's thread, as fast as an instance there; batches, and anything that arrives while the
- * worker runs, go to the worker (in order), so that the server's thread goes on reading and answering requests
- * under load. The price is the model's weights held twice (see LONE_ON_MAIN_MAX_MODEL_BYTES).
+ * idle and has run nothing for LONE_QUIET_MS runs on the server's thread, as fast as an instance there;
+ * batches, and anything that arrives while the worker runs or shortly after, go to the worker (in order), so
+ * that the server's thread goes on reading and answering requests under load. The price is the model's weights
+ * held twice (see LONE_ON_MAIN_MAX_MODEL_BYTES).
  */
 class LoneOnMainRunner implements SessionRunner {
   #main: NativeRunner;
   #worker: WorkerRunner;
+  /** When the worker's last run ended (performance.now()). */
+  #workerEnd = -Infinity;
   constructor(main: NativeRunner, worker: WorkerRunner) {
     this.#main = main;
     this.#worker = worker;
@@ -1015,8 +1026,13 @@ class LoneOnMainRunner implements SessionRunner {
   }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     const batch = feeds.some((f) => ArrayBuffer.isView(f.data) && f.data.buffer instanceof SharedArrayBuffer);
-    if (!batch && this.#worker.idle) return this.#main.run(feeds, fetches);
-    return this.#worker.run(feeds, fetches);
+    if (!batch && this.#worker.idle && performance.now() - this.#workerEnd >= LONE_QUIET_MS) {
+      return this.#main.run(feeds, fetches);
+    }
+    const ended = () => (this.#workerEnd = performance.now());
+    const run = this.#worker.run(feeds, fetches);
+    run.then(ended, ended);
+    return run;
   }
   async close(): Promise<void> {
     await Promise.all([this.#main.close(), this.#worker.close()]);
