@@ -31,8 +31,12 @@ import {
   growableShared,
   HEADER_BYTES,
   KIND,
+  reached,
   readMessage,
   type SharedBlocks,
+  slotOf,
+  SLOTS,
+  slotWord,
   STATUS,
 } from "./onnxruntime_shm.ts";
 
@@ -351,6 +355,8 @@ interface SessionRunner extends ModelIo {
   readonly inputNames: readonly string[];
   /** Lends a buffer for a batched input (see BackendInstance.inputBuffer), where the runner reuses them. */
   inputBuffer?(name: string, byteLength: number): Uint8Array;
+  /** Runs it takes before the first is answered (see BackendInstance.pipelineDepth); 1 when absent. */
+  readonly pipelineDepth?: number;
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
   close(): Promise<void>;
 }
@@ -584,22 +590,30 @@ interface WorkerJob {
   fetches: readonly string[];
   resolve: (v: OrtValue[]) => void;
   reject: (e: Error) => void;
+  /** Its request number, once started. */
+  seq: number;
+  /** Whether it went through a slot (else it was posted). */
+  shared: boolean;
 }
 
-/** How long closing waits for the run in flight, and then for the worker to dispose of its session. */
+/** How long closing waits for the runs in flight, and then for the worker to dispose of its session. */
 const WORKER_CLOSE_WAIT_MS = 2000;
 
 /**
  * A session on a worker thread of its own: the main thread goes on reading and answering requests while the
- * worker runs a batch, and instances of a model run truly at the same time. Runs go one at a time, in order.
+ * worker runs a batch, and instances of a model run truly at the same time. Runs go in order.
  *
- * With the native binding, runs cross in shared memory (onnxruntime_shm.ts): the scheduler concatenates a batch
- * straight into the input arena (inputBuffer lends views of it while the worker is idle), the header says what
- * to run, and `Atomics.notify` wakes the worker, blocked in `Atomics.wait`; the main thread awaits
- * `Atomics.waitAsync` and copies the outputs out of the output arena (so that the next run may overwrite it).
- * A wake-up this way costs a fraction of a postMessage's to an idle worker, which a lone request pays each time.
- * Runs the arenas cannot carry (strings, oversize tensors) are posted: their inputs cross in buffers of
- * InputBuffers, transferred (not copied) and given back with the reply, and their outputs are transferred back.
+ * With the native binding, runs cross in shared memory (onnxruntime_shm.ts) through two slots in turn: the
+ * scheduler concatenates a batch straight into the next slot's input arena (inputBuffer lends views of it while
+ * that slot is free), the slot's header says what to run, and `Atomics.notify` wakes the worker, blocked in
+ * `Atomics.wait` when it has nothing to do; the main thread awaits `Atomics.waitAsync` and copies the outputs out
+ * of the slot's output arena (so that the slot's next run may overwrite them). With a run on the worker, the
+ * next one goes into the other slot at once (the instance's pipeline depth is 2): the worker starts it as soon
+ * as it finishes the one before, while the main thread takes that one's answer. A wake-up this way costs a
+ * fraction of a postMessage's to an idle worker, which a lone request pays each time.
+ * Runs the arenas cannot carry (strings, oversize tensors) are posted, one at a time with nothing else on the
+ * worker: their inputs cross in buffers of InputBuffers, transferred (not copied) and given back with the reply,
+ * and their outputs are transferred back.
  */
 class WorkerRunner implements SessionRunner {
   #worker: Worker;
@@ -611,10 +625,12 @@ class WorkerRunner implements SessionRunner {
   /** The shared blocks, once the worker said it takes runs through them. */
   #blocks: SharedBlocks | undefined;
   #ctl: Int32Array | undefined;
+  /** The number of the last request to the worker. */
   #seq = 0;
-  /** The input arena's bytes lent since the last run that used lent views: later copies go past them. */
-  #lent = 0;
-  #current: WorkerJob | undefined;
+  /** Per slot, the input arena's bytes lent since the slot's last run that used lent views: copies go past. */
+  #lent: number[] = new Array<number>(SLOTS).fill(0);
+  /** The runs on the worker, oldest first: up to SLOTS of them through the slots, or one posted. */
+  #running: WorkerJob[] = [];
   #queue: WorkerJob[] = [];
   /** Runs whose reply comes as a posted message, by request number, and replies that came before their run. */
   #posted = new Map<number, { job: WorkerJob; names: string[] }>();
@@ -631,7 +647,12 @@ class WorkerRunner implements SessionRunner {
 
   /** Whether no run is in flight or queued. */
   get idle(): boolean {
-    return this.#current === undefined && this.#queue.length === 0;
+    return this.#running.length === 0 && this.#queue.length === 0 && this.#posted.size === 0;
+  }
+
+  /** Batches the scheduler may hand over before the first is answered: one per slot (see the class). */
+  get pipelineDepth(): number {
+    return this.#blocks ? SLOTS : 1;
   }
 
   static open(path: string, options: ort.InferenceSession.SessionOptions): Promise<WorkerRunner> {
@@ -639,9 +660,11 @@ class WorkerRunner implements SessionRunner {
     const runner = new WorkerRunner(worker);
     const shared: SharedBlocks = {
       control: new SharedArrayBuffer(CTL_WORDS * 4),
-      header: new SharedArrayBuffer(HEADER_BYTES),
-      input: growableShared(64 * 1024),
-      output: growableShared(64 * 1024),
+      slots: Array.from({ length: SLOTS }, () => ({
+        header: new SharedArrayBuffer(HEADER_BYTES),
+        input: growableShared(64 * 1024),
+        output: growableShared(64 * 1024),
+      })),
     };
     return new Promise((resolve, reject) => {
       worker.onerror = (e) => {
@@ -687,42 +710,68 @@ class WorkerRunner implements SessionRunner {
     return this.#outputMetadata;
   }
 
+  /** Whether a run may go through the next slot now: it is free and nothing is waiting to go before. */
+  #slotFree(): boolean {
+    return this.#blocks !== undefined && !this.#closing && this.#queue.length === 0 &&
+      this.#running.length < SLOTS && this.#running.every((j) => j.shared);
+  }
+
   /**
-   * A view of the input arena while the worker is idle (the batch it is for runs next, where it lies); else,
-   * or past the arena's limit, a buffer of InputBuffers.
+   * A view of the next slot's input arena while that slot is free (the batch it is for runs next, where it
+   * lies); else, or past the arena's limit, a buffer of InputBuffers.
    */
   inputBuffer(name: string, byteLength: number): Uint8Array {
-    const blocks = this.#blocks;
-    const offset = align8(this.#lent);
-    if (!blocks || this.#current || this.#closing || offset + byteLength > ARENA_MAX_BYTES) {
+    const slot = slotOf((this.#seq + 1) | 0);
+    const offset = align8(this.#lent[slot]!);
+    if (!this.#slotFree() || offset + byteLength > ARENA_MAX_BYTES) {
       return this.#buffers.take(name, byteLength);
     }
-    ensureBytes(blocks.input, offset + byteLength);
-    this.#lent = offset + byteLength;
-    return new Uint8Array(blocks.input, offset, byteLength);
+    const input = this.#blocks!.slots[slot]!.input;
+    ensureBytes(input, offset + byteLength);
+    this.#lent[slot] = offset + byteLength;
+    return new Uint8Array(input, offset, byteLength);
   }
 
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     return new Promise((resolve, reject) => {
-      const job = { feeds, fetches, resolve, reject };
-      if (this.#closing || this.#dead) reject(new Error("the instance is closing"));
-      else if (this.#current) this.#queue.push(job);
-      else this.#start(job);
+      if (this.#closing || this.#dead) {
+        reject(new Error("the instance is closing"));
+        return;
+      }
+      this.#queue.push({ feeds, fetches, resolve, reject, seq: 0, shared: false });
+      this.#kick();
     });
   }
 
-  #start(job: WorkerJob): void {
-    this.#current = job;
-    const seq = this.#seq = (this.#seq + 1) | 0;
-    const ctl = this.#ctl;
-    if (!ctl || !this.#place(job)) {
+  /** Starts the queued runs that may start: into a free slot, or posted when nothing else is on the worker. */
+  #kick(): void {
+    while (this.#queue.length > 0 && !this.#dead) {
+      const job = this.#queue[0]!;
+      const alone = this.#running.length === 0 && this.#posted.size === 0;
+      const beside = this.#running.length < SLOTS && this.#running.every((j) => j.shared);
+      if (!alone && !beside) return;
+      const seq = (this.#seq + 1) | 0;
+      if (this.#ctl && this.#place(job, slotOf(seq))) {
+        this.#queue.shift();
+        this.#seq = seq;
+        job.seq = seq;
+        job.shared = true;
+        this.#running.push(job);
+        const ctl = this.#ctl;
+        Atomics.store(ctl, slotWord(CTL.KIND, slotOf(seq)), KIND.RUN);
+        Atomics.store(ctl, CTL.SEQ, seq);
+        Atomics.notify(ctl, CTL.SEQ);
+        this.#waitDone(seq).then(() => this.#collect());
+        continue;
+      }
+      // A run the slots cannot carry goes alone.
+      if (!alone) return;
+      this.#queue.shift();
+      this.#seq = seq;
+      job.seq = seq;
+      this.#running.push(job);
       this.#post(job, seq);
-      return;
     }
-    Atomics.store(ctl, CTL.KIND, KIND.RUN);
-    Atomics.store(ctl, CTL.SEQ, seq);
-    Atomics.notify(ctl, CTL.SEQ);
-    this.#waitDone(seq).then(() => this.#finishShared(job, seq));
   }
 
   /** Waits until the worker has answered request `seq` (or is gone). */
@@ -730,20 +779,21 @@ class WorkerRunner implements SessionRunner {
     const ctl = this.#ctl!;
     for (;;) {
       const done = Atomics.load(ctl, CTL.DONE);
-      if (done === seq || this.#dead) return;
+      if (reached(done, seq) || this.#dead) return;
       const wait = Atomics.waitAsync(ctl, CTL.DONE, done);
       if (wait.async) await wait.value;
     }
   }
 
   /**
-   * Lays out a run in the input arena and the header: lent views stay where they are, other inputs are copied
-   * past every lent byte. False (nothing written) where the run must be posted instead.
+   * Lays out a run in slot `slot`: its input arena and header. Lent views of that arena stay where they are,
+   * other inputs (a request's own buffer, a view of the other slot's arena) are copied past every lent byte.
+   * False (nothing written) where the run must be posted instead.
    */
-  #place(job: WorkerJob): boolean {
-    const blocks = this.#blocks!;
+  #place(job: WorkerJob, slot: number): boolean {
+    const blocks = this.#blocks!.slots[slot]!;
     let words = 2 + job.fetches.length;
-    let end = this.#lent;
+    let end = this.#lent[slot]!;
     let usesLent = false;
     for (const f of job.feeds) {
       if (!ArrayBuffer.isView(f.data) || !ARENA_TYPE_CODES.has(f.type) || !this.#inputIndex.has(f.name)) {
@@ -793,26 +843,37 @@ class WorkerRunner implements SessionRunner {
     });
     h[p++] = job.fetches.length;
     for (const name of job.fetches) h[p++] = this.#outputIndex.get(name)!;
-    // The lent bytes now belong to this run; what is lent after it (once it is over) starts again at 0.
-    if (usesLent) this.#lent = 0;
+    // The lent bytes now belong to this run; what is lent for the slot after it starts again at 0.
+    if (usesLent) this.#lent[slot] = 0;
     return true;
   }
 
-  /** Takes the answer of a run the worker ran from the arena. */
-  #finishShared(job: WorkerJob, seq: number): void {
-    if (this.#dead) {
-      this.#done(job, new Error("the instance closed before the run finished"));
-      return;
+  /** Takes the answers of the runs the worker finished through the slots, oldest first. */
+  #collect(): void {
+    const ctl = this.#ctl!;
+    while (this.#running.length > 0 && this.#running[0]!.shared) {
+      const job = this.#running[0]!;
+      if (this.#dead) return;
+      if (!reached(Atomics.load(ctl, CTL.DONE), job.seq)) return;
+      this.#running.shift();
+      this.#finishShared(job);
     }
-    const blocks = this.#blocks!;
-    const status = Atomics.load(this.#ctl!, CTL.STATUS);
+    this.#kick();
+    if (this.idle) this.#idle?.();
+  }
+
+  /** Takes the answer of a run the worker ran through its slot. */
+  #finishShared(job: WorkerJob): void {
+    const slot = slotOf(job.seq);
+    const blocks = this.#blocks!.slots[slot]!;
+    const status = Atomics.load(this.#ctl!, slotWord(CTL.STATUS, slot));
     if (status === STATUS.ERROR) {
-      this.#done(job, new Error(readMessage(blocks.header)));
+      job.reject(new Error(readMessage(blocks.header)));
     } else if (status === STATUS.POSTED) {
-      this.#posted.set(seq, { job, names: [] });
-      const early = this.#early.get(seq);
+      this.#posted.set(job.seq, { job, names: [] });
+      const early = this.#early.get(job.seq);
       if (early) {
-        this.#early.delete(seq);
+        this.#early.delete(job.seq);
         this.#reply(early);
       }
     } else {
@@ -822,10 +883,10 @@ class WorkerRunner implements SessionRunner {
         const type = ARENA_TYPES[h[p++]!]!, offset = h[p++]!, byteLength = h[p++]!;
         const dims: number[] = [];
         for (let d = h[p++]!; d > 0; d--) dims.push(h[p++]!);
-        // Copied out: the next run writes its outputs over these bytes.
+        // Copied out: the slot's next run writes its outputs over these bytes.
         return { name, type, dims, data: new Uint8Array(blocks.output, offset, byteLength).slice() };
       });
-      this.#done(job, outputs);
+      job.resolve(outputs);
     }
   }
 
@@ -836,7 +897,7 @@ class WorkerRunner implements SessionRunner {
       if (!ArrayBuffer.isView(f.data)) return f;
       let data = f.data;
       // A buffer the scheduler filled from InputBuffers crosses as it is; anything else (a request's own
-      // buffer, a view of the input arena) is copied into one first and stays untouched.
+      // buffer, a view of an input arena) is copied into one first and stays untouched.
       if (!this.#buffers.owns(data)) {
         const bytes = this.#buffers.take(f.name, data.byteLength);
         bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
@@ -859,13 +920,13 @@ class WorkerRunner implements SessionRunner {
     const ctl = this.#ctl;
     if (ctl) {
       // The worker waits on the control block: send it back to its event loop to read the message.
-      Atomics.store(ctl, CTL.KIND, KIND.MESSAGE);
+      Atomics.store(ctl, slotWord(CTL.KIND, slotOf(id)), KIND.MESSAGE);
       Atomics.store(ctl, CTL.SEQ, id);
       Atomics.notify(ctl, CTL.SEQ);
     }
   }
 
-  /** A posted reply: the result or error of a posted run (or of an arena run whose outputs were posted). */
+  /** A posted reply: the result or error of a posted run (or of a slot's run whose outputs were posted). */
   #reply(msg: Extract<WorkerReply, { op: "result" | "error" }>): void {
     const p = this.#posted.get(msg.id);
     if (!p) {
@@ -874,18 +935,13 @@ class WorkerRunner implements SessionRunner {
     }
     this.#posted.delete(msg.id);
     msg.buffers.forEach((b, i) => b && this.#buffers.give(p.names[i]!, b));
-    this.#done(p.job, msg.op === "result" ? msg.outputs as OrtValue[] : new Error(msg.message));
-  }
-
-  /** Settles the current run and starts the next. */
-  #done(job: WorkerJob, outcome: OrtValue[] | Error): void {
-    if (outcome instanceof Error) job.reject(outcome);
-    else job.resolve(outcome);
-    if (this.#current !== job) return;
-    this.#current = undefined;
-    const next = this.#queue.shift();
-    if (next) this.#start(next);
-    else this.#idle?.();
+    const job = p.job;
+    if (msg.op === "result") job.resolve(msg.outputs as OrtValue[]);
+    else job.reject(new Error(msg.message));
+    const i = this.#running.indexOf(job);
+    if (i >= 0) this.#running.splice(i, 1);
+    this.#kick();
+    if (this.idle) this.#idle?.();
   }
 
   /** Rejects every run: the worker failed or is gone. */
@@ -894,8 +950,7 @@ class WorkerRunner implements SessionRunner {
     for (const job of this.#queue.splice(0)) job.reject(err);
     for (const { job } of this.#posted.values()) job.reject(err);
     this.#posted.clear();
-    this.#current?.reject(err);
-    this.#current = undefined;
+    for (const job of this.#running.splice(0)) job.reject(err);
     // Wake a wait for DONE that the worker will not answer.
     if (this.#ctl) Atomics.notify(this.#ctl, CTL.DONE);
   }
@@ -909,14 +964,15 @@ class WorkerRunner implements SessionRunner {
     const wait = (done: Promise<void>) =>
       Promise.race([done, new Promise<void>((r) => (timer = setTimeout(r, WORKER_CLOSE_WAIT_MS)))])
         .finally(() => clearTimeout(timer));
-    // The run in flight finishes first: a native run cannot be interrupted.
-    if (this.#current && !this.#dead) await wait(new Promise<void>((r) => (this.#idle = r)));
+    // The runs in flight finish first: a native run cannot be interrupted.
+    if (!this.idle && !this.#dead) await wait(new Promise<void>((r) => (this.#idle = r)));
     if (!this.#dead) {
       const closed = new Promise<void>((r) => (this.#closed = r));
       const ctl = this.#ctl;
       if (ctl) {
-        Atomics.store(ctl, CTL.KIND, KIND.EXIT);
-        Atomics.store(ctl, CTL.SEQ, this.#seq = (this.#seq + 1) | 0);
+        const seq = this.#seq = (this.#seq + 1) | 0;
+        Atomics.store(ctl, slotWord(CTL.KIND, slotOf(seq)), KIND.EXIT);
+        Atomics.store(ctl, CTL.SEQ, seq);
         Atomics.notify(ctl, CTL.SEQ);
       } else {
         this.#worker.postMessage({ op: "close" } satisfies WorkerRequest);
@@ -929,15 +985,26 @@ class WorkerRunner implements SessionRunner {
 }
 
 /**
+ * How long after the worker's last run a lone request still goes to the worker (ms): a gap in a stream of
+ * batches is not a lone request, and running it on the server's thread would hold up the reading and answering
+ * of the requests that follow (bench/mlp_bench.ts, 64 connections: 20 to 60 such runs a second, 20 to 40 ms of
+ * the server's thread).
+ */
+export const LONE_QUIET_MS = 20;
+
+/**
  * A worker instance that also holds a session on the server's thread, for the lone request: a run of one
  * request's own buffers (not a batch the scheduler concatenated into the worker's arena) while the worker is
- * idle runs on the server's thread, as fast as an instance there; batches, and anything that arrives while the
- * worker runs, go to the worker (in order), so that the server's thread goes on reading and answering requests
- * under load. The price is the model's weights held twice (see LONE_ON_MAIN_MAX_MODEL_BYTES).
+ * idle and has run nothing for LONE_QUIET_MS runs on the server's thread, as fast as an instance there;
+ * batches, and anything that arrives while the worker runs or shortly after, go to the worker (in order), so
+ * that the server's thread goes on reading and answering requests under load. The price is the model's weights
+ * held twice (see LONE_ON_MAIN_MAX_MODEL_BYTES).
  */
 class LoneOnMainRunner implements SessionRunner {
   #main: NativeRunner;
   #worker: WorkerRunner;
+  /** When the worker's last run ended (performance.now()). */
+  #workerEnd = -Infinity;
   constructor(main: NativeRunner, worker: WorkerRunner) {
     this.#main = main;
     this.#worker = worker;
@@ -954,10 +1021,18 @@ class LoneOnMainRunner implements SessionRunner {
   inputBuffer(name: string, byteLength: number): Uint8Array {
     return this.#worker.inputBuffer(name, byteLength);
   }
+  get pipelineDepth(): number {
+    return this.#worker.pipelineDepth;
+  }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     const batch = feeds.some((f) => ArrayBuffer.isView(f.data) && f.data.buffer instanceof SharedArrayBuffer);
-    if (!batch && this.#worker.idle) return this.#main.run(feeds, fetches);
-    return this.#worker.run(feeds, fetches);
+    if (!batch && this.#worker.idle && performance.now() - this.#workerEnd >= LONE_QUIET_MS) {
+      return this.#main.run(feeds, fetches);
+    }
+    const ended = () => (this.#workerEnd = performance.now());
+    const run = this.#worker.run(feeds, fetches);
+    run.then(ended, ended);
+    return run;
   }
   async close(): Promise<void> {
     await Promise.all([this.#main.close(), this.#worker.close()]);
@@ -977,9 +1052,11 @@ class OrtInstance implements BackendInstance {
   #inputs: Map<string, ModelInputConfig>;
   #outputs: Map<string, ModelOutputConfig>;
   readonly inputBuffer?: (name: string, byteLength: number) => Uint8Array;
+  readonly pipelineDepth: number;
 
   constructor(runner: SessionRunner, config: ModelConfig) {
     this.#runner = runner;
+    this.pipelineDepth = runner.pipelineDepth ?? 1;
     if (runner.inputBuffer) this.inputBuffer = (name, byteLength) => runner.inputBuffer!(name, byteLength);
     this.#config = config;
     this.#batched = config.max_batch_size > 0;
@@ -1104,6 +1181,26 @@ async function fileBytes(path: string): Promise<number> {
   }
 }
 
+/**
+ * The intra-op threads of a worker instance's session where the config does not set `intra_op_thread_count`:
+ * one per core but one, the server's thread keeping a core for reading and answering requests while the worker
+ * runs (ONNX Runtime's own default, one per physical core, has its pool threads and the server's thread take
+ * turns on the same cores). bench/mlp_rounds.ts on 2 cores: with one thread instead of two, the worker's CPU
+ * per inference fell from 39 to 34 µs.
+ * @param cores the machine's logical cores (navigator.hardwareConcurrency)
+ */
+export function workerIntraOpThreads(cores: number): number {
+  return Math.max(1, Math.floor(cores) - 1);
+}
+
+/** The session options of a worker instance: as sessionOptions, with workerIntraOpThreads by default. */
+function workerSessionOptions(
+  options: ort.InferenceSession.SessionOptions,
+): ort.InferenceSession.SessionOptions {
+  if (options.intraOpNumThreads !== undefined) return options;
+  return { ...options, intraOpNumThreads: workerIntraOpThreads(navigator.hardwareConcurrency || 1) };
+}
+
 /** Opens the session of one instance: on a worker thread, through the native binding, or the public API. */
 async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<SessionRunner> {
   const options = sessionOptions(config);
@@ -1111,7 +1208,7 @@ async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<Se
   if (instanceThread(config, ctx.backendConfig, bytes) === "worker") {
     let worker: WorkerRunner;
     try {
-      worker = await WorkerRunner.open(modelPathOf(ctx), options);
+      worker = await WorkerRunner.open(modelPathOf(ctx), workerSessionOptions(options));
     } catch (err) {
       throw invalidArg(`Cannot load ONNX model '${modelPathOf(ctx)}': ${(err as Error).message}`);
     }

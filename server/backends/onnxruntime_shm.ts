@@ -1,34 +1,58 @@
 /**
  * The shared-memory hand-off between the server's thread and an ONNX Runtime instance on a worker thread: what
- * both sides agree on. A run goes through three SharedArrayBuffers of the instance:
+ * both sides agree on. Requests to the worker are numbered (SEQ) and go through two slots in turn (request `seq`
+ * uses slot `seq & 1`), so that the server's thread can hand over the next batch while the worker runs one: the
+ * worker, done with a run, finds the next one waiting and starts it at once, without going to sleep and without
+ * waiting for the server's thread to take the answer of the one before. A slot is
  *
- * - the control block (Int32Array words): the server's thread writes the run's kind, bumps SEQ and notifies it;
- *   the worker, blocked in `Atomics.wait` on SEQ, does the work, writes STATUS, sets DONE to that SEQ and
- *   notifies DONE, on which the server's thread awaits `Atomics.waitAsync`;
  * - the input arena (growable, grown by the server's thread): the batch's inputs, concatenated there by the
  *   scheduler (the instance lends views of it) or copied there;
  * - the output arena (growable, grown by the worker): the outputs, which the server's thread copies out before
- *   the next run can overwrite them;
+ *   the slot's next run can overwrite them;
+ * - a header (Float64Array over a fixed buffer): the feeds (input index, type, place, dims) and the fetched
+ *   outputs going in; the outputs (type, place, dims) or an error message coming back;
  *
- * and a header (Float64Array over a fixed buffer): the feeds (input index, type, place, dims) and the fetched
- * outputs going in; the outputs (type, place, dims) or an error message coming back.
+ * and both share the control block (Int32Array words): the server's thread writes the slot's kind, sets SEQ to
+ * the request's number and notifies it; the worker, blocked in `Atomics.wait` on SEQ while it has nothing to do,
+ * takes the requests after the last one it answered in order, writes each one's STATUS, sets DONE to its number
+ * and notifies DONE, on which the server's thread awaits `Atomics.waitAsync`.
  * @module
  */
 
-/** Words of the control block. */
+/** The slots requests go through in turn: one running, the next one waiting. */
+export const SLOTS = 2;
+
+/** Words of the control block; KIND and STATUS are slot 0's, slot `s`'s are `2 * s` words further. */
 export const CTL = {
-  /** Bumped by the server's thread for every request to the worker. */
+  /** The number of the latest request to the worker (each one more than the one before). */
   SEQ: 0,
-  /** Set by the worker to the SEQ it finished. */
+  /** Set by the worker to the number of the request it finished last. */
   DONE: 1,
-  /** What the request is: one of KIND. */
+  /** What the slot's request is: one of KIND. */
   KIND: 2,
-  /** How the request ended: one of STATUS. */
+  /** How the slot's request ended: one of STATUS. */
   STATUS: 3,
 } as const;
 
 /** The number of Int32 words of the control block. */
-export const CTL_WORDS = 4;
+export const CTL_WORDS = 2 + 2 * SLOTS;
+
+/** The slot of request number `seq`. */
+export function slotOf(seq: number): number {
+  return seq & 1;
+}
+
+/** The control word `word` (CTL.KIND or CTL.STATUS) of slot `slot`. */
+export function slotWord(word: number, slot: number): number {
+  return word + 2 * slot;
+}
+
+/**
+ * Whether request `done` is request `seq` or a later one (request numbers are Int32 values that wrap around).
+ */
+export function reached(done: number, seq: number): boolean {
+  return ((done - seq) | 0) >= 0;
+}
 
 /** What the server's thread asks of the worker. */
 export const KIND = {
@@ -86,12 +110,18 @@ export const ARENA_TYPES: readonly ArenaType[] = Object.keys(ARENA_TYPED) as Are
 /** The code of each element type the arenas carry. */
 export const ARENA_TYPE_CODES: ReadonlyMap<string, number> = new Map(ARENA_TYPES.map((t, i) => [t, i]));
 
-/** The shared buffers of one worker instance, as the open message carries them. */
-export interface SharedBlocks {
-  control: SharedArrayBuffer;
+/** The buffers of one slot. */
+export interface SlotBlocks {
   header: SharedArrayBuffer;
   input: SharedArrayBuffer;
   output: SharedArrayBuffer;
+}
+
+/** The shared buffers of one worker instance, as the open message carries them. */
+export interface SharedBlocks {
+  control: SharedArrayBuffer;
+  /** SLOTS of them. */
+  slots: SlotBlocks[];
 }
 
 /** Rounds a byte offset up to 8, so that every typed view of the arenas is aligned. */

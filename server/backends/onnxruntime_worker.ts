@@ -1,8 +1,8 @@
 /**
  * The worker side of an ONNX Runtime instance that runs on its own thread: it opens one session and runs the
  * batches of the main thread, so that the main thread goes on reading and answering requests meanwhile. With the
- * native binding, the worker waits in `Atomics.wait` for runs handed over in shared memory (see
- * onnxruntime_shm.ts) and goes back to its event loop only for posted messages: runs the shared arenas cannot
+ * native binding, the worker takes runs handed over in shared memory (see onnxruntime_shm.ts) one after the
+ * other, waiting in `Atomics.wait` only when none is waiting, and goes back to its event loop only for posted messages: runs the shared arenas cannot
  * carry (strings, oversize tensors), and closing. Posted runs bring their inputs in transferred buffers, which go
  * back with the reply; their outputs are transferred too.
  * @module
@@ -23,6 +23,9 @@ import {
   HEADER_BYTES,
   KIND,
   type SharedBlocks,
+  type SlotBlocks,
+  slotOf,
+  slotWord,
   STATUS,
   writeMessage,
 } from "./onnxruntime_shm.ts";
@@ -163,7 +166,7 @@ function scratchFor(index: number, byteLength: number): ArrayBuffer {
 }
 
 /** Reads the feeds and fetches of a run from the header, copying the inputs out of the input arena. */
-function readRequest(blocks: SharedBlocks): { feeds: WorkerTensor[]; fetches: string[] } {
+function readRequest(blocks: SlotBlocks): { feeds: WorkerTensor[]; fetches: string[] } {
   const h = new Float64Array(blocks.header);
   let p = 0;
   const feeds: WorkerTensor[] = [];
@@ -186,7 +189,7 @@ function readRequest(blocks: SharedBlocks): { feeds: WorkerTensor[]; fetches: st
  * Writes the outputs into the output arena (grown as needed) and the header; false where they do not fit
  * (strings, or beyond the arena's or the header's limit).
  */
-function writeOutputs(blocks: SharedBlocks, outputs: WorkerTensor[]): boolean {
+function writeOutputs(blocks: SlotBlocks, outputs: WorkerTensor[]): boolean {
   let total = 0, words = 1;
   for (const o of outputs) {
     if (!ArrayBuffer.isView(o.data) || !ARENA_TYPE_CODES.has(o.type)) return false;
@@ -214,13 +217,16 @@ function writeOutputs(blocks: SharedBlocks, outputs: WorkerTensor[]): boolean {
   return true;
 }
 
-/** Runs the batch the header describes and leaves its outputs (or its error) for the main thread. */
-function runShared(blocks: SharedBlocks, ctl: Int32Array, seq: number): void {
+/**
+ * Runs the batch the slot's header describes and leaves its outputs (or its error) in the slot for the main
+ * thread.
+ */
+function runShared(blocks: SlotBlocks, ctl: Int32Array, seq: number, statusWord: number): void {
   try {
     const { feeds, fetches } = readRequest(blocks);
     const outputs = run!(feeds, fetches) as WorkerTensor[];
     if (writeOutputs(blocks, outputs)) {
-      Atomics.store(ctl, CTL.STATUS, STATUS.OK);
+      Atomics.store(ctl, statusWord, STATUS.OK);
       return;
     }
     const transfer = outputs.flatMap((
@@ -230,25 +236,27 @@ function runShared(blocks: SharedBlocks, ctl: Int32Array, seq: number): void {
       { op: "result", id: seq, outputs, buffers: [] } satisfies WorkerReply,
       [...new Set(transfer)],
     );
-    Atomics.store(ctl, CTL.STATUS, STATUS.POSTED);
+    Atomics.store(ctl, statusWord, STATUS.POSTED);
   } catch (err) {
     writeMessage(blocks.header, err instanceof Error ? err.message : String(err));
-    Atomics.store(ctl, CTL.STATUS, STATUS.ERROR);
+    Atomics.store(ctl, statusWord, STATUS.ERROR);
   }
 }
 
 /**
- * Waits for requests on the control block and answers them, until one asks the worker to read a posted message
- * (it returns to the event loop, whose handler comes back here) or to stop.
+ * Answers the requests of the control block in order, waiting only while none is there, until one asks the
+ * worker to read a posted message (it returns to the event loop, whose handler comes back here) or to stop.
  */
 function serve(blocks: SharedBlocks): void {
   const ctl = new Int32Array(blocks.control);
   for (;;) {
+    // Returns at once when a request after the last one answered is there already.
     Atomics.wait(ctl, CTL.SEQ, lastSeq);
-    const seq = Atomics.load(ctl, CTL.SEQ);
-    if (seq === lastSeq) continue;
-    const kind = Atomics.load(ctl, CTL.KIND);
-    if (kind === KIND.RUN) runShared(blocks, ctl, seq);
+    if (Atomics.load(ctl, CTL.SEQ) === lastSeq) continue;
+    const seq = (lastSeq + 1) | 0;
+    const slot = slotOf(seq);
+    const kind = Atomics.load(ctl, slotWord(CTL.KIND, slot));
+    if (kind === KIND.RUN) runShared(blocks.slots[slot]!, ctl, seq, slotWord(CTL.STATUS, slot));
     else if (kind === KIND.EXIT) {
       close?.();
       run = close = shared = undefined;

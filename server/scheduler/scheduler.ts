@@ -233,7 +233,9 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
         this.#run(this.#takeInstance(), [pending]);
         return;
       }
-      pending.enqueuedAt = performance.now();
+      // The arrival's clock reading (nowNs is performance.now() in ns), read µs before: each reading of the
+      // clock costs about 0.4 µs on a virtual machine, and every queued request would pay one more.
+      pending.enqueuedAt = received / 1e6;
       this.#levels[2 * (level - 1)]!.push(pending);
       this.queued++;
       if (deadline !== Infinity) this.#arm(deadline - performance.now());

@@ -573,3 +573,15 @@ Deno.test("an encoded binary response decodes back as a request would", () => {
   assertEquals(head.outputs[0].parameters.binary_data_size, 8);
   assertEquals(new Float32Array(enc.body.slice(enc.headerLength!).buffer), new Float32Array([1.5, -2]));
 });
+
+Deno.test("a small binary response is one buffer whose parts are its JSON part and its outputs", () => {
+  const t: Tensor = { name: "é", datatype: "UINT8", shape: [2], data: new Uint8Array([9, 8]) };
+  const enc = encodeInferResponse(response([t, OUT1]), [], true);
+  assertEquals(enc.text, undefined);
+  assertEquals(enc.byteLength, enc.body.byteLength);
+  assertEquals(enc.byteLength, enc.headerLength! + 2 + 8);
+  assertEquals(enc.parts.length, 3);
+  assertEquals(enc.parts[0], enc.body.subarray(0, enc.headerLength));
+  assertEquals(enc.parts[1], new Uint8Array([9, 8]));
+  assertEquals(enc.parts[2], new Uint8Array([7, 0, 0, 0, 0xf8, 0xff, 0xff, 0xff]));
+});

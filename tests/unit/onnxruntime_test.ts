@@ -9,7 +9,9 @@ import {
   onnxRuntimeBackend,
   sessionOptions,
   WORKER_MIN_MODEL_BYTES,
+  workerIntraOpThreads,
 } from "../../server/backends/onnxruntime.ts";
+import { CTL, CTL_WORDS, reached, slotOf, SLOTS, slotWord } from "../../server/backends/onnxruntime_shm.ts";
 import type { InstanceContext } from "../../server/backends/backend.ts";
 import { bytesOf } from "../../server/core/dtypes.ts";
 import { ServerError } from "../../server/core/errors.ts";
@@ -438,21 +440,35 @@ Deno.test("a worker instance lends views of one shared arena, which keep their p
   }
 });
 
-Deno.test("a worker instance lends plain buffers while a run is in flight, and runs in order", async () => {
+Deno.test("a worker instance lends the next slot while a run is in flight, plain buffers while both are, and runs in order", async () => {
   const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
   const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
   try {
+    assertEquals(instance.pipelineDepth, 2);
     const first = instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT0"]);
     const a = lent(instance, "INPUT0", f32(10, 20, 30, 40));
     const b = lent(instance, "INPUT1", f32(1, 2, 3, 4));
-    assert(!(a.buffer instanceof SharedArrayBuffer), "the arena is not lent while the worker reads it");
+    assert(a.buffer instanceof SharedArrayBuffer, "the other slot is lent while the worker runs the first");
     const second = instance.execute(inputs(a, b), ["OUTPUT1"]);
-    const third = instance.execute(inputs(f32(0, 0, 0, 1), f32(0, 0, 0, 1)), ["OUTPUT0", "OUTPUT1"]);
-    const [one, two, three] = await Promise.all([first, second, third]);
+    const c = lent(instance, "INPUT0", f32(5, 6, 7, 8));
+    const d = lent(instance, "INPUT1", f32(1, 1, 1, 1));
+    assert(!(c.buffer instanceof SharedArrayBuffer), "no slot is lent while both are in use");
+    const third = instance.execute(inputs(c, d), ["OUTPUT0"]);
+    const fourth = instance.execute(inputs(f32(0, 0, 0, 1), f32(0, 0, 0, 1)), ["OUTPUT0", "OUTPUT1"]);
+    const order: number[] = [];
+    const track = <T>(p: Promise<T>, i: number) => p.then((v) => (order.push(i), v));
+    const [one, two, three, four] = await Promise.all([
+      track(first, 0),
+      track(second, 1),
+      track(third, 2),
+      track(fourth, 3),
+    ]);
+    assertEquals(order, [0, 1, 2, 3]);
     assertEquals(one.get("OUTPUT0")!.data, f32(2, 3, 4, 5));
     assertEquals(two.get("OUTPUT1")!.data, f32(9, 18, 27, 36));
-    assertEquals(three.get("OUTPUT0")!.data, f32(0, 0, 0, 2));
-    assertEquals(three.get("OUTPUT1")!.data, f32(0, 0, 0, 0));
+    assertEquals(three.get("OUTPUT0")!.data, f32(6, 7, 8, 9));
+    assertEquals(four.get("OUTPUT0")!.data, f32(0, 0, 0, 2));
+    assertEquals(four.get("OUTPUT1")!.data, f32(0, 0, 0, 0));
   } finally {
     await instance.close();
   }
@@ -487,10 +503,12 @@ Deno.test("an error in a worker run rejects that run only", async () => {
   }
 });
 
-Deno.test("closing a worker instance lets the run in flight finish and refuses the ones after it", async () => {
+Deno.test("closing a worker instance lets the runs in flight finish and refuses the ones after them", async () => {
   const ctx = { ...context("add_sub_fp32_nobatch"), backendConfig: { "instance-thread": "worker" } };
   const instance = await onnxRuntimeBackend.createInstance(addSubConfig(), ctx);
+  // Two runs go to the worker at once (one per slot); the third waits for a slot.
   const running = instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT0"]);
+  const next = instance.execute(inputs(f32(1, 2, 3, 4), f32(3, 3, 3, 3)), ["OUTPUT0"]);
   const queued = instance.execute(inputs(f32(1, 2, 3, 4), f32(2, 2, 2, 2)), ["OUTPUT0"]);
   const closed = instance.close();
   const refused = {
@@ -499,6 +517,7 @@ Deno.test("closing a worker instance lets the run in flight finish and refuses t
   };
   await assertRejects(() => queued, ServerError, refused);
   assertEquals((await running).get("OUTPUT0")!.data, f32(2, 3, 4, 5));
+  assertEquals((await next).get("OUTPUT0")!.data, f32(4, 5, 6, 7));
   await closed;
   await assertRejects(
     () => instance.execute(inputs(f32(1, 2, 3, 4), f32(1, 1, 1, 1)), ["OUTPUT0"]),
@@ -663,4 +682,31 @@ Deno.test("a default worker instance answers a lone request and a batch alike (l
   } finally {
     await instance.close();
   }
+});
+
+Deno.test("worker requests alternate between the two slots and count past the Int32 wrap-around", () => {
+  assertEquals(SLOTS, 2);
+  const max = 2147483647, min = -2147483648;
+  assertEquals([1, 2, 3, max, (max + 1) | 0, min + 1].map(slotOf), [1, 0, 1, 1, 0, 1]);
+  assertEquals(reached(5, 5), true);
+  assertEquals(reached(6, 5), true);
+  assertEquals(reached(4, 5), false);
+  assertEquals(reached(min, max), true);
+  assertEquals(reached(max, min), false);
+  assertEquals([
+    slotWord(CTL.KIND, 0),
+    slotWord(CTL.STATUS, 0),
+    slotWord(CTL.KIND, 1),
+    slotWord(CTL.STATUS, 1),
+  ], [
+    2,
+    3,
+    4,
+    5,
+  ]);
+  assertEquals(CTL_WORDS, 6);
+});
+
+Deno.test("a worker instance's session leaves one core to the server's thread", () => {
+  assertEquals([1, 2, 3, 4, 16].map(workerIntraOpThreads), [1, 1, 2, 3, 15]);
 });

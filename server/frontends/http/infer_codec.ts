@@ -363,12 +363,9 @@ export function encodeInferResponse(
     if (binary) {
       const bytes = t.data instanceof Uint8Array ? t.data : t.data.data;
       chunks.push(bytes);
-      return JSON.stringify({
-        name: t.name,
-        datatype: t.datatype,
-        shape: t.shape,
-        parameters: { binary_data_size: bytes.byteLength },
-      });
+      return `{"name":${JSON.stringify(t.name)},"datatype":"${t.datatype}","shape":${
+        JSON.stringify(t.shape)
+      },"parameters":{"binary_data_size":${bytes.byteLength}}}`;
     }
     const large = t.data.byteLength >= JSON_STREAM_BYTES && deferred.push(t) > 0;
     return `{"name":${JSON.stringify(t.name)},"datatype":"${t.datatype}","shape":${
@@ -399,9 +396,15 @@ export function encodeInferResponse(
       },
     };
   }
+  let binaryBytes = 0;
+  for (const c of chunks) binaryBytes += c.byteLength;
+  // UTF-8 takes at most 3 bytes per UTF-16 unit: a small body is written once, the JSON part encoded straight
+  // into it and the binary parts after it.
+  const room = text.length * 3 + binaryBytes;
+  if (room < STREAM_RESPONSE_BYTES) return joinedResponse(text, chunks, room);
   const json = utf8Encode(text);
   const parts = [json, ...chunks];
-  const total = parts.reduce((n, c) => n + c.byteLength, 0);
+  const total = json.byteLength + binaryBytes;
   let joined: Uint8Array | undefined;
   return {
     text: undefined,
@@ -418,6 +421,29 @@ export function encodeInferResponse(
         }
       }
       return joined;
+    },
+  };
+}
+
+const textEncoder = new TextEncoder();
+
+/** A response with binary data as one buffer of at most `room` bytes: the JSON text, then the binary parts. */
+function joinedResponse(text: string, chunks: readonly Uint8Array[], room: number): EncodedResponse {
+  const buffer = new Uint8Array(room);
+  const headerLength = textEncoder.encodeInto(text, buffer).written;
+  let off = headerLength;
+  for (const c of chunks) {
+    buffer.set(c, off);
+    off += c.byteLength;
+  }
+  const body = buffer.subarray(0, off);
+  return {
+    text: undefined,
+    headerLength,
+    byteLength: off,
+    body,
+    get parts() {
+      return [body.subarray(0, headerLength), ...chunks];
     },
   };
 }
