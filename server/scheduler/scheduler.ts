@@ -151,8 +151,11 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     super();
     this.#model = model;
     this.#stats = stats;
-    // An instance with a pipeline depth of N is free N times over (see BackendInstance.pipelineDepth).
-    this.#free = instances.flatMap((i) => Array<BackendInstance>(Math.max(1, i.pipelineDepth ?? 1)).fill(i));
+    // An instance with a pipeline depth of N is free N times over (see BackendInstance.pipelineDepth). Under
+    // the rate limiter it takes one batch at a time: a batch handed over early would hold its resources while
+    // it waits in the instance, where another model's instance could have run.
+    const depth = (i: BackendInstance) => model.gate ? 1 : Math.max(1, i.pipelineDepth ?? 1);
+    this.#free = instances.flatMap((i) => Array<BackendInstance>(depth(i)).fill(i));
     const levels = Math.max(1, options?.priorityLevels ?? 0);
     this.#options = {
       maxBatchSize: options?.maxBatchSize ?? 0,

@@ -128,6 +128,24 @@ Deno.test("--rate-limit-resource gives a resource more copies: two of three inst
   assertEquals(limiter.limits(), [["0", "R", 2]]);
 });
 
+Deno.test("under the limiter an instance that takes batches early (pipeline depth 2) runs one at a time", async () => {
+  const log = new Log();
+  // Two copies of R: enough for two batches of the one instance, if the scheduler handed it two.
+  const limiter = new RateLimiter([{ name: "R", count: 2 }]);
+  const instance = Object.assign(new FakeInstance("a0", log), { pipelineDepth: 2 });
+  const [handle] = limiter.register("a", limits(1, R1));
+  const m = model("a");
+  m.gate = instanceGate(limiter, new Map([[instance, handle!]]));
+  await run(new PoolScheduler(m, [instance]), 6);
+  assertEquals(log.maxRunning, 1);
+  assertEquals(log.events.length, 12);
+  // Without the limiter the same instance takes two batches at once.
+  const free = new Log();
+  const early = Object.assign(new FakeInstance("b0", free), { pipelineDepth: 2 });
+  await run(new PoolScheduler(model("b"), [early]), 6);
+  assertEquals(free.maxRunning, 2);
+});
+
 Deno.test("by default a resource has the most copies any instance asks for", async () => {
   const log = new Log();
   const limiter = new RateLimiter();
