@@ -357,37 +357,54 @@ export function encodeInferResponse(
     text += `,"parameters":${JSON.stringify(response.parameters)}`;
   }
   text += `,"outputs":[${outputs.join(",")}]}`;
-  if (chunks.length === 0) {
-    const json = text;
-    return {
-      text: json,
-      headerLength: undefined,
-      parts: [],
-      byteLength: undefined,
-      get body() {
-        return utf8Encode(json);
-      },
-    };
-  }
+  if (chunks.length === 0) return new JsonResponse(text);
   const json = utf8Encode(text);
-  const parts = [json, ...chunks];
-  const total = parts.reduce((n, c) => n + c.byteLength, 0);
-  let joined: Uint8Array | undefined;
-  return {
-    text: undefined,
-    headerLength: json.byteLength,
-    parts,
-    byteLength: total,
-    get body() {
-      if (joined === undefined) {
-        joined = new Uint8Array(total);
-        let off = 0;
-        for (const c of parts) {
-          joined.set(c, off);
-          off += c.byteLength;
-        }
+  return new BinaryResponse(json.byteLength, [json, ...chunks]);
+}
+
+/** The parts of a response that is JSON alone (none). */
+const NO_PARTS: readonly Uint8Array[] = [];
+
+// The encoded responses are instances of classes, not object literals with a getter: each such literal gets a
+// map of its own (the getter's closure is part of it), and maps live in the old generation, so that everything
+// the closure holds (the response's text) outlived the young generation's collections with every request.
+
+/** A response that is JSON alone. */
+class JsonResponse implements EncodedResponse {
+  readonly text: string;
+  readonly headerLength = undefined;
+  readonly parts = NO_PARTS;
+  readonly byteLength = undefined;
+  constructor(text: string) {
+    this.text = text;
+  }
+  get body(): Uint8Array {
+    return utf8Encode(this.text);
+  }
+}
+
+/** A response whose JSON part binary data follows. */
+class BinaryResponse implements EncodedResponse {
+  readonly text = undefined;
+  readonly headerLength: number;
+  readonly parts: readonly Uint8Array[];
+  readonly byteLength: number;
+  #joined: Uint8Array | undefined;
+  constructor(headerLength: number, parts: Uint8Array[]) {
+    this.headerLength = headerLength;
+    this.parts = parts;
+    this.byteLength = parts.reduce((n, c) => n + c.byteLength, 0);
+  }
+  get body(): Uint8Array {
+    if (this.#joined === undefined) {
+      const joined = new Uint8Array(this.byteLength);
+      let off = 0;
+      for (const c of this.parts) {
+        joined.set(c, off);
+        off += c.byteLength;
       }
-      return joined;
-    },
-  };
+      this.#joined = joined;
+    }
+    return this.#joined;
+  }
 }
