@@ -27,6 +27,9 @@ export const HEADER_LENGTH = "inference-header-content-length";
 
 type Json = Record<string, unknown>;
 
+/** The binary part of a body that has none (only read: no tensor is a view of it). */
+const NO_BYTES = new Uint8Array(0);
+
 function isObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
@@ -94,7 +97,7 @@ export function decodeInferRequest(
     if (headerLength !== undefined) {
       throw invalidArg(`Cannot read ${where}: a text body cannot carry binary data`);
     }
-    return decodeJson(body, new Uint8Array(0), target, where, shm);
+    return decodeJson(body, NO_BYTES, target, where, shm);
   }
   if (headerLength === 0) {
     if (!rawInput) {
@@ -117,7 +120,7 @@ export function decodeInferRequest(
     };
   }
   let jsonBytes = body;
-  let binary: Uint8Array = new Uint8Array(0);
+  let binary: Uint8Array = NO_BYTES;
   if (headerLength !== undefined) {
     if (!Number.isInteger(headerLength) || headerLength < 0 || headerLength > body.byteLength) {
       throw invalidArg(
@@ -193,7 +196,8 @@ function decodeJson(
           } remain`,
         );
       }
-      const chunk = binary.subarray(offset, offset + size);
+      // A body without a binary part shares NO_BYTES; a tensor gets an empty buffer of its own.
+      const chunk = binary === NO_BYTES ? new Uint8Array(0) : binary.subarray(offset, offset + size);
       offset += size;
       const data = datatype === "BYTES"
         ? BytesTensor.fromWire(chunk, count, what, { input: name, model: target.model })
