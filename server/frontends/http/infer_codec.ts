@@ -285,15 +285,19 @@ export interface EncodedResponse {
  */
 export const STREAM_RESPONSE_BYTES: number = 1 << 20;
 
+/** The status and headers of a JSON answer (Response only reads them). */
+const JSON_ANSWER: ResponseInit = Object.freeze({
+  status: 200,
+  headers: Object.freeze({ "content-type": "application/json" }),
+});
+
 /**
  * The HTTP answer of an encoded inference response: JSON as text; with binary data, one buffer when small, and
  * the parts streamed one after the other (with their exact Content-Length) when large.
  * @param encoded the encoded response
  */
 export function inferResponse(encoded: EncodedResponse): Response {
-  if (encoded.text !== undefined) {
-    return new Response(encoded.text, { status: 200, headers: { "content-type": "application/json" } });
-  }
+  if (encoded.text !== undefined) return new Response(encoded.text, JSON_ANSWER);
   const headers = {
     [HEADER_LENGTH]: String(encoded.headerLength),
     "content-type": "application/octet-stream",
