@@ -46,6 +46,15 @@ function parameters(v: unknown, where: string): Record<string, ParamValue> {
   return v as Record<string, ParamValue>;
 }
 
+/** The parameters of an input that has none (frozen: only read). */
+const NO_PARAMETERS: Readonly<Record<string, ParamValue>> = Object.freeze({});
+
+/** Whether parameters hold a key starting with `triton_` (reserved). */
+function hasReservedKey(params: Record<string, ParamValue>): boolean {
+  for (const k in params) if (k.startsWith("triton_")) return true;
+  return false;
+}
+
 /** Appends the leaves of nested arrays in order; iterative, so that any nesting depth is fine. */
 function flatten(data: unknown[], out: unknown[]): void {
   const stack: { array: unknown[]; next: number }[] = [{ array: data, next: 0 }];
@@ -172,9 +181,12 @@ function decodeJson(
     if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
       throw invalidArg(`Cannot read ${where}: ${what} 'shape' must be an array of non-negative integers`);
     }
-    const p = parameters(raw.parameters, `${where}, ${what}`);
+    // An input's parameters are only read here: one without any shares NO_PARAMETERS.
+    const p = raw.parameters === undefined || raw.parameters === null
+      ? NO_PARAMETERS
+      : parameters(raw.parameters, `${where}, ${what}`);
     const count = elementCount(shape);
-    const loc = shmLocation(p, `${where}, ${what}`);
+    const loc = p.shared_memory_region === undefined ? undefined : shmLocation(p, `${where}, ${what}`);
     if (loc) {
       if (raw.data !== undefined || p.binary_data_size !== undefined) {
         throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and data`);
@@ -243,7 +255,7 @@ function decodeJson(
   // As Triton: an HTTP request's binary_data_output is the frontend's, not the model's, and 'triton_' keys are
   // reserved.
   delete params.binary_data_output;
-  if (Object.keys(params).some((k) => k.startsWith("triton_"))) {
+  if (hasReservedKey(params)) {
     throw invalidArg(
       `Cannot read ${where}: parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified`,
     );
@@ -320,6 +332,12 @@ export function inferResponse(encoded: EncodedResponse): Response {
   });
 }
 
+/** The binary_data parameter of the output the request named `name`, if it named it. */
+function requestedFlag(requested: readonly RequestedOutput[], name: string): ParamValue | undefined {
+  for (const r of requested) if (r.name === name) return r.parameters.binary_data;
+  return undefined;
+}
+
 /**
  * Encodes an inference response: outputs in JSON, or in binary when the output asks (`binary_data`) or the
  * request does (`binary_data_output`).
@@ -341,7 +359,7 @@ export function encodeInferResponse(
     if (inShm) {
       return JSON.stringify({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: inShm });
     }
-    const flag = requested.find((r) => r.name === t.name)?.parameters.binary_data;
+    const flag = requestedFlag(requested, t.name);
     const binary = flag === undefined ? binaryOutput : flag === true;
     if (binary) {
       const bytes = t.data instanceof Uint8Array ? t.data : t.data.data;
