@@ -332,6 +332,32 @@ export function inferResponse(encoded: EncodedResponse): Response {
   });
 }
 
+/**
+ * The first texts of responses and of outputs, by model name or output name, with the version or datatype they
+ * were made for (the names come from the models, so that few are ever made; at most HEAD_CACHE_SIZE are kept).
+ */
+const HEAD_CACHE_SIZE = 1024;
+const responseHeads = new Map<string, { version: string; text: string }>();
+const outputHeads = new Map<string, { datatype: Datatype; text: string }>();
+
+/** The start of an output's JSON, up to its shape: `{"name":...,"datatype":...,"shape":`. */
+function outputHead(name: string, datatype: Datatype): string {
+  const hit = outputHeads.get(name);
+  if (hit !== undefined && hit.datatype === datatype) return hit.text;
+  const text = `{"name":${JSON.stringify(name)},"datatype":"${datatype}","shape":`;
+  if (hit !== undefined || outputHeads.size < HEAD_CACHE_SIZE) outputHeads.set(name, { datatype, text });
+  return text;
+}
+
+/** The start of a response's JSON: `{"model_name":...,"model_version":...`. */
+function responseHead(model: string, version: string): string {
+  const hit = responseHeads.get(model);
+  if (hit !== undefined && hit.version === version) return hit.text;
+  const text = `{"model_name":${JSON.stringify(model)},"model_version":${JSON.stringify(version)}`;
+  if (hit !== undefined || responseHeads.size < HEAD_CACHE_SIZE) responseHeads.set(model, { version, text });
+  return text;
+}
+
 /** The binary_data parameter of the output the request named `name`, if it named it. */
 function requestedFlag(requested: readonly RequestedOutput[], name: string): ParamValue | undefined {
   for (const r of requested) if (r.name === name) return r.parameters.binary_data;
@@ -371,13 +397,11 @@ export function encodeInferResponse(
         parameters: { binary_data_size: bytes.byteLength },
       });
     }
-    return `{"name":${JSON.stringify(t.name)},"datatype":"${t.datatype}","shape":${
-      JSON.stringify(t.shape)
-    },"data":${toJsonText(t.datatype, t.data)}}`;
+    return `${outputHead(t.name, t.datatype)}${JSON.stringify(t.shape)},"data":${
+      toJsonText(t.datatype, t.data)
+    }}`;
   });
-  let text = `{"model_name":${JSON.stringify(response.model)},"model_version":${
-    JSON.stringify(response.version)
-  }`;
+  let text = responseHead(response.model, response.version);
   if (response.id) text += `,"id":${JSON.stringify(response.id)}`;
   if (Object.keys(response.parameters).length > 0) {
     text += `,"parameters":${JSON.stringify(response.parameters)}`;
