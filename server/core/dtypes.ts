@@ -282,6 +282,9 @@ function badElement(
  */
 export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: string): TensorData {
   const n = values.length;
+  // The numeric types fill a typed array over an ArrayBuffer made first: a small typed array made alone lives
+  // in the JavaScript heap, and the bytes view of it (its .buffer) then moves it out into a buffer of its own,
+  // a second allocation.
   if (dt === "BYTES") {
     for (let i = 0; i < n; i++) {
       if (typeof values[i] !== "string") badElement(dt, values, what, i, "a string");
@@ -298,7 +301,8 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     return out;
   }
   if (dt === "INT64" || dt === "UINT64") {
-    const out = dt === "INT64" ? new BigInt64Array(n) : new BigUint64Array(n);
+    const buffer = new ArrayBuffer(n * 8);
+    const out = dt === "INT64" ? new BigInt64Array(buffer) : new BigUint64Array(buffer);
     const [lo, hi] = dt === "INT64" ? [-(2n ** 63n), 2n ** 63n - 1n] : [0n, 2n ** 64n - 1n];
     for (let i = 0; i < n; i++) {
       const v = values[i];
@@ -309,27 +313,33 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
       if (b < lo || b > hi) badElement(dt, values, what, i, "an integer in range");
       out[i] = b;
     }
-    return bytesOf(out);
+    return new Uint8Array(buffer);
   }
   const range = INT_RANGE[dt];
   if (range) {
-    const out = new TYPED_CTOR[dt as "INT32"](n);
-    const [lo, hi] = range;
+    const ctor = TYPED_CTOR[dt as "INT32"];
+    const buffer = new ArrayBuffer(n * ctor.BYTES_PER_ELEMENT);
+    const out = new ctor(buffer);
+    const lo = range[0];
+    const hi = range[1];
     for (let i = 0; i < n; i++) {
       const v = values[i];
       if (typeof v !== "number" || !Number.isInteger(v)) {
         if (typeof v === "bigint") badElement(dt, values, what, i, `an integer in [${lo}, ${hi}]`);
         badElement(dt, values, what, i, "an integer");
       }
-      if ((v as number) < lo || (v as number) > hi) {
-        badElement(dt, values, what, i, `an integer in [${lo}, ${hi}]`);
-      }
-      out[i] = v as number;
+      if (v < lo || v > hi) badElement(dt, values, what, i, `an integer in [${lo}, ${hi}]`);
+      out[i] = v;
     }
-    return bytesOf(out);
+    return new Uint8Array(buffer);
   }
   // Floating point types.
-  const out = dt === "FP64" ? new Float64Array(n) : dt === "FP32" ? new Float32Array(n) : new Uint16Array(n);
+  const buffer = new ArrayBuffer(n * (dt === "FP64" ? 8 : dt === "FP32" ? 4 : 2));
+  const out = dt === "FP64"
+    ? new Float64Array(buffer)
+    : dt === "FP32"
+    ? new Float32Array(buffer)
+    : new Uint16Array(buffer);
   for (let i = 0; i < n; i++) {
     // Integer literals beyond 2^53 arrive as bigint (see parseJsonExact); as floats they are plain numbers.
     const v = typeof values[i] === "bigint" ? Number(values[i]) : values[i];
@@ -354,7 +364,7 @@ export function fromJsonValues(dt: Datatype, values: readonly unknown[], what: s
     }
     out[i] = x;
   }
-  return bytesOf(out);
+  return new Uint8Array(buffer);
 }
 
 /**

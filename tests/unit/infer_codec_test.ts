@@ -485,6 +485,25 @@ Deno.test("a response encodes as JSON when no output asks for binary", () => {
   );
 });
 
+Deno.test("responses of another version, and outputs of the same name with another datatype, name their own", () => {
+  const text = (version: string, t: Tensor) =>
+    utf8Decode(encodeInferResponse({ ...response([t]), version }, [], false).body);
+  const int = { ...OUT1, name: 'O"x' };
+  const float: Tensor = { ...OUT0, name: 'O"x' };
+  for (let round = 0; round < 2; round++) {
+    assertEquals(
+      text("1", int),
+      '{"model_name":"simple","model_version":"1","outputs":[' +
+        '{"name":"O\\"x","datatype":"INT32","shape":[2],"data":[7,-8]}]}',
+    );
+    assertEquals(
+      text("2", float),
+      '{"model_name":"simple","model_version":"2","outputs":[' +
+        '{"name":"O\\"x","datatype":"FP32","shape":[1,2],"data":[1.5,-2]}]}',
+    );
+  }
+});
+
 Deno.test("a response echoes the request id and carries its parameters", () => {
   const enc = encodeInferResponse(response([OUT1], "req-7", { sequence_end: true }), [], false);
   assertEquals(

@@ -14,6 +14,7 @@ import { reviveBytes } from "../../core/bytes_tensor.ts";
 import type { Tensor } from "../../core/types.ts";
 import { httpStatus } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
+import { utf8Decode } from "../../core/dtypes.ts";
 import type { ShmLocation } from "../../shm/system_shm.ts";
 import {
   type DecodedRequest,
@@ -39,7 +40,14 @@ import {
 } from "./_channel.ts";
 
 let nextId = 0;
+/** The main thread's replies awaited by message id (requests sent by postMessage). */
 const pending = new Map<number, (reply: ToWorker) => void>();
+/**
+ * The replies awaited by channel slot (an answer too large for its slot), by slot: an array, as every request
+ * through the channel registers one, and a Map that fills and empties with every request allocates a new
+ * table each time, tables that outlived the young generation's collections.
+ */
+const slotWaiters: (((reply: ToWorker) => void) | undefined)[] = [];
 let server: ResilientServer | undefined;
 let maxInputSize = 0;
 /** The inference API's restriction: a request without the header goes to the main thread, which refuses it. */
@@ -47,9 +55,9 @@ let inference: Restriction | undefined;
 let channel: Channel | undefined;
 const freeSlots: number[] = [];
 
-/** The key under which an answer too large for its slot comes by postMessage. */
-function slotKey(slot: number): number {
-  return -2 - slot;
+/** The slot of an answer too large for its slot, which comes by postMessage with id `-2 - slot` (workers.ts). */
+function slotOf(id: number): number {
+  return -2 - id;
 }
 
 /** Requests this thread is answering. */
@@ -93,7 +101,7 @@ async function viaChannel(frame: Parameters<typeof encodeRequest>[0]): Promise<A
     return undefined;
   }
   // An answer too large for the slot comes by postMessage under the slot's key.
-  const large = new Promise<ToWorker>((resolve) => pending.set(slotKey(slot), resolve));
+  const large = new Promise<ToWorker>((resolve) => (slotWaiters[slot] = resolve));
   Atomics.store(ch.control, ch.stateIndex(slot), REQUEST);
   Atomics.add(ch.control, 0, 1);
   Atomics.notify(ch.control, 0);
@@ -108,7 +116,7 @@ async function viaChannel(frame: Parameters<typeof encodeRequest>[0]): Promise<A
       ? { error: { code: reply.code, message: reply.message } }
       : { error: { code: "INTERNAL", message: `Unexpected reply '${reply.op}'` } };
   } else {
-    pending.delete(slotKey(slot));
+    slotWaiters[slot] = undefined;
     answer = decodeAnswer(header, bytes);
   }
   Atomics.store(ch.control, ch.stateIndex(slot), FREE);
@@ -131,12 +139,16 @@ function ask(message: FromWorker, transfer: Transferable[] = []): Promise<ToWork
 /** The body, at most `limit` bytes (null when it is larger). */
 async function readCapped(request: Request, limit: number): Promise<Uint8Array | null> {
   const declared = request.headers.get("content-length");
-  if (declared !== null && Number(declared) > limit) return null;
-  if (!request.body) return new Uint8Array(0);
   if (declared !== null) {
+    // request.body is not looked at first: that makes the body a stream, read in JavaScript chunk by chunk
+    // where request.bytes() alone takes it whole.
+    const size = Number(declared);
+    if (size > limit) return null;
+    if (size === 0) return new Uint8Array(0);
     const alignAt = Number(request.headers.get("inference-header-content-length") ?? 0);
-    return await receiveBody(request, readDeclaredBody(request, Number(declared), alignAt));
+    return await receiveBody(request, readDeclaredBody(request, size, alignAt));
   }
+  if (!request.body) return new Uint8Array(0);
   return await receiveBody(request, readUpTo(request.body, limit));
 }
 
@@ -188,7 +200,7 @@ function decodeHere(
   let decoded: DecodedRequest;
   try {
     decoded = decodeInferRequest(
-      headerLength === undefined ? new TextDecoder().decode(body) : body,
+      headerLength === undefined ? utf8Decode(body) : body,
       headerLength,
       { model, version },
       undefined,
@@ -286,8 +298,15 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       return;
     default: {
       if (msg.op === "inferred") reviveBytes(msg.response.outputs);
-      const resolve = pending.get(msg.id);
-      pending.delete(msg.id);
+      let resolve: ((reply: ToWorker) => void) | undefined;
+      if (msg.id <= -2) {
+        const slot = slotOf(msg.id);
+        resolve = slotWaiters[slot];
+        slotWaiters[slot] = undefined;
+      } else {
+        resolve = pending.get(msg.id);
+        pending.delete(msg.id);
+      }
       resolve?.(msg);
     }
   }

@@ -28,6 +28,9 @@ export const HEADER_LENGTH = "inference-header-content-length";
 
 type Json = Record<string, unknown>;
 
+/** The binary part of a body that has none (only read: no tensor is a view of it). */
+const NO_BYTES = new Uint8Array(0);
+
 function isObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
@@ -42,6 +45,15 @@ function parameters(v: unknown, where: string): Record<string, ParamValue> {
     }
   }
   return v as Record<string, ParamValue>;
+}
+
+/** The parameters of an input that has none (frozen: only read). */
+const NO_PARAMETERS: Readonly<Record<string, ParamValue>> = Object.freeze({});
+
+/** Whether parameters hold a key starting with `triton_` (reserved). */
+function hasReservedKey(params: Record<string, ParamValue>): boolean {
+  for (const k in params) if (k.startsWith("triton_")) return true;
+  return false;
 }
 
 /** Appends the leaves of nested arrays in order; iterative, so that any nesting depth is fine. */
@@ -95,7 +107,7 @@ export function decodeInferRequest(
     if (headerLength !== undefined) {
       throw invalidArg(`Cannot read ${where}: a text body cannot carry binary data`);
     }
-    return decodeJson(body, new Uint8Array(0), target, where, shm);
+    return decodeJson(body, NO_BYTES, target, where, shm);
   }
   if (headerLength === 0) {
     if (!rawInput) {
@@ -118,7 +130,7 @@ export function decodeInferRequest(
     };
   }
   let jsonBytes = body;
-  let binary: Uint8Array = new Uint8Array(0);
+  let binary: Uint8Array = NO_BYTES;
   if (headerLength !== undefined) {
     if (!Number.isInteger(headerLength) || headerLength < 0 || headerLength > body.byteLength) {
       throw invalidArg(
@@ -170,9 +182,12 @@ function decodeJson(
     if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
       throw invalidArg(`Cannot read ${where}: ${what} 'shape' must be an array of non-negative integers`);
     }
-    const p = parameters(raw.parameters, `${where}, ${what}`);
+    // An input's parameters are only read here: one without any shares NO_PARAMETERS.
+    const p = raw.parameters === undefined || raw.parameters === null
+      ? NO_PARAMETERS
+      : parameters(raw.parameters, `${where}, ${what}`);
     const count = elementCount(shape);
-    const loc = shmLocation(p, `${where}, ${what}`);
+    const loc = p.shared_memory_region === undefined ? undefined : shmLocation(p, `${where}, ${what}`);
     if (loc) {
       if (raw.data !== undefined || p.binary_data_size !== undefined) {
         throw invalidArg(`Cannot read ${where}: ${what} has both shared memory and data`);
@@ -194,7 +209,8 @@ function decodeJson(
           } remain`,
         );
       }
-      const chunk = binary.subarray(offset, offset + size);
+      // A body without a binary part shares NO_BYTES; a tensor gets an empty buffer of its own.
+      const chunk = binary === NO_BYTES ? new Uint8Array(0) : binary.subarray(offset, offset + size);
       offset += size;
       const data = datatype === "BYTES"
         ? BytesTensor.fromWire(chunk, count, what, { input: name, model: target.model })
@@ -240,7 +256,7 @@ function decodeJson(
   // As Triton: an HTTP request's binary_data_output is the frontend's, not the model's, and 'triton_' keys are
   // reserved.
   delete params.binary_data_output;
-  if (Object.keys(params).some((k) => k.startsWith("triton_"))) {
+  if (hasReservedKey(params)) {
     throw invalidArg(
       `Cannot read ${where}: parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified`,
     );
@@ -287,18 +303,20 @@ export interface EncodedResponse {
  */
 export const STREAM_RESPONSE_BYTES: number = 1 << 20;
 
+/** The status and headers of a JSON answer (Response only reads them). */
+const JSON_ANSWER: ResponseInit = Object.freeze({
+  status: 200,
+  headers: Object.freeze({ "content-type": "application/json" }),
+});
+
 /**
  * The HTTP answer of an encoded inference response: JSON as text; with binary data, one buffer when small, and
  * the parts streamed one after the other (with their exact Content-Length) when large.
  * @param encoded the encoded response
  */
 export function inferResponse(encoded: EncodedResponse): Response {
-  if (encoded.chunks) {
-    return new Response(encoded.chunks(), { status: 200, headers: { "content-type": "application/json" } });
-  }
-  if (encoded.text !== undefined) {
-    return new Response(encoded.text, { status: 200, headers: { "content-type": "application/json" } });
-  }
+  if (encoded.chunks) return new Response(encoded.chunks(), JSON_ANSWER);
+  if (encoded.text !== undefined) return new Response(encoded.text, JSON_ANSWER);
   const headers = {
     [HEADER_LENGTH]: String(encoded.headerLength),
     "content-type": "application/octet-stream",
@@ -321,18 +339,36 @@ export function inferResponse(encoded: EncodedResponse): Response {
   });
 }
 
-/** A pure JSON answer whose large outputs' data is written in chunks as the body is read. */
-function deferredJson(text: string, deferred: readonly Tensor[]): EncodedResponse {
-  return {
-    text: undefined,
-    headerLength: undefined,
-    parts: [],
-    byteLength: undefined,
-    chunks: () => jsonChunks(text, deferred),
-    get body() {
-      return utf8Encode(jsonWhole(text, deferred));
-    },
-  };
+/**
+ * The first texts of responses and of outputs, by model name or output name, with the version or datatype they
+ * were made for (the names come from the models, so that few are ever made; at most HEAD_CACHE_SIZE are kept).
+ */
+const HEAD_CACHE_SIZE = 1024;
+const responseHeads = new Map<string, { version: string; text: string }>();
+const outputHeads = new Map<string, { datatype: Datatype; text: string }>();
+
+/** The start of an output's JSON, up to its shape: `{"name":...,"datatype":...,"shape":`. */
+function outputHead(name: string, datatype: Datatype): string {
+  const hit = outputHeads.get(name);
+  if (hit !== undefined && hit.datatype === datatype) return hit.text;
+  const text = `{"name":${JSON.stringify(name)},"datatype":"${datatype}","shape":`;
+  if (hit !== undefined || outputHeads.size < HEAD_CACHE_SIZE) outputHeads.set(name, { datatype, text });
+  return text;
+}
+
+/** The start of a response's JSON: `{"model_name":...,"model_version":...`. */
+function responseHead(model: string, version: string): string {
+  const hit = responseHeads.get(model);
+  if (hit !== undefined && hit.version === version) return hit.text;
+  const text = `{"model_name":${JSON.stringify(model)},"model_version":${JSON.stringify(version)}`;
+  if (hit !== undefined || responseHeads.size < HEAD_CACHE_SIZE) responseHeads.set(model, { version, text });
+  return text;
+}
+
+/** The binary_data parameter of the output the request named `name`, if it named it. */
+function requestedFlag(requested: readonly RequestedOutput[], name: string): ParamValue | undefined {
+  for (const r of requested) if (r.name === name) return r.parameters.binary_data;
+  return undefined;
 }
 
 /**
@@ -358,7 +394,7 @@ export function encodeInferResponse(
     if (inShm) {
       return JSON.stringify({ name: t.name, datatype: t.datatype, shape: t.shape, parameters: inShm });
     }
-    const flag = requested.find((r) => r.name === t.name)?.parameters.binary_data;
+    const flag = requestedFlag(requested, t.name);
     const binary = flag === undefined ? binaryOutput : flag === true;
     if (binary) {
       const bytes = t.data instanceof Uint8Array ? t.data : t.data.data;
@@ -368,82 +404,124 @@ export function encodeInferResponse(
       },"parameters":{"binary_data_size":${bytes.byteLength}}}`;
     }
     const large = t.data.byteLength >= JSON_STREAM_BYTES && deferred.push(t) > 0;
-    return `{"name":${JSON.stringify(t.name)},"datatype":"${t.datatype}","shape":${
-      JSON.stringify(t.shape)
-    },"data":${large ? DEFERRED_DATA : toJsonText(t.datatype, t.data)}}`;
+    return `${outputHead(t.name, t.datatype)}${JSON.stringify(t.shape)},"data":${
+      large ? DEFERRED_DATA : toJsonText(t.datatype, t.data)
+    }}`;
   });
-  let text = `{"model_name":${JSON.stringify(response.model)},"model_version":${
-    JSON.stringify(response.version)
-  }`;
+  let text = responseHead(response.model, response.version);
   if (response.id) text += `,"id":${JSON.stringify(response.id)}`;
   if (Object.keys(response.parameters).length > 0) {
     text += `,"parameters":${JSON.stringify(response.parameters)}`;
   }
   text += `,"outputs":[${outputs.join(",")}]}`;
   if (deferred.length > 0) {
-    if (chunks.length === 0) return deferredJson(text, deferred);
+    if (chunks.length === 0) return new DeferredJsonResponse(text, deferred);
     text = jsonWhole(text, deferred);
   }
-  if (chunks.length === 0) {
-    const json = text;
-    return {
-      text: json,
-      headerLength: undefined,
-      parts: [],
-      byteLength: undefined,
-      get body() {
-        return utf8Encode(json);
-      },
-    };
-  }
+  if (chunks.length === 0) return new JsonResponse(text);
   let binaryBytes = 0;
   for (const c of chunks) binaryBytes += c.byteLength;
   // UTF-8 takes at most 3 bytes per UTF-16 unit: a small body is written once, the JSON part encoded straight
   // into it and the binary parts after it.
   const room = text.length * 3 + binaryBytes;
-  if (room < STREAM_RESPONSE_BYTES) return joinedResponse(text, chunks, room);
+  if (room < STREAM_RESPONSE_BYTES) return new JoinedResponse(text, chunks, room);
   const json = utf8Encode(text);
-  const parts = [json, ...chunks];
-  const total = json.byteLength + binaryBytes;
-  let joined: Uint8Array | undefined;
-  return {
-    text: undefined,
-    headerLength: json.byteLength,
-    parts,
-    byteLength: total,
-    get body() {
-      if (joined === undefined) {
-        joined = new Uint8Array(total);
-        let off = 0;
-        for (const c of parts) {
-          joined.set(c, off);
-          off += c.byteLength;
-        }
+  return new BinaryResponse(json.byteLength, [json, ...chunks]);
+}
+
+/** The parts of a response that is JSON alone (none). */
+const NO_PARTS: readonly Uint8Array[] = [];
+
+// The encoded responses are instances of classes, not object literals with a getter: each such literal gets a
+// map of its own (the getter's closure is part of it), and maps live in the old generation, so that everything
+// the closure holds (the response's text) outlived the young generation's collections with every request.
+
+/** A response that is JSON alone. */
+class JsonResponse implements EncodedResponse {
+  readonly text: string;
+  readonly headerLength = undefined;
+  readonly parts = NO_PARTS;
+  readonly byteLength = undefined;
+  constructor(text: string) {
+    this.text = text;
+  }
+  get body(): Uint8Array {
+    return utf8Encode(this.text);
+  }
+}
+
+/** A pure JSON answer whose large outputs' data is written in chunks as the body is read. */
+class DeferredJsonResponse implements EncodedResponse {
+  readonly text = undefined;
+  readonly headerLength = undefined;
+  readonly parts = NO_PARTS;
+  readonly byteLength = undefined;
+  readonly #text: string;
+  readonly #deferred: readonly Tensor[];
+  constructor(text: string, deferred: readonly Tensor[]) {
+    this.#text = text;
+    this.#deferred = deferred;
+  }
+  readonly chunks = (): ReadableStream<Uint8Array> => jsonChunks(this.#text, this.#deferred);
+  get body(): Uint8Array {
+    return utf8Encode(jsonWhole(this.#text, this.#deferred));
+  }
+}
+
+/** A large response whose JSON part binary data follows, kept in its parts (joined only when asked). */
+class BinaryResponse implements EncodedResponse {
+  readonly text = undefined;
+  readonly headerLength: number;
+  readonly parts: readonly Uint8Array[];
+  readonly byteLength: number;
+  #joined: Uint8Array | undefined;
+  constructor(headerLength: number, parts: Uint8Array[]) {
+    this.headerLength = headerLength;
+    this.parts = parts;
+    this.byteLength = parts.reduce((n, c) => n + c.byteLength, 0);
+  }
+  get body(): Uint8Array {
+    if (this.#joined === undefined) {
+      const joined = new Uint8Array(this.byteLength);
+      let off = 0;
+      for (const c of this.parts) {
+        joined.set(c, off);
+        off += c.byteLength;
       }
-      return joined;
-    },
-  };
+      this.#joined = joined;
+    }
+    return this.#joined;
+  }
 }
 
 const textEncoder = new TextEncoder();
 
-/** A response with binary data as one buffer of at most `room` bytes: the JSON text, then the binary parts. */
-function joinedResponse(text: string, chunks: readonly Uint8Array[], room: number): EncodedResponse {
-  const buffer = new Uint8Array(room);
-  const headerLength = textEncoder.encodeInto(text, buffer).written;
-  let off = headerLength;
-  for (const c of chunks) {
-    buffer.set(c, off);
-    off += c.byteLength;
+/** A small response with binary data as one buffer: the JSON text, then the binary parts. */
+class JoinedResponse implements EncodedResponse {
+  readonly text = undefined;
+  readonly headerLength: number;
+  readonly byteLength: number;
+  readonly body: Uint8Array;
+  readonly #chunks: readonly Uint8Array[];
+  /**
+   * @param text the JSON part
+   * @param chunks the binary parts
+   * @param room the most bytes the body can take (the UTF-8 bound of the text, and the binary parts)
+   */
+  constructor(text: string, chunks: readonly Uint8Array[], room: number) {
+    const buffer = new Uint8Array(room);
+    const headerLength = textEncoder.encodeInto(text, buffer).written;
+    let off = headerLength;
+    for (const c of chunks) {
+      buffer.set(c, off);
+      off += c.byteLength;
+    }
+    this.headerLength = headerLength;
+    this.byteLength = off;
+    this.body = buffer.subarray(0, off);
+    this.#chunks = chunks;
   }
-  const body = buffer.subarray(0, off);
-  return {
-    text: undefined,
-    headerLength,
-    byteLength: off,
-    body,
-    get parts() {
-      return [body.subarray(0, headerLength), ...chunks];
-    },
-  };
+  get parts(): readonly Uint8Array[] {
+    return [this.body.subarray(0, this.headerLength), ...this.#chunks];
+  }
 }
