@@ -170,6 +170,10 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       arrivals: options?.arrivals,
     };
     this.#levels = Array.from({ length: 2 * levels }, () => []);
+    // Asking once makes the counter tell event-loop turns apart from now on (see ArrivalCounter).
+    if (this.#options.maxBatchSize > 1 && this.#options.maxQueueDelayMicroseconds === 0) {
+      this.#options.arrivals?.together();
+    }
   }
 
   #policy(level: number): QueuePolicy {
