@@ -409,42 +409,75 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     }
   }
 
-  async #run(instance: BackendInstance, batch: Pending[]): Promise<void> {
+  /**
+   * Executes a batch on an instance and answers its requests; the instance is free again afterwards. A plain
+   * promise chain: a lone request on an idle instance reaches the backend synchronously.
+   */
+  #run(instance: BackendInstance, batch: Pending[]): void {
     this.executing += batch.length;
     const started = nowNs();
+    let execution: ReturnType<typeof executeBatch>;
     try {
-      const { responses, times } = await executeBatch(this.#model, instance, batch.map((p) => p.request));
-      const stats = this.#stats;
-      stats?.recordExecution(times);
-      // One clock reading for the whole batch: its requests are answered together.
-      const end = stats ? nowNs() : 0;
-      for (let i = 0; i < batch.length; i++) {
-        const p = batch[i]!;
-        const res = responses[i]!;
-        if (res instanceof Error) {
-          if (isModelError(res)) stats?.recordSuccess(p.request.batchSize, p.received, times, end);
-          else stats?.recordFailure(p.received, "BACKEND");
-          this.#deliver(p.seq, () => p.reject(res));
-          continue;
-        }
-        stats?.recordSuccess(p.request.batchSize, p.received, times, end);
-        if (this.#options.preserveOrdering) this.#deliver(p.seq, () => p.resolve(res));
-        else p.resolve(res);
-      }
+      execution = executeBatch(this.#model, instance, batch.map((p) => p.request));
     } catch (err) {
-      const e = toServerError(err);
-      recordFailedExecution(this.#stats, batch, started);
-      for (const p of batch) this.#deliver(p.seq, () => p.reject(e));
-    } finally {
-      this.executing -= batch.length;
-      this.#free.push(instance);
-      if (this.#timer !== undefined && this.queued === 0) {
-        clearTimeout(this.#timer);
-        this.#timer = undefined;
-        this.#timerAt = Infinity;
-      }
-      this.#pump();
+      execution = Promise.reject(err);
     }
+    // The instance is released in the same turn as the answers (inflightCount is 0 when a caller resumes).
+    execution.then((done) => {
+      try {
+        this.#answer(batch, done);
+      } catch (err) {
+        this.#failed(batch, started, err);
+      } finally {
+        this.#release(instance, batch.length);
+      }
+    }, (err) => {
+      try {
+        this.#failed(batch, started, err);
+      } finally {
+        this.#release(instance, batch.length);
+      }
+    });
+  }
+
+  /** A batch whose execution failed: every request of it fails. */
+  #failed(batch: Pending[], started: number, err: unknown): void {
+    const e = toServerError(err);
+    recordFailedExecution(this.#stats, batch, started);
+    for (const p of batch) this.#deliver(p.seq, () => p.reject(e));
+  }
+
+  /** Records a batch's execution and answers each of its requests. */
+  #answer(batch: Pending[], { responses, times }: Awaited<ReturnType<typeof executeBatch>>): void {
+    const stats = this.#stats;
+    stats?.recordExecution(times);
+    // One clock reading for the whole batch: its requests are answered together.
+    const end = stats ? nowNs() : 0;
+    for (let i = 0; i < batch.length; i++) {
+      const p = batch[i]!;
+      const res = responses[i]!;
+      if (res instanceof Error) {
+        if (isModelError(res)) stats?.recordSuccess(p.request.batchSize, p.received, times, end);
+        else stats?.recordFailure(p.received, "BACKEND");
+        this.#deliver(p.seq, () => p.reject(res));
+        continue;
+      }
+      stats?.recordSuccess(p.request.batchSize, p.received, times, end);
+      if (this.#options.preserveOrdering) this.#deliver(p.seq, () => p.resolve(res));
+      else p.resolve(res);
+    }
+  }
+
+  /** An execution is over: its instance is free for the next batch. */
+  #release(instance: BackendInstance, count: number): void {
+    this.executing -= count;
+    this.#free.push(instance);
+    if (this.#timer !== undefined && this.queued === 0) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+      this.#timerAt = Infinity;
+    }
+    this.#pump();
   }
 
   #maybeDrained(): void {
