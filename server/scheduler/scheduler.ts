@@ -324,6 +324,11 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       if (this.queued < this.#options.delayUntilQueued) return;
       this.#options.delayUntilQueued = 0; // the hold is released once, then scheduling is normal
     }
+    // Nothing queued (the common case after a lone request): no clock reading, nothing to expire or take.
+    if (this.queued === 0) {
+      this.#maybeDrained();
+      return;
+    }
     const now = performance.now();
     this.#expire(now);
     while (this.#free.length > 0 && this.queued > 0) {
