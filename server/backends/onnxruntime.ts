@@ -358,6 +358,8 @@ interface SessionRunner extends ModelIo {
   /** Runs it takes before the first is answered (see BackendInstance.pipelineDepth); 1 when absent. */
   readonly pipelineDepth?: number;
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
+  /** Runs on the caller's thread and returns the outputs at once, where the runner can (see NativeRunner). */
+  runSync?(feeds: OrtValue[], fetches: readonly string[]): OrtValue[];
   close(): Promise<void>;
 }
 
@@ -472,32 +474,35 @@ class NativeRunner implements SessionRunner {
   }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     try {
-      const input = this.#feedsFor(feeds);
-      let results: Record<string, ort.Tensor>;
-      try {
-        results = this.#session.run(input, this.#fetchesFor(fetches), RUN_OPTIONS);
-      } finally {
-        // The run is over (it is synchronous): the reused feed objects let go of the request's data, and the
-        // batch's input buffers serve the next batch.
-        for (const name in input) input[name]!.data = NO_DATA;
-        for (const f of feeds) {
-          if (ArrayBuffer.isView(f.data) && this.#buffers.owns(f.data)) {
-            this.#buffers.give(f.name, f.data.buffer as ArrayBuffer);
-          }
-        }
-      }
-      const out: OrtValue[] = new Array(fetches.length);
-      for (let i = 0; i < fetches.length; i++) {
-        const name = fetches[i]!;
-        const v = results[name];
-        if (!v) throw new Error(`no output '${name}'`);
-        // The binding gives dims as numbers, in an array of their own.
-        out[i] = { name, type: v.type, data: v.data as ArrayBufferView | string[], dims: v.dims as number[] };
-      }
-      return Promise.resolve(out);
+      return Promise.resolve(this.runSync(feeds, fetches));
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+  runSync(feeds: OrtValue[], fetches: readonly string[]): OrtValue[] {
+    const input = this.#feedsFor(feeds);
+    let results: Record<string, ort.Tensor>;
+    try {
+      results = this.#session.run(input, this.#fetchesFor(fetches), RUN_OPTIONS);
+    } finally {
+      // The run is over (it is synchronous): the reused feed objects let go of the request's data, and the
+      // batch's input buffers serve the next batch.
+      for (const name in input) input[name]!.data = NO_DATA;
+      for (const f of feeds) {
+        if (ArrayBuffer.isView(f.data) && this.#buffers.owns(f.data)) {
+          this.#buffers.give(f.name, f.data.buffer as ArrayBuffer);
+        }
+      }
+    }
+    const out: OrtValue[] = new Array(fetches.length);
+    for (let i = 0; i < fetches.length; i++) {
+      const name = fetches[i]!;
+      const v = results[name];
+      if (!v) throw new Error(`no output '${name}'`);
+      // The binding gives dims as numbers, in an array of their own.
+      out[i] = { name, type: v.type, data: v.data as ArrayBufferView | string[], dims: v.dims as number[] };
+    }
+    return out;
   }
   /**
    * The feeds as the binding reads them, in objects kept from the previous run when it fed the same inputs in
@@ -1050,7 +1055,7 @@ class OrtInstance implements BackendInstance {
   #config: ModelConfig;
   #batched: boolean;
   #inputs: Map<string, ModelInputConfig>;
-  #outputs: Map<string, ModelOutputConfig>;
+  #outputSpecs: Map<string, ModelOutputConfig>;
   readonly inputBuffer?: (name: string, byteLength: number) => Uint8Array;
   readonly pipelineDepth: number;
 
@@ -1061,10 +1066,42 @@ class OrtInstance implements BackendInstance {
     this.#config = config;
     this.#batched = config.max_batch_size > 0;
     this.#inputs = new Map(config.input.map((i) => [i.name, i]));
-    this.#outputs = new Map(config.output.map((o) => [o.name, o]));
+    this.#outputSpecs = new Map(config.output.map((o) => [o.name, o]));
   }
 
-  async execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
+  /**
+   * Runs the inputs; a runner that can run synchronously (the native binding on the server's thread) answers
+   * without a turn through an async function: the outputs are ready when the returned promise is.
+   */
+  execute(inputs: Map<string, Tensor>, outputNames: readonly string[]): Promise<Map<string, Tensor>> {
+    let feeds: OrtValue[];
+    try {
+      feeds = this.#feeds(inputs);
+      if (this.#runner.runSync) {
+        let results: OrtValue[];
+        try {
+          results = this.#runner.runSync(feeds, outputNames);
+        } catch (err) {
+          throw this.#runFailed(err);
+        }
+        return Promise.resolve(this.#outputsOf(results));
+      }
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#runner.run(feeds, outputNames).then(
+      (results) => this.#outputsOf(results),
+      (err) => Promise.reject(this.#runFailed(err)),
+    );
+  }
+
+  #runFailed(err: unknown): Error {
+    const msg = err instanceof Error ? err.message : String(err);
+    return internal(`Cannot run '${this.#config.name}' in ONNX Runtime: ${msg}`);
+  }
+
+  /** The inputs as ONNX Runtime takes them (reshaped where the config says so). */
+  #feeds(inputs: Map<string, Tensor>): OrtValue[] {
     const feeds: OrtValue[] = [];
     for (const [name, t] of inputs) {
       if (!this.#runner.inputNames.includes(name)) {
@@ -1085,13 +1122,11 @@ class OrtInstance implements BackendInstance {
         : typedView(t.datatype, t.data as Uint8Array);
       feeds.push({ name, type, data, dims });
     }
-    let results: OrtValue[];
-    try {
-      results = await this.#runner.run(feeds, outputNames);
-    } catch (err) {
-      const msg = err instanceof Error ? err.message : String(err);
-      throw internal(`Cannot run '${this.#config.name}' in ONNX Runtime: ${msg}`);
-    }
+    return feeds;
+  }
+
+  /** ONNX Runtime's outputs as tensors (reshaped back where the config says so). */
+  #outputsOf(results: OrtValue[]): Map<string, Tensor> {
     const out = new Map<string, Tensor>();
     for (const v of results) {
       const name = v.name;
@@ -1101,7 +1136,7 @@ class OrtInstance implements BackendInstance {
           `Cannot run '${this.#config.name}': output '${name}' has unsupported type '${v.type}'`,
         );
       }
-      const spec = this.#outputs.get(name);
+      const spec = this.#outputSpecs.get(name);
       let shape = v.dims;
       if (spec?.reshape) shape = resolveShape(shape, spec.dims, this.#batched);
       const data = dt === "BYTES"

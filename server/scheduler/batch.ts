@@ -233,31 +233,50 @@ async function executeGated(
   }
 }
 
-async function runBatch(
+function runBatch(
   model: BatchModel,
   instance: BackendInstance,
   requests: readonly ValidatedRequest[],
 ): Promise<{ responses: (InferResponse | ServerError)[]; times: ExecutionTimes }> {
-  if (instance.executeRequests) return await executeSeparately(model, instance, requests);
-  const start = nowNs();
-  const first = requests[0]!;
-  let inputs: Map<string, Tensor>;
-  let names: string[];
-  if (requests.length === 1) {
-    // A batch of one runs on the request's own inputs (backends only read them).
-    inputs = first.inputs;
-    names = first.outputs.map((o) => o.name);
-  } else {
-    inputs = new Map<string, Tensor>();
-    for (const name of first.inputs.keys()) {
-      inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!), instance));
+  if (instance.executeRequests) return executeSeparately(model, instance, requests);
+  let start: number;
+  let inputEnd: number;
+  let execution: Promise<Map<string, Tensor>>;
+  try {
+    start = nowNs();
+    const first = requests[0]!;
+    let inputs: Map<string, Tensor>;
+    let names: string[];
+    if (requests.length === 1) {
+      // A batch of one runs on the request's own inputs (backends only read them).
+      inputs = first.inputs;
+      names = first.outputs.map((o) => o.name);
+    } else {
+      inputs = new Map<string, Tensor>();
+      for (const name of first.inputs.keys()) {
+        inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!), instance));
+      }
+      const wanted = new Set<string>();
+      for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
+      names = [...wanted];
     }
-    const wanted = new Set<string>();
-    for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
-    names = [...wanted];
+    inputEnd = nowNs();
+    execution = instance.execute(inputs, names);
+  } catch (err) {
+    return Promise.reject(err);
   }
-  const inputEnd = nowNs();
-  const produced = await instance.execute(inputs, names);
+  // A plain promise chain rather than an async function: a lone request costs no suspended frame.
+  return execution.then((produced) => splitBatch(model, requests, produced, start, inputEnd));
+}
+
+/** Splits a batch's outputs into each request's response and traces the execution. */
+function splitBatch(
+  model: BatchModel,
+  requests: readonly ValidatedRequest[],
+  produced: Map<string, Tensor>,
+  start: number,
+  inputEnd: number,
+): { responses: (InferResponse | ServerError)[]; times: ExecutionTimes } {
   const inferEnd = nowNs();
   const total = requests.reduce((n, r) => n + r.batchSize, 0);
   for (const [name, full] of produced) {

@@ -170,6 +170,10 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       arrivals: options?.arrivals,
     };
     this.#levels = Array.from({ length: 2 * levels }, () => []);
+    // Asking once makes the counter tell event-loop turns apart from now on (see ArrivalCounter).
+    if (this.#options.maxBatchSize > 1 && this.#options.maxQueueDelayMicroseconds === 0) {
+      this.#options.arrivals?.together();
+    }
   }
 
   #policy(level: number): QueuePolicy {
@@ -320,6 +324,11 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       if (this.queued < this.#options.delayUntilQueued) return;
       this.#options.delayUntilQueued = 0; // the hold is released once, then scheduling is normal
     }
+    // Nothing queued (the common case after a lone request): no clock reading, nothing to expire or take.
+    if (this.queued === 0) {
+      this.#maybeDrained();
+      return;
+    }
     const now = performance.now();
     this.#expire(now);
     while (this.#free.length > 0 && this.queued > 0) {
@@ -405,42 +414,75 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     }
   }
 
-  async #run(instance: BackendInstance, batch: Pending[]): Promise<void> {
+  /**
+   * Executes a batch on an instance and answers its requests; the instance is free again afterwards. A plain
+   * promise chain: a lone request on an idle instance reaches the backend synchronously.
+   */
+  #run(instance: BackendInstance, batch: Pending[]): void {
     this.executing += batch.length;
     const started = nowNs();
+    let execution: ReturnType<typeof executeBatch>;
     try {
-      const { responses, times } = await executeBatch(this.#model, instance, batch.map((p) => p.request));
-      const stats = this.#stats;
-      stats?.recordExecution(times);
-      // One clock reading for the whole batch: its requests are answered together.
-      const end = stats ? nowNs() : 0;
-      for (let i = 0; i < batch.length; i++) {
-        const p = batch[i]!;
-        const res = responses[i]!;
-        if (res instanceof Error) {
-          if (isModelError(res)) stats?.recordSuccess(p.request.batchSize, p.received, times, end);
-          else stats?.recordFailure(p.received, "BACKEND");
-          this.#deliver(p.seq, () => p.reject(res));
-          continue;
-        }
-        stats?.recordSuccess(p.request.batchSize, p.received, times, end);
-        if (this.#options.preserveOrdering) this.#deliver(p.seq, () => p.resolve(res));
-        else p.resolve(res);
-      }
+      execution = executeBatch(this.#model, instance, batch.map((p) => p.request));
     } catch (err) {
-      const e = toServerError(err);
-      recordFailedExecution(this.#stats, batch, started);
-      for (const p of batch) this.#deliver(p.seq, () => p.reject(e));
-    } finally {
-      this.executing -= batch.length;
-      this.#free.push(instance);
-      if (this.#timer !== undefined && this.queued === 0) {
-        clearTimeout(this.#timer);
-        this.#timer = undefined;
-        this.#timerAt = Infinity;
-      }
-      this.#pump();
+      execution = Promise.reject(err);
     }
+    // The instance is released in the same turn as the answers (inflightCount is 0 when a caller resumes).
+    execution.then((done) => {
+      try {
+        this.#answer(batch, done);
+      } catch (err) {
+        this.#failed(batch, started, err);
+      } finally {
+        this.#release(instance, batch.length);
+      }
+    }, (err) => {
+      try {
+        this.#failed(batch, started, err);
+      } finally {
+        this.#release(instance, batch.length);
+      }
+    });
+  }
+
+  /** A batch whose execution failed: every request of it fails. */
+  #failed(batch: Pending[], started: number, err: unknown): void {
+    const e = toServerError(err);
+    recordFailedExecution(this.#stats, batch, started);
+    for (const p of batch) this.#deliver(p.seq, () => p.reject(e));
+  }
+
+  /** Records a batch's execution and answers each of its requests. */
+  #answer(batch: Pending[], { responses, times }: Awaited<ReturnType<typeof executeBatch>>): void {
+    const stats = this.#stats;
+    stats?.recordExecution(times);
+    // One clock reading for the whole batch: its requests are answered together.
+    const end = stats ? nowNs() : 0;
+    for (let i = 0; i < batch.length; i++) {
+      const p = batch[i]!;
+      const res = responses[i]!;
+      if (res instanceof Error) {
+        if (isModelError(res)) stats?.recordSuccess(p.request.batchSize, p.received, times, end);
+        else stats?.recordFailure(p.received, "BACKEND");
+        this.#deliver(p.seq, () => p.reject(res));
+        continue;
+      }
+      stats?.recordSuccess(p.request.batchSize, p.received, times, end);
+      if (this.#options.preserveOrdering) this.#deliver(p.seq, () => p.resolve(res));
+      else p.resolve(res);
+    }
+  }
+
+  /** An execution is over: its instance is free for the next batch. */
+  #release(instance: BackendInstance, count: number): void {
+    this.executing -= count;
+    this.#free.push(instance);
+    if (this.#timer !== undefined && this.queued === 0) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+      this.#timerAt = Infinity;
+    }
+    this.#pump();
   }
 
   #maybeDrained(): void {

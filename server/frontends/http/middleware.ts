@@ -85,23 +85,42 @@ function pickEncoding(request: Request): "gzip" | "deflate" | undefined {
  * @param alignAt an offset in the body to place 8-byte aligned (see readDeclared): where the binary part of a
  *   binary-extension request starts, so that its tensors are read in place
  */
-export async function readBody(ctx: RouteContext, asText?: false, alignAt?: number): Promise<Uint8Array>;
-export async function readBody(ctx: RouteContext, asText: true): Promise<Uint8Array | string>;
-export async function readBody(ctx: RouteContext, asText = false, alignAt = 0): Promise<Uint8Array | string> {
-  const { request, bodyLimit: limit } = ctx;
-  const declared = request.headers.get("content-length");
-  if (declared !== null && Number(declared) > limit) {
-    throw invalidArg(
-      `Cannot read the request body: ${declared} bytes is more than --http-max-input-size (${limit} bytes)`,
-    );
+export function readBody(ctx: RouteContext, asText?: false, alignAt?: number): Promise<Uint8Array>;
+export function readBody(ctx: RouteContext, asText: true): Promise<Uint8Array | string>;
+export function readBody(ctx: RouteContext, asText = false, alignAt = 0): Promise<Uint8Array | string> {
+  try {
+    const { request, bodyLimit: limit } = ctx;
+    const declared = request.headers.get("content-length");
+    if (declared !== null && Number(declared) > limit) {
+      throw invalidArg(
+        `Cannot read the request body: ${declared} bytes is more than --http-max-input-size (${limit} bytes)`,
+      );
+    }
+    const raw = request.headers.get("content-encoding");
+    const encoding = raw === null ? undefined : raw.trim().toLowerCase();
+    const plain = !encoding || encoding === "identity";
+    // The common body (declared length, not compressed) is read without an async function's frame.
+    if (declared !== null && plain) {
+      return asText
+        ? receiveBody(request, request.text())
+        : receiveBody(request, readDeclaredBody(request, Number(declared), alignAt));
+    }
+    return readOtherBody(request, limit, declared, encoding, alignAt);
+  } catch (err) {
+    return Promise.reject(err);
   }
-  const encoding = request.headers.get("content-encoding")?.trim().toLowerCase();
-  const plain = !encoding || encoding === "identity";
+}
+
+/** readBody for a body of undeclared length or one to inflate. */
+async function readOtherBody(
+  request: Request,
+  limit: number,
+  declared: string | null,
+  encoding: string | undefined,
+  alignAt: number,
+): Promise<Uint8Array> {
   let body: Uint8Array;
   if (declared !== null) {
-    if (asText && plain) {
-      return await receiveBody(request, request.text());
-    }
     body = await receiveBody(request, readDeclaredBody(request, Number(declared), alignAt));
   } else {
     const read = await receiveBody(request, readUpTo(request.body, limit));
@@ -112,7 +131,7 @@ export async function readBody(ctx: RouteContext, asText = false, alignAt = 0): 
     }
     body = read;
   }
-  if (!plain) {
+  if (encoding && encoding !== "identity") {
     if (encoding !== "gzip" && encoding !== "deflate") {
       throw unsupported(`Cannot read the request body: unsupported Content-Encoding '${encoding}'`);
     }

@@ -67,39 +67,55 @@ function answer(decoded: DecodedRequest, response: InferResponse, written: ShmWr
  * @param deps the pipeline and options
  */
 export function inferRoutes({ pipeline, options }: RouteDeps): Route[] {
-  async function infer(ctx: RouteContext): Promise<Response> {
+  /** The infer route: a plain promise chain (reading the body is its only wait). */
+  function infer(ctx: RouteContext): Promise<Response> {
     const { request, params } = ctx;
     const model = params.model!;
     const version = params.version ?? "";
-    // The times of reading the body only go into a trace.
-    const traced = pipeline.mayTrace(model);
-    const recvStart = traced ? nowNs() : undefined;
-    // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
-    const mv = pipeline.accept(model, version, ENDPOINTS.httpInfer);
-    const hl = request.headers.get(HEADER_LENGTH);
+    let mv: ModelVersion;
     let headerLength: number | undefined;
-    if (hl !== null) {
-      headerLength = Number(hl);
-      if (!/^\s*[0-9]+\s*$/.test(hl)) {
-        throw invalidArg(
-          `Cannot read the inference request for '${model}': Inference-Header-Content-Length '${hl}' is not a number`,
-        );
+    let recvStart: number | undefined;
+    let body: Promise<Uint8Array | string>;
+    try {
+      // The times of reading the body only go into a trace.
+      recvStart = pipeline.mayTrace(model) ? nowNs() : undefined;
+      // As Triton: an unknown or unavailable model is NOT_FOUND / UNAVAILABLE whatever the body holds.
+      mv = pipeline.accept(model, version, ENDPOINTS.httpInfer);
+      const hl = request.headers.get(HEADER_LENGTH);
+      if (hl !== null) {
+        headerLength = Number(hl);
+        if (!/^\s*[0-9]+\s*$/.test(hl)) {
+          throw invalidArg(
+            `Cannot read the inference request for '${model}': Inference-Header-Content-Length '${hl}' is not a number`,
+          );
+        }
       }
+      // A body that is JSON alone (no binary part) is read as text.
+      body = headerLength === undefined ? readBody(ctx, true) : readBody(ctx, false, headerLength);
+    } catch (err) {
+      return Promise.reject(err);
     }
-    // A body that is JSON alone (no binary part) is read as text.
-    const body = headerLength === undefined
-      ? await readBody(ctx, true)
-      : await readBody(ctx, false, headerLength);
-    const recvEnd = traced ? nowNs() : undefined;
+    return body.then((b) => run(mv, b, headerLength, { model, version }, recvStart));
+  }
+
+  /** Decodes a read body and runs it through the pipeline. */
+  function run(
+    mv: ModelVersion,
+    body: Uint8Array | string,
+    headerLength: number | undefined,
+    target: { model: string; version: string },
+    recvStart: number | undefined,
+  ): Promise<Response> {
+    const recvEnd = recvStart === undefined ? undefined : nowNs();
     const shm = pipeline.shmSession();
     const decoded = decodeInferRequest(
       body,
       headerLength,
-      { model, version },
+      target,
       headerLength === 0 ? (bytes) => rawInput(mv, bytes) : undefined,
       shm?.reader,
     );
-    return await pipeline.infer(
+    return pipeline.infer(
       mv,
       decoded.request,
       { endpoint: ENDPOINTS.httpInfer, shm, recvStart, recvEnd },
