@@ -1236,6 +1236,23 @@ function workerSessionOptions(
   return { ...options, intraOpNumThreads: workerIntraOpThreads(navigator.hardwareConcurrency || 1) };
 }
 
+/**
+ * The session options of an instance on the server's thread: as sessionOptions, and for a model file under
+ * WORKER_MIN_MODEL_BYTES one intra-op thread where the config does not set `intra_op_thread_count`. A run of a
+ * model that small takes microseconds, less than waking a pool thread costs (the pool threads sleep between runs,
+ * see DEFAULT_SESSION_ENTRIES): `simple` with Triton's own config on 2 cores took 68 µs of server CPU per request
+ * at 1 connection with ONNX Runtime's default threads, 56 µs with one thread.
+ * @param options the config's session options
+ * @param modelBytes the model file's size
+ */
+export function mainSessionOptions(
+  options: ort.InferenceSession.SessionOptions,
+  modelBytes: number,
+): ort.InferenceSession.SessionOptions {
+  if (options.intraOpNumThreads !== undefined || modelBytes >= WORKER_MIN_MODEL_BYTES) return options;
+  return { ...options, intraOpNumThreads: 1 };
+}
+
 /** Opens the session of one instance: on a worker thread, through the native binding, or the public API. */
 async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<SessionRunner> {
   const options = sessionOptions(config);
@@ -1258,7 +1275,7 @@ async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<Se
     }
     return main instanceof NativeRunner ? new LoneOnMainRunner(main, worker) : (await main.close(), worker);
   }
-  return await openMainRunner(modelPathOf(ctx), options);
+  return await openMainRunner(modelPathOf(ctx), mainSessionOptions(options, bytes));
 }
 
 /** Opens a session on the server's thread: through the native binding, or the public API. */

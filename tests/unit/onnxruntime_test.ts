@@ -6,6 +6,7 @@ import {
   DEFAULT_MAX_BATCH_SIZE,
   DEFAULT_SESSION_ENTRIES,
   instanceThread,
+  mainSessionOptions,
   onnxRuntimeBackend,
   sessionOptions,
   WORKER_MIN_MODEL_BYTES,
@@ -705,6 +706,20 @@ Deno.test("worker requests alternate between the two slots and count past the In
     5,
   ]);
   assertEquals(CTL_WORDS, 6);
+});
+
+Deno.test("a small model on the server's thread runs on one intra-op thread unless its config says otherwise", () => {
+  const base = { logSeverityLevel: 3 as const };
+  assertEquals(mainSessionOptions(base, 1000), { logSeverityLevel: 3, intraOpNumThreads: 1 });
+  assertEquals(mainSessionOptions(base, WORKER_MIN_MODEL_BYTES - 1), {
+    logSeverityLevel: 3,
+    intraOpNumThreads: 1,
+  });
+  assertEquals(mainSessionOptions(base, WORKER_MIN_MODEL_BYTES), { logSeverityLevel: 3 });
+  assertEquals(mainSessionOptions({ ...base, intraOpNumThreads: 4 }, 1000), {
+    logSeverityLevel: 3,
+    intraOpNumThreads: 4,
+  });
 });
 
 Deno.test("a worker instance's session leaves one core to the server's thread", () => {
