@@ -604,3 +604,77 @@ Deno.test("a small binary response is one buffer whose parts are its JSON part a
   assertEquals(enc.parts[1], new Uint8Array([9, 8]));
   assertEquals(enc.parts[2], new Uint8Array([7, 0, 0, 0, 0xf8, 0xff, 0xff, 0xff]));
 });
+
+Deno.test("a binary request whose JSON part came before decodes to fresh objects over its own bytes", () => {
+  const head = {
+    id: "again",
+    parameters: { binary_data_output: true, priority: 1 },
+    inputs: [
+      { name: "A", datatype: "INT32", shape: [1, 2], parameters: { binary_data_size: 8 } },
+      { name: "B", datatype: "FP32", shape: [1, 1], parameters: { binary_data_size: 4 } },
+    ],
+    outputs: [{ name: "OUT", parameters: { classification: 2 } }],
+  };
+  const want = (a: number, b: number, model: string) => ({
+    request: {
+      model,
+      version: "1",
+      id: "again",
+      inputs: [
+        { name: "A", datatype: "INT32", shape: [1, 2], data: i32(a, a + 1) },
+        { name: "B", datatype: "FP32", shape: [1, 1], data: f32(b) },
+      ],
+      outputs: [{ name: "OUT", classification: 2, parameters: { classification: 2 } }],
+      parameters: { priority: 1 },
+    },
+    binaryOutput: true,
+  });
+  const first = binaryBody(head, i32(1, 2), f32(0.5));
+  const one = decodeInferRequest(first.body, first.headerLength, TARGET);
+  assertEquals(one, want(1, 0.5, "simple"));
+  // What a later stage does to one request is not seen by the next with the same JSON part.
+  one.request.inputs[0]!.shape[0] = 9;
+  one.request.parameters.priority = 7;
+  one.request.outputs[0]!.parameters.classification = 5;
+  const second = binaryBody(head, i32(3, 4), f32(-2));
+  const two = decodeInferRequest(second.body, second.headerLength, { model: "other", version: "1" });
+  assertEquals(two, want(3, -2, "other"));
+  assertEquals((two.request.inputs[1]!.data as Uint8Array).buffer, second.body.buffer);
+  // A binary part of another length than the JSON part claims is still refused in so many words.
+  const short = binaryBody(head, i32(3, 4));
+  fails(
+    short.body,
+    short.headerLength,
+    `${WHERE}: input 'B' claims 4 bytes of binary data but only 0 remain`,
+  );
+  const long = binaryBody(head, i32(3, 4), f32(1), f32(2));
+  fails(
+    long.body,
+    long.headerLength,
+    `${WHERE}: the body has 16 bytes of binary data but the inputs claim 12`,
+  );
+});
+
+Deno.test("a binary request with BYTES inputs is decoded in full each time", () => {
+  const head = {
+    inputs: [
+      { name: "A", datatype: "INT32", shape: [1], parameters: { binary_data_size: 4 } },
+      { name: "S", datatype: "BYTES", shape: [1], parameters: { binary_data_size: 6 } },
+    ],
+  };
+  const bytes = (s: string) => {
+    const b = new Uint8Array(4 + s.length);
+    new DataView(b.buffer).setUint32(0, s.length, true);
+    b.set(utf8Encode(s), 4);
+    return b;
+  };
+  const ok = binaryBody(head, i32(1), bytes("hi"));
+  decodeInferRequest(ok.body, ok.headerLength, TARGET);
+  // The same JSON part with BYTES elements of other lengths: the elements are checked again.
+  const bad = binaryBody(head, i32(1), bytes("h"), new Uint8Array(1));
+  fails(
+    bad.body,
+    bad.headerLength,
+    "Cannot read input 'S': unexpected number of string elements 2 for inference input 'S' for model 'simple', expecting 1",
+  );
+});

@@ -139,8 +139,93 @@ export function decodeInferRequest(
     }
     jsonBytes = body.subarray(0, headerLength);
     binary = body.subarray(headerLength);
+    const text = utf8Decode(jsonBytes);
+    const known = binaryHeaders.get(text)?.decode(binary, target);
+    if (known) return known;
+    const decoded = decodeJson(text, binary, target, where, shm);
+    rememberHeader(text, decoded, binary);
+    return decoded;
   }
   return decodeJson(utf8Decode(jsonBytes), binary, target, where, shm);
+}
+
+/** The JSON parts of binary requests longer than this many characters are not remembered. */
+const HEADER_CACHE_MAX_CHARS = 4096;
+
+/** How many JSON parts are remembered; the cache starts over when it is full. */
+const HEADER_CACHE_ENTRIES = 64;
+
+/**
+ * What a binary request's JSON part says, remembered from its first decoding: clients send the same JSON part
+ * again and again (only the binary data differs), and a request whose JSON part is known is rebuilt from this
+ * without parsing or checking it again. Only a JSON part whose every input is binary data of a fixed-width
+ * datatype is remembered (no JSON data, no shared memory, no BYTES, whose elements are checked per request).
+ */
+class BinaryHeader {
+  readonly #id: string;
+  readonly #parameters: Readonly<Record<string, ParamValue>>;
+  readonly #inputs: readonly { name: string; datatype: Datatype; shape: readonly number[]; size: number }[];
+  readonly #outputs: readonly RequestedOutput[];
+  readonly #binaryOutput: boolean;
+  readonly #total: number;
+
+  constructor(decoded: DecodedRequest) {
+    const r = decoded.request;
+    this.#id = r.id;
+    this.#parameters = { ...r.parameters };
+    this.#inputs = r.inputs.map((t) => ({
+      name: t.name,
+      datatype: t.datatype,
+      shape: [...t.shape],
+      size: (t.data as Uint8Array).byteLength,
+    }));
+    this.#total = this.#inputs.reduce((n, t) => n + t.size, 0);
+    this.#outputs = r.outputs.map((o) => ({ ...o, parameters: { ...o.parameters } }));
+    this.#binaryOutput = decoded.binaryOutput;
+  }
+
+  /**
+   * The request of this JSON part with `binary` as its binary part; undefined where the binary part's length is
+   * not what the inputs claim (the full decoding says what is wrong).
+   */
+  decode(binary: Uint8Array, target: Target): DecodedRequest | undefined {
+    if (binary.byteLength !== this.#total) return undefined;
+    const inputs: Tensor[] = [];
+    let offset = 0;
+    for (const t of this.#inputs) {
+      const data = binary.subarray(offset, offset + t.size);
+      offset += t.size;
+      inputs.push({ name: t.name, datatype: t.datatype, shape: t.shape.slice(), data });
+    }
+    const outputs: RequestedOutput[] = [];
+    for (const o of this.#outputs) {
+      outputs.push({ name: o.name, classification: o.classification, parameters: { ...o.parameters } });
+    }
+    return {
+      request: {
+        model: target.model,
+        version: target.version,
+        id: this.#id,
+        inputs,
+        outputs,
+        parameters: { ...this.#parameters },
+      },
+      binaryOutput: this.#binaryOutput,
+    };
+  }
+}
+
+/** The remembered JSON parts of binary requests, by their text. */
+const binaryHeaders = new Map<string, BinaryHeader>();
+
+/** Remembers a binary request's JSON part where every input is binary data of a fixed-width datatype. */
+function rememberHeader(text: string, decoded: DecodedRequest, binary: Uint8Array): void {
+  if (text.length > HEADER_CACHE_MAX_CHARS) return;
+  for (const t of decoded.request.inputs) {
+    if (t.datatype === "BYTES" || !(t.data instanceof Uint8Array) || t.data.buffer !== binary.buffer) return;
+  }
+  if (binaryHeaders.size >= HEADER_CACHE_ENTRIES) binaryHeaders.clear();
+  binaryHeaders.set(text, new BinaryHeader(decoded));
 }
 
 /** Decodes the JSON part of a request; `binary` holds the bytes after it (binary tensor data). */
