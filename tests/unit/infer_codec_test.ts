@@ -7,6 +7,7 @@ import {
   decodeInferRequest,
   encodeInferResponse,
   HEADER_LENGTH,
+  inferResponse,
 } from "../../server/frontends/http/infer_codec.ts";
 
 const TARGET = { model: "simple", version: "1" };
@@ -603,6 +604,42 @@ Deno.test("a small binary response is one buffer whose parts are its JSON part a
   assertEquals(enc.parts[0], enc.body.subarray(0, enc.headerLength));
   assertEquals(enc.parts[1], new Uint8Array([9, 8]));
   assertEquals(enc.parts[2], new Uint8Array([7, 0, 0, 0, 0xf8, 0xff, 0xff, 0xff]));
+});
+
+Deno.test("binary responses with the same JSON part each get a body and headers of their own", async () => {
+  const bodies = [[1, 2], [3, 4], [5]].map((v) =>
+    encodeInferResponse(
+      response([{ name: "X", datatype: "UINT8", shape: [v.length], data: new Uint8Array(v) }]),
+      [],
+      true,
+    )
+  );
+  const other = encodeInferResponse(response([OUT1], "id-1"), [], true);
+  const again = encodeInferResponse(
+    response([{ name: "X", datatype: "UINT8", shape: [2], data: new Uint8Array([6, 7]) }]),
+    [],
+    true,
+  );
+  const head =
+    '{"model_name":"simple","model_version":"1","outputs":[{"name":"X","datatype":"UINT8","shape":[2],' +
+    '"parameters":{"binary_data_size":2}}]}';
+  const want = (tail: number[]) => new Uint8Array([...utf8Encode(head), ...tail]);
+  assertEquals(bodies[0]!.body, want([1, 2]));
+  assertEquals(bodies[1]!.body, want([3, 4]));
+  assertEquals(again.body, want([6, 7]));
+  assert(bodies[0]!.body.buffer !== bodies[1]!.body.buffer);
+  assertEquals(bodies[2]!.headerLength, head.length);
+  assertEquals(
+    utf8Decode(bodies[2]!.body.subarray(0, bodies[2]!.headerLength)),
+    head.replace("[2]", "[1]").replace(":2}", ":1}"),
+  );
+  assertEquals(utf8Decode(other.body.subarray(0, other.headerLength)).includes('"id":"id-1"'), true);
+  for (const enc of [bodies[0]!, bodies[2]!, other, bodies[1]!]) {
+    const answer = inferResponse(enc);
+    assertEquals(answer.headers.get(HEADER_LENGTH), String(enc.headerLength));
+    assertEquals(answer.headers.get("content-type"), "application/octet-stream");
+    assertEquals(new Uint8Array(await answer.arrayBuffer()), enc.body);
+  }
 });
 
 Deno.test("a binary request whose JSON part came before decodes to fresh objects over its own bytes", () => {

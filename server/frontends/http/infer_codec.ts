@@ -394,6 +394,27 @@ const JSON_ANSWER: ResponseInit = Object.freeze({
   headers: Object.freeze({ "content-type": "application/json" }),
 });
 
+/** How many binary answers' status and headers are kept, by JSON part length (see binaryAnswer). */
+const BINARY_ANSWERS_KEPT = 256;
+const binaryAnswers = new Map<number, ResponseInit>();
+
+/** The status and headers of a binary answer whose JSON part has `headerLength` bytes (Response only reads them). */
+function binaryAnswer(headerLength: number): ResponseInit {
+  let init = binaryAnswers.get(headerLength);
+  if (init === undefined) {
+    init = Object.freeze({
+      status: 200,
+      headers: Object.freeze({
+        [HEADER_LENGTH]: String(headerLength),
+        "content-type": "application/octet-stream",
+      }),
+    });
+    if (binaryAnswers.size >= BINARY_ANSWERS_KEPT) binaryAnswers.clear();
+    binaryAnswers.set(headerLength, init);
+  }
+  return init;
+}
+
 /**
  * The HTTP answer of an encoded inference response: JSON as text; with binary data, one buffer when small, and
  * the parts streamed one after the other (with their exact Content-Length) when large.
@@ -402,13 +423,13 @@ const JSON_ANSWER: ResponseInit = Object.freeze({
 export function inferResponse(encoded: EncodedResponse): Response {
   if (encoded.chunks) return new Response(encoded.chunks(), JSON_ANSWER);
   if (encoded.text !== undefined) return new Response(encoded.text, JSON_ANSWER);
+  if (encoded.byteLength! < STREAM_RESPONSE_BYTES) {
+    return new Response(encoded.body as BodyInit, binaryAnswer(encoded.headerLength!));
+  }
   const headers = {
     [HEADER_LENGTH]: String(encoded.headerLength),
     "content-type": "application/octet-stream",
   };
-  if (encoded.byteLength! < STREAM_RESPONSE_BYTES) {
-    return new Response(encoded.body as BodyInit, { status: 200, headers });
-  }
   const parts = [...encoded.parts];
   const stream = new ReadableStream<Uint8Array>({
     type: "bytes",
@@ -506,10 +527,10 @@ export function encodeInferResponse(
   if (chunks.length === 0) return new JsonResponse(text);
   let binaryBytes = 0;
   for (const c of chunks) binaryBytes += c.byteLength;
-  // UTF-8 takes at most 3 bytes per UTF-16 unit: a small body is written once, the JSON part encoded straight
-  // into it and the binary parts after it.
+  // UTF-8 takes at most 3 bytes per UTF-16 unit: a small body is written once, the JSON part's bytes and the
+  // binary parts one after the other.
   const room = text.length * 3 + binaryBytes;
-  if (room < STREAM_RESPONSE_BYTES) return new JoinedResponse(text, chunks, room);
+  if (room < STREAM_RESPONSE_BYTES) return new JoinedResponse(text, chunks, binaryBytes);
   const json = utf8Encode(text);
   return new BinaryResponse(json.byteLength, [json, ...chunks]);
 }
@@ -579,7 +600,24 @@ class BinaryResponse implements EncodedResponse {
   }
 }
 
-const textEncoder = new TextEncoder();
+/** JSON parts up to this many characters are remembered in their encoded form (see jsonPartBytes). */
+const JSON_PART_KEEP_CHARS = 4096;
+let lastJsonPart = "";
+let lastJsonPartBytes: Uint8Array = new Uint8Array(0);
+
+/**
+ * The UTF-8 bytes of a response's JSON part, only read: the answers of one batch (and of the batches after it)
+ * mostly share the same JSON part (same model, outputs and shapes, no id), which is then encoded once.
+ */
+function jsonPartBytes(text: string): Uint8Array {
+  if (text === lastJsonPart) return lastJsonPartBytes;
+  const bytes = utf8Encode(text);
+  if (text.length <= JSON_PART_KEEP_CHARS) {
+    lastJsonPart = text;
+    lastJsonPartBytes = bytes;
+  }
+  return bytes;
+}
 
 /** A small response with binary data as one buffer: the JSON text, then the binary parts. */
 class JoinedResponse implements EncodedResponse {
@@ -591,19 +629,20 @@ class JoinedResponse implements EncodedResponse {
   /**
    * @param text the JSON part
    * @param chunks the binary parts
-   * @param room the most bytes the body can take (the UTF-8 bound of the text, and the binary parts)
+   * @param binaryBytes the binary parts' total length
    */
-  constructor(text: string, chunks: readonly Uint8Array[], room: number) {
-    const buffer = new Uint8Array(room);
-    const headerLength = textEncoder.encodeInto(text, buffer).written;
-    let off = headerLength;
+  constructor(text: string, chunks: readonly Uint8Array[], binaryBytes: number) {
+    const json = jsonPartBytes(text);
+    const buffer = new Uint8Array(json.byteLength + binaryBytes);
+    buffer.set(json);
+    let off = json.byteLength;
     for (const c of chunks) {
       buffer.set(c, off);
       off += c.byteLength;
     }
-    this.headerLength = headerLength;
+    this.headerLength = json.byteLength;
     this.byteLength = off;
-    this.body = buffer.subarray(0, off);
+    this.body = buffer;
     this.#chunks = chunks;
   }
   get parts(): readonly Uint8Array[] {
