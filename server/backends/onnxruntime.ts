@@ -15,6 +15,7 @@ import {
   type ModelOutputConfig,
   sequenceTensorNames,
 } from "../core/model_config.ts";
+import { setBytes } from "../core/shared_copy.ts";
 import type { Tensor } from "../core/types.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
 import { initializerTypes } from "./onnx_proto.ts";
@@ -835,7 +836,8 @@ class WorkerRunner implements SessionRunner {
     job.feeds.forEach((f, k) => {
       const data = f.data as ArrayBufferView;
       if (data.buffer !== blocks.input) {
-        new Uint8Array(blocks.input, offsets[k], data.byteLength).set(
+        setBytes(
+          new Uint8Array(blocks.input, offsets[k], data.byteLength),
           new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
         );
       }

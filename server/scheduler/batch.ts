@@ -11,6 +11,7 @@ import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
+import { setBytes } from "../core/shared_copy.ts";
 import type { ExecutionTimes } from "../metrics/stats.ts";
 
 /** The errors a model sent as a request's response (not failures of the execution itself). */
@@ -58,7 +59,7 @@ function concatInput(name: string, parts: Tensor[], instance: BackendInstance): 
   const out = instance.inputBuffer?.(name, total) ?? new Uint8Array(total);
   let off = 0;
   for (const t of parts) {
-    out.set(t.data as Uint8Array, off);
+    setBytes(out, t.data as Uint8Array, off);
     off += (t.data as Uint8Array).byteLength;
   }
   return { name, datatype: first.datatype, shape, data: out };

@@ -7,6 +7,7 @@ import {
   decodeInferRequest,
   encodeInferResponse,
   HEADER_LENGTH,
+  inferResponse,
 } from "../../server/frontends/http/infer_codec.ts";
 
 const TARGET = { model: "simple", version: "1" };
@@ -603,4 +604,114 @@ Deno.test("a small binary response is one buffer whose parts are its JSON part a
   assertEquals(enc.parts[0], enc.body.subarray(0, enc.headerLength));
   assertEquals(enc.parts[1], new Uint8Array([9, 8]));
   assertEquals(enc.parts[2], new Uint8Array([7, 0, 0, 0, 0xf8, 0xff, 0xff, 0xff]));
+});
+
+Deno.test("binary responses with the same JSON part each get a body and headers of their own", async () => {
+  const bodies = [[1, 2], [3, 4], [5]].map((v) =>
+    encodeInferResponse(
+      response([{ name: "X", datatype: "UINT8", shape: [v.length], data: new Uint8Array(v) }]),
+      [],
+      true,
+    )
+  );
+  const other = encodeInferResponse(response([OUT1], "id-1"), [], true);
+  const again = encodeInferResponse(
+    response([{ name: "X", datatype: "UINT8", shape: [2], data: new Uint8Array([6, 7]) }]),
+    [],
+    true,
+  );
+  const head =
+    '{"model_name":"simple","model_version":"1","outputs":[{"name":"X","datatype":"UINT8","shape":[2],' +
+    '"parameters":{"binary_data_size":2}}]}';
+  const want = (tail: number[]) => new Uint8Array([...utf8Encode(head), ...tail]);
+  assertEquals(bodies[0]!.body, want([1, 2]));
+  assertEquals(bodies[1]!.body, want([3, 4]));
+  assertEquals(again.body, want([6, 7]));
+  assert(bodies[0]!.body.buffer !== bodies[1]!.body.buffer);
+  assertEquals(bodies[2]!.headerLength, head.length);
+  assertEquals(
+    utf8Decode(bodies[2]!.body.subarray(0, bodies[2]!.headerLength)),
+    head.replace("[2]", "[1]").replace(":2}", ":1}"),
+  );
+  assertEquals(utf8Decode(other.body.subarray(0, other.headerLength)).includes('"id":"id-1"'), true);
+  for (const enc of [bodies[0]!, bodies[2]!, other, bodies[1]!]) {
+    const answer = inferResponse(enc);
+    assertEquals(answer.headers.get(HEADER_LENGTH), String(enc.headerLength));
+    assertEquals(answer.headers.get("content-type"), "application/octet-stream");
+    assertEquals(new Uint8Array(await answer.arrayBuffer()), enc.body);
+  }
+});
+
+Deno.test("a binary request whose JSON part came before decodes to fresh objects over its own bytes", () => {
+  const head = {
+    id: "again",
+    parameters: { binary_data_output: true, priority: 1 },
+    inputs: [
+      { name: "A", datatype: "INT32", shape: [1, 2], parameters: { binary_data_size: 8 } },
+      { name: "B", datatype: "FP32", shape: [1, 1], parameters: { binary_data_size: 4 } },
+    ],
+    outputs: [{ name: "OUT", parameters: { classification: 2 } }],
+  };
+  const want = (a: number, b: number, model: string) => ({
+    request: {
+      model,
+      version: "1",
+      id: "again",
+      inputs: [
+        { name: "A", datatype: "INT32", shape: [1, 2], data: i32(a, a + 1) },
+        { name: "B", datatype: "FP32", shape: [1, 1], data: f32(b) },
+      ],
+      outputs: [{ name: "OUT", classification: 2, parameters: { classification: 2 } }],
+      parameters: { priority: 1 },
+    },
+    binaryOutput: true,
+  });
+  const first = binaryBody(head, i32(1, 2), f32(0.5));
+  const one = decodeInferRequest(first.body, first.headerLength, TARGET);
+  assertEquals(one, want(1, 0.5, "simple"));
+  // What a later stage does to one request is not seen by the next with the same JSON part.
+  one.request.inputs[0]!.shape[0] = 9;
+  one.request.parameters.priority = 7;
+  one.request.outputs[0]!.parameters.classification = 5;
+  const second = binaryBody(head, i32(3, 4), f32(-2));
+  const two = decodeInferRequest(second.body, second.headerLength, { model: "other", version: "1" });
+  assertEquals(two, want(3, -2, "other"));
+  assertEquals((two.request.inputs[1]!.data as Uint8Array).buffer, second.body.buffer);
+  // A binary part of another length than the JSON part claims is still refused in so many words.
+  const short = binaryBody(head, i32(3, 4));
+  fails(
+    short.body,
+    short.headerLength,
+    `${WHERE}: input 'B' claims 4 bytes of binary data but only 0 remain`,
+  );
+  const long = binaryBody(head, i32(3, 4), f32(1), f32(2));
+  fails(
+    long.body,
+    long.headerLength,
+    `${WHERE}: the body has 16 bytes of binary data but the inputs claim 12`,
+  );
+});
+
+Deno.test("a binary request with BYTES inputs is decoded in full each time", () => {
+  const head = {
+    inputs: [
+      { name: "A", datatype: "INT32", shape: [1], parameters: { binary_data_size: 4 } },
+      { name: "S", datatype: "BYTES", shape: [1], parameters: { binary_data_size: 6 } },
+    ],
+  };
+  const bytes = (s: string) => {
+    const b = new Uint8Array(4 + s.length);
+    new DataView(b.buffer).setUint32(0, s.length, true);
+    b.set(utf8Encode(s), 4);
+    return b;
+  };
+  const ok = binaryBody(head, i32(1), bytes("hi"));
+  decodeInferRequest(ok.body, ok.headerLength, TARGET);
+  // The same JSON part with BYTES elements of other lengths: the elements are checked again.
+  const bad = binaryBody(head, i32(1), bytes("h"), new Uint8Array(1));
+  fails(
+    bad.body,
+    bad.headerLength,
+    "Cannot read input 'S': unexpected number of string elements 2 for inference input 'S' for model 'simple', expecting 1",
+  );
 });

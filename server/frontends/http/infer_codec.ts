@@ -139,8 +139,93 @@ export function decodeInferRequest(
     }
     jsonBytes = body.subarray(0, headerLength);
     binary = body.subarray(headerLength);
+    const text = utf8Decode(jsonBytes);
+    const known = binaryHeaders.get(text)?.decode(binary, target);
+    if (known) return known;
+    const decoded = decodeJson(text, binary, target, where, shm);
+    rememberHeader(text, decoded, binary);
+    return decoded;
   }
   return decodeJson(utf8Decode(jsonBytes), binary, target, where, shm);
+}
+
+/** The JSON parts of binary requests longer than this many characters are not remembered. */
+const HEADER_CACHE_MAX_CHARS = 4096;
+
+/** How many JSON parts are remembered; the cache starts over when it is full. */
+const HEADER_CACHE_ENTRIES = 64;
+
+/**
+ * What a binary request's JSON part says, remembered from its first decoding: clients send the same JSON part
+ * again and again (only the binary data differs), and a request whose JSON part is known is rebuilt from this
+ * without parsing or checking it again. Only a JSON part whose every input is binary data of a fixed-width
+ * datatype is remembered (no JSON data, no shared memory, no BYTES, whose elements are checked per request).
+ */
+class BinaryHeader {
+  readonly #id: string;
+  readonly #parameters: Readonly<Record<string, ParamValue>>;
+  readonly #inputs: readonly { name: string; datatype: Datatype; shape: readonly number[]; size: number }[];
+  readonly #outputs: readonly RequestedOutput[];
+  readonly #binaryOutput: boolean;
+  readonly #total: number;
+
+  constructor(decoded: DecodedRequest) {
+    const r = decoded.request;
+    this.#id = r.id;
+    this.#parameters = { ...r.parameters };
+    this.#inputs = r.inputs.map((t) => ({
+      name: t.name,
+      datatype: t.datatype,
+      shape: [...t.shape],
+      size: (t.data as Uint8Array).byteLength,
+    }));
+    this.#total = this.#inputs.reduce((n, t) => n + t.size, 0);
+    this.#outputs = r.outputs.map((o) => ({ ...o, parameters: { ...o.parameters } }));
+    this.#binaryOutput = decoded.binaryOutput;
+  }
+
+  /**
+   * The request of this JSON part with `binary` as its binary part; undefined where the binary part's length is
+   * not what the inputs claim (the full decoding says what is wrong).
+   */
+  decode(binary: Uint8Array, target: Target): DecodedRequest | undefined {
+    if (binary.byteLength !== this.#total) return undefined;
+    const inputs: Tensor[] = [];
+    let offset = 0;
+    for (const t of this.#inputs) {
+      const data = binary.subarray(offset, offset + t.size);
+      offset += t.size;
+      inputs.push({ name: t.name, datatype: t.datatype, shape: t.shape.slice(), data });
+    }
+    const outputs: RequestedOutput[] = [];
+    for (const o of this.#outputs) {
+      outputs.push({ name: o.name, classification: o.classification, parameters: { ...o.parameters } });
+    }
+    return {
+      request: {
+        model: target.model,
+        version: target.version,
+        id: this.#id,
+        inputs,
+        outputs,
+        parameters: { ...this.#parameters },
+      },
+      binaryOutput: this.#binaryOutput,
+    };
+  }
+}
+
+/** The remembered JSON parts of binary requests, by their text. */
+const binaryHeaders = new Map<string, BinaryHeader>();
+
+/** Remembers a binary request's JSON part where every input is binary data of a fixed-width datatype. */
+function rememberHeader(text: string, decoded: DecodedRequest, binary: Uint8Array): void {
+  if (text.length > HEADER_CACHE_MAX_CHARS) return;
+  for (const t of decoded.request.inputs) {
+    if (t.datatype === "BYTES" || !(t.data instanceof Uint8Array) || t.data.buffer !== binary.buffer) return;
+  }
+  if (binaryHeaders.size >= HEADER_CACHE_ENTRIES) binaryHeaders.clear();
+  binaryHeaders.set(text, new BinaryHeader(decoded));
 }
 
 /** Decodes the JSON part of a request; `binary` holds the bytes after it (binary tensor data). */
@@ -309,6 +394,27 @@ const JSON_ANSWER: ResponseInit = Object.freeze({
   headers: Object.freeze({ "content-type": "application/json" }),
 });
 
+/** How many binary answers' status and headers are kept, by JSON part length (see binaryAnswer). */
+const BINARY_ANSWERS_KEPT = 256;
+const binaryAnswers = new Map<number, ResponseInit>();
+
+/** The status and headers of a binary answer whose JSON part has `headerLength` bytes (Response only reads them). */
+function binaryAnswer(headerLength: number): ResponseInit {
+  let init = binaryAnswers.get(headerLength);
+  if (init === undefined) {
+    init = Object.freeze({
+      status: 200,
+      headers: Object.freeze({
+        [HEADER_LENGTH]: String(headerLength),
+        "content-type": "application/octet-stream",
+      }),
+    });
+    if (binaryAnswers.size >= BINARY_ANSWERS_KEPT) binaryAnswers.clear();
+    binaryAnswers.set(headerLength, init);
+  }
+  return init;
+}
+
 /**
  * The HTTP answer of an encoded inference response: JSON as text; with binary data, one buffer when small, and
  * the parts streamed one after the other (with their exact Content-Length) when large.
@@ -317,13 +423,13 @@ const JSON_ANSWER: ResponseInit = Object.freeze({
 export function inferResponse(encoded: EncodedResponse): Response {
   if (encoded.chunks) return new Response(encoded.chunks(), JSON_ANSWER);
   if (encoded.text !== undefined) return new Response(encoded.text, JSON_ANSWER);
+  if (encoded.byteLength! < STREAM_RESPONSE_BYTES) {
+    return new Response(encoded.body as BodyInit, binaryAnswer(encoded.headerLength!));
+  }
   const headers = {
     [HEADER_LENGTH]: String(encoded.headerLength),
     "content-type": "application/octet-stream",
   };
-  if (encoded.byteLength! < STREAM_RESPONSE_BYTES) {
-    return new Response(encoded.body as BodyInit, { status: 200, headers });
-  }
   const parts = [...encoded.parts];
   const stream = new ReadableStream<Uint8Array>({
     type: "bytes",
@@ -421,10 +527,10 @@ export function encodeInferResponse(
   if (chunks.length === 0) return new JsonResponse(text);
   let binaryBytes = 0;
   for (const c of chunks) binaryBytes += c.byteLength;
-  // UTF-8 takes at most 3 bytes per UTF-16 unit: a small body is written once, the JSON part encoded straight
-  // into it and the binary parts after it.
+  // UTF-8 takes at most 3 bytes per UTF-16 unit: a small body is written once, the JSON part's bytes and the
+  // binary parts one after the other.
   const room = text.length * 3 + binaryBytes;
-  if (room < STREAM_RESPONSE_BYTES) return new JoinedResponse(text, chunks, room);
+  if (room < STREAM_RESPONSE_BYTES) return new JoinedResponse(text, chunks, binaryBytes);
   const json = utf8Encode(text);
   return new BinaryResponse(json.byteLength, [json, ...chunks]);
 }
@@ -494,7 +600,24 @@ class BinaryResponse implements EncodedResponse {
   }
 }
 
-const textEncoder = new TextEncoder();
+/** JSON parts up to this many characters are remembered in their encoded form (see jsonPartBytes). */
+const JSON_PART_KEEP_CHARS = 4096;
+let lastJsonPart = "";
+let lastJsonPartBytes: Uint8Array = new Uint8Array(0);
+
+/**
+ * The UTF-8 bytes of a response's JSON part, only read: the answers of one batch (and of the batches after it)
+ * mostly share the same JSON part (same model, outputs and shapes, no id), which is then encoded once.
+ */
+function jsonPartBytes(text: string): Uint8Array {
+  if (text === lastJsonPart) return lastJsonPartBytes;
+  const bytes = utf8Encode(text);
+  if (text.length <= JSON_PART_KEEP_CHARS) {
+    lastJsonPart = text;
+    lastJsonPartBytes = bytes;
+  }
+  return bytes;
+}
 
 /** A small response with binary data as one buffer: the JSON text, then the binary parts. */
 class JoinedResponse implements EncodedResponse {
@@ -506,19 +629,20 @@ class JoinedResponse implements EncodedResponse {
   /**
    * @param text the JSON part
    * @param chunks the binary parts
-   * @param room the most bytes the body can take (the UTF-8 bound of the text, and the binary parts)
+   * @param binaryBytes the binary parts' total length
    */
-  constructor(text: string, chunks: readonly Uint8Array[], room: number) {
-    const buffer = new Uint8Array(room);
-    const headerLength = textEncoder.encodeInto(text, buffer).written;
-    let off = headerLength;
+  constructor(text: string, chunks: readonly Uint8Array[], binaryBytes: number) {
+    const json = jsonPartBytes(text);
+    const buffer = new Uint8Array(json.byteLength + binaryBytes);
+    buffer.set(json);
+    let off = json.byteLength;
     for (const c of chunks) {
       buffer.set(c, off);
       off += c.byteLength;
     }
-    this.headerLength = headerLength;
+    this.headerLength = json.byteLength;
     this.byteLength = off;
-    this.body = buffer.subarray(0, off);
+    this.body = buffer;
     this.#chunks = chunks;
   }
   get parts(): readonly Uint8Array[] {
