@@ -28,6 +28,7 @@ import math
 import mmap
 import os
 import queue
+import select
 import socket
 import struct
 import sys
@@ -211,6 +212,8 @@ class Connection:
         self.waiting = 0  # threads waiting on `cond`
         self.closed = False
         self.buf = bytearray()
+        self.readable = select.poll()
+        self.readable.register(sock, select.POLLIN)
         self.headers = {}
         self.commands = collections.deque()
         self.pending = {}
@@ -262,6 +265,10 @@ class Connection:
                 return frame
             buf = self.buf
             need = 4 + int.from_bytes(buf[:4], "little") if len(buf) >= 4 else 4
+            # Wait in poll(), not in a blocking recv: a thread asleep in recv is also woken each time the
+            # server reads what this process wrote (the socket then has room to write, and a blocking recv
+            # wakes on any event of the socket), poll() only once there is something to read.
+            self.readable.poll()
             chunk = self.sock.recv(max(1 << 16, need - len(buf)))
             if not chunk:
                 return None
