@@ -68,6 +68,16 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   36 → 28 µs, Deno 21 → 17 µs and stub 26 → 17 µs CPU per call; at 8 in flight p50 270 → 125 µs, Deno
   23 → 12 µs, stub 22 → 12 µs. What remains per call is the socket calls themselves (py-spy: the stub is
   in recv or send for 85 % of its samples at 1 in flight, in the model's execute and the stub's code 7 %).
+- *Wake-ups* (2026-11-25, add_sub_py at 1 HTTP JSON connection): perf showed a third of the stub's and of
+  the server's CPU in the scheduler (finish_task_switch, the wake-up of the other process), and /proc's
+  counts two voluntary switches of the stub per request where one is needed: the reader of a Unix socket
+  wakes its writer whenever it takes data (room to write again), so the stub, asleep in recv, was woken when
+  the server read its answer, and the server's event loop was woken when the stub read the call (2.68
+  epoll_wait per request instead of 2). The server's frames now go through a pipe (reading a pipe wakes the
+  writer only when it was full), written with a plain write while they surely fit in it, the stub's still over
+  the socket: per request 2.03 epoll_wait, 3.16 instead of 3.73 context switches (server and stub), stub
+  1 switch. Server + stub CPU per inference against the previous code, fresh servers, alternating rounds:
+  -12 to -16 % at 1 connection, -4 to -8 % at 8 (HTTP JSON); gRPC -7 % and -10 %.
 - *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
   the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
   \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;

@@ -1,8 +1,13 @@
 /**
  * The Python backend (`backend: "python"`, `<version>/model.py`): runs Triton-style `TritonPythonModel`
- * classes unchanged, one stub process per model instance (server/backends/python/stub.py). Messages go over
- * a Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length of the JSON header, a
- * 4-byte tag (an execute call's id, also on its result; else 0), the header, then the payload. Small tensors
+ * classes unchanged, one stub process per model instance (server/backends/python/stub.py). Messages go as
+ * frames, the server's through a pipe (a FIFO the stub makes) and the stub's over a Unix socket: a 4-byte
+ * little-endian length of the rest, a 4-byte length of the JSON header, a 4-byte tag (an execute call's id,
+ * also on its result; else 0), the header, then the payload. A pipe from the server, because the reader of a
+ * Unix socket wakes its writer whenever it takes data (room to write again): each call would wake the event
+ * loop once more, and a stub waiting on its socket once more too. A frame goes into the pipe with a plain
+ * write (no promise, no thread) when it is sure to fit: the pages of what the stub has not yet answered and
+ * the frame's own stay within the pipe's size, which the stub reports; otherwise a thread writes it. Small tensors
  * (up to 64 KiB per message in all) travel inline in the payload, so that a request costs one write and one
  * read each way; larger ones go through a shared-memory file per instance, which the stub maps so that its
  * numpy inputs are views, not copies. Frames sent in the same run of microtasks go out in one write, and the
@@ -185,7 +190,7 @@ interface StubResponse {
 
 /** A message from the stub. */
 type StubMessage =
-  | { op: "ready" }
+  | { op: "ready"; pipe_pages: number; page_size: number }
   | { op: "init_error"; message: string; trace: string }
   | { op: "result"; responses: StubResponse[] }
   | { op: "error"; message: string; trace: string }
@@ -424,7 +429,21 @@ class Stub {
   /** Whether an execute call in flight may use the shared file (see `execute`). */
   #shmHeld = false;
   #listener: Deno.Listener | undefined;
+  /** The stub's messages come in on this socket. */
   #conn: Deno.Conn | undefined;
+  /** The server's messages go out through this pipe (see the module doc). */
+  #commands: Deno.FsFile | undefined;
+  /** The pipe's size in pages and its page size, as the stub reported them when ready (one page before). */
+  #pipePages = 1;
+  #pageSize = 4096;
+  /** Pages the writes into the pipe have taken so far, and those the stub has certainly read (see `#pipeRoom`). */
+  #pipeWritten = 0;
+  #pipeRead = 0;
+  /** `#pipeWritten` after the write of each execute call not yet answered, by id, and of the control call. */
+  #readAt = new Map<number, number>();
+  #controlReadAt = 0;
+  /** The tags of the frames in `#outbox` (-1: a control call). */
+  #outboxTags: number[] = [];
   #child: Deno.ChildProcess | undefined;
   #writes: Promise<void> = Promise.resolve();
   #slab = new Uint8Array(SLAB_BYTES);
@@ -486,10 +505,11 @@ class Stub {
   async #start(): Promise<void> {
     const { python, config, ctx } = this.#opts;
     const socketPath = join(this.#dir, "control.sock");
+    const commandsPath = join(this.#dir, "commands.fifo");
     this.#listener = Deno.listen({ transport: "unix", path: socketPath });
     try {
       this.#child = new Deno.Command(python, {
-        args: [STUB_PATH, "serve", socketPath, ctx.modelPath, this.#shmPath],
+        args: [STUB_PATH, "serve", socketPath, ctx.modelPath, this.#shmPath, commandsPath],
         cwd: ctx.versionDir,
         stdin: "null",
         stdout: "inherit",
@@ -507,6 +527,7 @@ class Stub {
       this.exitReason = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
       this.#failAll(`the Python stub ${this.exitReason}`);
       this.#conn?.close();
+      this.#closeCommands();
       removeStubFiles(pid);
       this.#markExited();
     });
@@ -531,6 +552,7 @@ class Stub {
     this.#listener.close();
     this.#listener = undefined;
     this.#readLoop(conn);
+    this.#commands = await this.#openCommands(commandsPath);
     const args = {
       model_config: JSON.stringify(config),
       model_instance_kind: ctx.kind.replace(/^KIND_/, ""),
@@ -546,6 +568,42 @@ class Stub {
     }
   }
 
+  /**
+   * Opens the stub's pipe for writing. The stub made it and holds its reading end before it connects, so the
+   * open does not wait, unless the stub has died since: then a reader of our own ends the wait.
+   */
+  async #openCommands(path: string): Promise<Deno.FsFile> {
+    let failed = false;
+    const opening = Deno.open(path, { write: true });
+    opening.catch(() => (failed = true));
+    const gone = this.exited.then(() => {
+      throw unavailable(`Cannot load ${this.#what}: the Python stub ${this.exitReason} before it was ready`);
+    });
+    try {
+      return await Promise.race([opening, gone]);
+    } catch (err) {
+      // Opening a reader waits for a writer: ours, waiting or open (not when the open failed).
+      const reader = failed ? undefined : Deno.open(path, { read: true }).catch(() => undefined);
+      (await opening.catch(() => undefined))?.close();
+      (await reader)?.close();
+      if (err instanceof ServerError) throw err;
+      throw unavailable(
+        `Cannot load ${this.#what}: cannot open the Python stub's pipe: ${(err as Error).message}`,
+      );
+    } finally {
+      gone.catch(() => {});
+    }
+  }
+
+  #closeCommands(): void {
+    try {
+      this.#commands?.close();
+    } catch {
+      // Closed before.
+    }
+    this.#commands = undefined;
+  }
+
   #controlCall(msg: unknown): Promise<StubMessage> {
     return new Promise((resolve, reject) => {
       if (this.exitReason) {
@@ -553,7 +611,7 @@ class Stub {
         return;
       }
       this.#control = { resolve, reject };
-      this.#send(msg).catch(reject);
+      this.#send(msg, undefined, 0, true).catch(reject);
     });
   }
 
@@ -573,8 +631,9 @@ class Stub {
    * @param msg the header
    * @param packed the payload parts and their size
    * @param tag the frame's tag: an execute call's id, else 0
+   * @param control whether it is a control call (answered by the next message with no tag)
    */
-  #send(msg: unknown, packed?: Packed, tag = 0): Promise<void> {
+  #send(msg: unknown, packed?: Packed, tag = 0, control = false): Promise<void> {
     const head = JSON.stringify(msg);
     // The header is padded with spaces so that the payload starts 8-aligned in the frame (12 + h).
     const headMax = head.length * 3;
@@ -594,10 +653,11 @@ class Stub {
     putUint32(frame, 4, h);
     putUint32(frame, 8, tag);
     this.#slabUsed(frame, at);
-    if (!this.#conn) {
+    if (!this.#commands) {
       return Promise.reject(internal(`Cannot run ${this.#what}: the Python stub is not connected`));
     }
     this.#outbox.push(frame.subarray(0, at));
+    this.#outboxTags.push(control ? -1 : tag);
     // The frames sent while the microtasks queued before this one run go out in one write, so that the stub
     // wakes once for them (the answers of two calls arrive in one read, and the calls they free are sent
     // in the same turn).
@@ -607,33 +667,84 @@ class Stub {
 
   #flushOutbox(): Promise<void> {
     const frames = this.#outbox;
+    const tags = this.#outboxTags;
     this.#outbox = [];
+    this.#outboxTags = [];
     this.#flush = undefined;
     const bytes = joinFrames(frames);
-    const conn = this.#conn!;
-    // With no write in flight the frames are written at once; otherwise after the frames before them.
+    const commands = this.#commands;
+    if (!commands) {
+      return Promise.reject(internal(`Cannot run ${this.#what}: the Python stub is not connected`));
+    }
+    // A write takes the pages its bytes fill, and at most one more: it starts a page of its own when it does
+    // not fit in what the last one has left.
+    const pages = Math.ceil(bytes.byteLength / this.#pageSize) + 1;
+    const room = this.#pipeRoom(pages);
+    const before = this.#pipeWritten;
+    this.#pipeWritten += pages;
+    // An answer to the last frame of the write shows that the stub read all of it; to another, the writes
+    // before (a read may stop inside a write).
+    tags.forEach((tag, i) => {
+      const at = i === tags.length - 1 ? this.#pipeWritten : before;
+      if (tag > 0) this.#readAt.set(tag, at);
+      else if (tag < 0) this.#controlReadAt = at;
+    });
+    if (room) {
+      try {
+        this.#writeNow(commands, bytes);
+        return Promise.resolve();
+      } catch (err) {
+        return Promise.reject(this.#writeError(err));
+      }
+    }
+    // Not sure to fit, or behind writes still in flight: written by a thread, after the frames before them.
     const write = this.#writing === 0
-      ? this.#writeAll(conn, bytes)
-      : this.#writes.then(() => this.#writeAll(conn, bytes));
+      ? this.#writeAll(commands, bytes)
+      : this.#writes.then(() => this.#writeAll(commands, bytes));
     this.#writing++;
     this.#writes = write.then(this.#wrote, this.#wrote);
     return write;
+  }
+
+  /**
+   * Whether a write of `pages` pages fits in the pipe now, so that a plain write does not wait: no write is in
+   * flight, and the pages of the frames the stub may not have read yet (those after the last call it
+   * answered; it reads in order) leave room for it.
+   */
+  #pipeRoom(pages: number): boolean {
+    return this.#writing === 0 && this.#pipeWritten - this.#pipeRead + pages <= this.#pipePages;
+  }
+
+  /** Marks what the stub has read, by the call it answered (an execute id, or 0 for the control call). */
+  #answered(tag: number): void {
+    const at = tag === 0 ? this.#controlReadAt : this.#readAt.get(tag);
+    if (tag !== 0) this.#readAt.delete(tag);
+    if (at !== undefined && at > this.#pipeRead) this.#pipeRead = at;
+  }
+
+  #writeNow(commands: Deno.FsFile, bytes: Uint8Array): void {
+    let done = 0;
+    while (done < bytes.byteLength) done += commands.writeSync(bytes.subarray(done));
+  }
+
+  #writeError(err: unknown): unknown {
+    // The stub's end of the pipe is gone: the process died (its exit status may not be known yet).
+    if (err instanceof Deno.errors.BrokenPipe || err instanceof Deno.errors.BadResource) {
+      return internal(`Cannot run ${this.#what}: the Python stub has died`);
+    }
+    return err;
   }
 
   readonly #wrote = () => {
     this.#writing--;
   };
 
-  async #writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  async #writeAll(commands: Deno.FsFile, bytes: Uint8Array): Promise<void> {
     let done = 0;
     try {
-      while (done < bytes.byteLength) done += await conn.write(bytes.subarray(done));
+      while (done < bytes.byteLength) done += await commands.write(bytes.subarray(done));
     } catch (err) {
-      // The stub's end of the socket is gone: the process died (its exit status may not be known yet).
-      if (err instanceof Deno.errors.BrokenPipe || err instanceof Deno.errors.ConnectionReset) {
-        throw internal(`Cannot run ${this.#what}: the Python stub has died`);
-      }
-      throw err;
+      throw this.#writeError(err);
     }
   }
 
@@ -727,6 +838,7 @@ class Stub {
   /** Handles a message; its payload is only valid during the call (tensors are copied out of it). */
   #onMessage(msg: StubMessage, payload: Uint8Array, tag: number): void {
     if (msg.op === "result" || msg.op === "error") {
+      this.#answered(tag);
       const p = this.#pending.get(tag);
       this.#pending.delete(tag);
       p?.resolve(msg, payload);
@@ -743,6 +855,11 @@ class Stub {
       }
       (msg.decoupled ? this.#blsStream(msg, request) : this.#bls(msg, request)).catch(() => {});
     } else {
+      this.#answered(0);
+      if (msg.op === "ready" && msg.pipe_pages > 0 && msg.page_size > 0) {
+        this.#pipePages = msg.pipe_pages;
+        this.#pageSize = msg.page_size;
+      }
       const c = this.#control;
       this.#control = undefined;
       c?.resolve(msg, payload);
@@ -1072,6 +1189,7 @@ class Stub {
       }
     }
     if (this.#child) await this.exited;
+    this.#closeCommands();
     this.#listener?.close();
     this.#listener = undefined;
     try {

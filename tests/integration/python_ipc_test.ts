@@ -137,3 +137,46 @@ class TritonPythonModel:
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("calls that overflow the stub's pipe, sent together and after, each get their own answer in order", async () => {
+  const dir = fileURLToPath(new URL("../fixtures/python_models/scale_py", import.meta.url));
+  const config = toModelConfig(await readConfigFile(dir, "scale_py"), "scale_py");
+  const instance = await new PythonBackend().createInstance(config, context(dir, "scale_py"));
+  const call = async (n: number, k: number) => {
+    const input = Float32Array.from({ length: n }, (_, i) => k * 1000 + (i % 997));
+    const data = new Uint8Array(input.buffer);
+    const inputs = new Map([["IN", { name: "IN", datatype: "FP32" as const, shape: [n], data }]]);
+    const [out] = await instance.executeRequests!([{
+      inputs,
+      outputNames: ["OUT"],
+      id: `c${k}`,
+      parameters: {},
+    }]);
+    assert.ok(out instanceof Map, String(out));
+    const bytes = out.get("OUT")!.data as Uint8Array;
+    const got = new Float32Array(bytes.slice().buffer);
+    assert.equal(got.length, n);
+    for (let i = 0; i < n; i++) {
+      if (got[i] !== input[i]! * 2) {
+        assert.fail(`call ${k}: OUT[${i}] is ${got[i]}, expected ${input[i]! * 2}`);
+      }
+    }
+    return k;
+  };
+  try {
+    for (let round = 0; round < 2; round++) {
+      // One call holds the shared file; the others go inline, 300 kB each: together several MB, more than
+      // the pipe holds, so that they go out through a thread while the stub answers with as much.
+      const big = Array.from({ length: 16 }, (_, k) => call(75_000, k));
+      // Small calls sent while those are still being written must follow them, not overtake them.
+      await Promise.resolve();
+      const small = Array.from({ length: 8 }, (_, k) => call(3 + k, 100 + k));
+      assert.deepEqual(await Promise.all([...big, ...small]), [
+        ...Array.from({ length: 16 }, (_, k) => k),
+        ...Array.from({ length: 8 }, (_, k) => 100 + k),
+      ]);
+    }
+  } finally {
+    await instance.close();
+  }
+});

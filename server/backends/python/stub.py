@@ -1,9 +1,10 @@
 """The stub process of dinfer's Python backend: runs one instance of a Triton-style `model.py`.
 
-    stub.py serve <socket> <model.py> <shm file>     one model instance, controlled by the server
+    stub.py serve <socket> <model.py> <shm file> <commands fifo>     one model instance, controlled by the server
     stub.py autocomplete <model.py> <in.json> <out.json>
 
-Messages travel over the Unix socket as frames: a 4-byte little-endian length of the rest, a 4-byte length
+Messages travel as frames, the server's through a pipe (a FIFO, see `open_commands`) and the stub's over a
+Unix socket: a 4-byte little-endian length of the rest, a 4-byte length
 of the JSON header, a 4-byte tag (the id of an execute call and of its result, else 0), the header, then the
 payload. The header of an execute call carries no id, so that calls of the same form have the same header:
 the stub parses each such header once (with a plan of the views and requests it builds from it, see
@@ -13,7 +14,7 @@ shared-memory file: the server writes the inputs at the offsets it names, the st
 them, and writes the outputs after them (growing the file when needed). Answers of quick calls wait while
 the next call, already read, runs, and go out together (see `COALESCE_S`).
 
-One thread at a time reads the socket: whichever thread waits for something (the main thread for the next
+One thread at a time reads the pipe: whichever thread waits for something (the main thread for the next
 command, a model's thread for a BLS answer) takes the reading role while no other thread holds it, so that
 a request reaches the model with no hand-over between threads.
 """
@@ -28,6 +29,7 @@ import math
 import mmap
 import os
 import queue
+import select
 import socket
 import struct
 import sys
@@ -51,6 +53,8 @@ CACHE_MAX = 64
 # read, runs, when it started less than 4 times this long ago: the answers go out in one write, and the
 # server wakes once for them. Not for decoupled models, whose responses stream.
 COALESCE_S = 100e-6
+# The size asked for the pipe of the server's frames: room for a few calls with inline tensors.
+PIPE_BYTES = 1 << 20
 
 
 def align(n):
@@ -197,11 +201,13 @@ def write_tensors(shared, start, prepared):
 
 
 class Connection:
-    """The control socket: framed messages, a write lock, BLS futures; the reading role goes to whichever
+    """The control channel (the server's pipe, this process's socket): framed messages, a write lock, BLS futures; the reading role goes to whichever
     thread waits (see the module doc)."""
 
-    def __init__(self, sock, shm_dir):
+    def __init__(self, sock, commands_fd, shm_dir):
         self.sock = sock
+        # The server's frames come through a pipe (see `open_commands`), this process's go out on the socket.
+        self.commands_fd = commands_fd
         self.shm_dir = shm_dir
         self.write_lock = threading.Lock()
         # `with self.lock` is `with self.cond` without the Python-level call in between.
@@ -211,6 +217,8 @@ class Connection:
         self.waiting = 0  # threads waiting on `cond`
         self.closed = False
         self.buf = bytearray()
+        self.readable = select.poll()
+        self.readable.register(commands_fd, select.POLLIN)
         self.headers = {}
         self.commands = collections.deque()
         self.pending = {}
@@ -255,20 +263,20 @@ class Connection:
         return msg, memoryview(frame)[12 + h :], tag
 
     def _recv_frame(self):
-        """Reads one frame; returns its header and payload, or None when the socket closed."""
+        """Reads one frame; returns its header and payload, or None when the server closed the pipe."""
         while True:
             frame = self._take_frame()
             if frame is not None:
                 return frame
             buf = self.buf
             need = 4 + int.from_bytes(buf[:4], "little") if len(buf) >= 4 else 4
-            chunk = self.sock.recv(max(1 << 16, need - len(buf)))
+            chunk = os.read(self.commands_fd, max(1 << 16, need - len(buf)))
             if not chunk:
                 return None
             buf += chunk
 
     def wait_for(self, ready):
-        """Returns once `ready()` holds (checked under the lock) or the socket closed; reads the socket
+        """Returns once `ready()` holds (checked under the lock) or the pipe closed; reads the pipe
         meanwhile when no other thread does."""
         while True:
             with self.lock:
@@ -302,7 +310,7 @@ class Connection:
                         self.cond.notify_all()
 
     def next_command(self):
-        """The next command from the server as (header, payload, tag), or None when the socket closed."""
+        """The next command from the server as (header, payload, tag), or None when the pipe closed."""
         with self.lock:
             if self.commands:
                 return self.commands.popleft()
@@ -311,7 +319,7 @@ class Connection:
             return self.commands.popleft() if self.commands else None
 
     def buffered_command(self):
-        """The next command when it has already been read (no socket read, no wait), else None."""
+        """The next command when it has already been read (no read, no wait), else None."""
         with self.lock:
             if self.commands:
                 return self.commands.popleft()
@@ -329,7 +337,7 @@ class Connection:
                     self.cond.notify_all()
 
     def result(self, future):
-        """Waits for a BLS future (reading the socket meanwhile) and returns its response."""
+        """Waits for a BLS future (reading the pipe meanwhile) and returns its response."""
         self.wait_for(future.done)
         if not future.done():
             return pb_utils.InferenceResponse(error=pb_utils.TritonError("Cannot run BLS: the server closed the connection"))
@@ -355,14 +363,14 @@ class Connection:
             self.commands.append((msg, payload, tag))
 
     def _closed_now(self):
-        """The server closed the socket or died: exit soon, even when the model's code never returns."""
+        """The server closed the pipe or died: exit soon, even when the model's code never returns."""
         self.closed = True
         timer = threading.Timer(2.0, os._exit, args=(1,))
         timer.daemon = True
         timer.start()
 
     def poll(self):
-        """Reads, without waiting, what the server has sent when no other thread reads the socket (so that a
+        """Reads, without waiting, what the server has sent when no other thread reads the pipe (so that a
         cancellation reaches a model that asks for it while its execute() runs)."""
         with self.lock:
             if self.reading or self.closed:
@@ -370,14 +378,12 @@ class Connection:
             self.reading = True
         eof = False
         try:
-            while True:
-                chunk = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            while self.readable.poll(0):
+                chunk = os.read(self.commands_fd, 1 << 16)
                 if not chunk:
                     eof = True
                     break
                 self.buf += chunk
-        except (BlockingIOError, InterruptedError):
-            pass
         except OSError:
             eof = True
         finally:
@@ -556,10 +562,43 @@ def error_of(err):
     return {"message": str(err), "code": "INTERNAL"}
 
 
-def serve(socket_path, model_path, shm_path):
+def open_commands(path):
+    """Makes the pipe that the server's frames come through (a FIFO at `path`) and opens it for reading without
+    waiting for the writer (the server opens it once this process has connected); returns its descriptor, made
+    blocking, and the pipe's capacity as the server counts it: its size in pages and the page size.
+
+    A pipe, not the socket: the reader of a Unix socket wakes the writer each time it takes data (the socket
+    has room again), whether or not the writer waits to write, so each call the server sends would wake the
+    server's event loop once more; reading a pipe wakes its writer only when the pipe was full. The server
+    writes a frame at once, without a thread, when what the stub has not answered yet and the frame fit in the
+    pipe's pages (see `Stub.#pipeRoom` in python.ts)."""
+    os.mkfifo(path, 0o600)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    try:
+        import fcntl
+
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # over the user's limit: the default size serves
+        size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    except (ImportError, AttributeError, OSError):
+        # No way to ask (not Linux): one page holds at least PIPE_BUF bytes; the server writes through a thread
+        # when a frame does not fit.
+        return fd, 1, select.PIPE_BUF
+    return fd, size // page, page
+
+
+def serve(socket_path, model_path, shm_path, commands_path):
+    commands_fd, pipe_pages, page_size = open_commands(commands_path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(socket_path)
-    conn = Connection(sock, os.path.dirname(shm_path))
+    conn = Connection(sock, commands_fd, os.path.dirname(shm_path))
+    # Until the server has opened the pipe, a read would find no writer and return nothing: wait for its first
+    # frame.
+    conn.readable.poll()
     pb_utils._server = conn
     shared = SharedFile(shm_path)
     model = None
@@ -592,7 +631,7 @@ def serve(socket_path, model_path, shm_path):
                     result = model.initialize(args)
                     if inspect.isawaitable(result):
                         loop.run_until_complete(result)
-                conn.send({"op": "ready"})
+                conn.send({"op": "ready", "pipe_pages": pipe_pages, "page_size": page_size})
             except BaseException as e:  # noqa: BLE001
                 traceback.print_exc()
                 conn.send({"op": "init_error", "message": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
@@ -813,7 +852,7 @@ def main():
     _exit_with_parent()
     mode = sys.argv[1]
     if mode == "serve":
-        serve(sys.argv[2], sys.argv[3], sys.argv[4])
+        serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif mode == "autocomplete":
         autocomplete(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
