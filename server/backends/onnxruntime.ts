@@ -716,10 +716,14 @@ class WorkerRunner implements SessionRunner {
     return this.#outputMetadata;
   }
 
+  /** Whether the runs on the worker leave a slot for one more: fewer than SLOTS, none of them posted. */
+  #slotsOpen(): boolean {
+    return this.#running.length < SLOTS && this.#running.every((j) => j.shared);
+  }
+
   /** Whether a run may go through the next slot now: it is free and nothing is waiting to go before. */
   #slotFree(): boolean {
-    return this.#blocks !== undefined && !this.#closing && this.#queue.length === 0 &&
-      this.#running.length < SLOTS && this.#running.every((j) => j.shared);
+    return this.#blocks !== undefined && !this.#closing && this.#queue.length === 0 && this.#slotsOpen();
   }
 
   /**
@@ -754,8 +758,7 @@ class WorkerRunner implements SessionRunner {
     while (this.#queue.length > 0 && !this.#dead) {
       const job = this.#queue[0]!;
       const alone = this.#running.length === 0 && this.#posted.size === 0;
-      const beside = this.#running.length < SLOTS && this.#running.every((j) => j.shared);
-      if (!alone && !beside) return;
+      if (!alone && !this.#slotsOpen()) return;
       const seq = (this.#seq + 1) | 0;
       if (this.#ctl && this.#place(job, slotOf(seq))) {
         this.#queue.shift();

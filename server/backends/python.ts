@@ -22,6 +22,7 @@
  * @module
  */
 
+import { concatBytes } from "../core/bytes.ts";
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
@@ -101,13 +102,7 @@ function joinFrames(frames: readonly Uint8Array[]): Uint8Array {
     total += f.byteLength;
   }
   if (contiguous) return new Uint8Array(first.buffer, first.byteOffset, total);
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const f of frames) {
-    out.set(f, at);
-    at += f.byteLength;
-  }
-  return out;
+  return concatBytes(frames, total);
 }
 
 function align(n: number): number {

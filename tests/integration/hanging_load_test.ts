@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { FIXTURES, pythonPath, startServerProcess, startTestServer } from "../helpers.ts";
+import { FIXTURES, pythonPath, startServerProcess, startTestServer, type TestServer } from "../helpers.ts";
 
 const HANG_CONFIG = `name: "hang_py"
 backend: "python"
@@ -176,15 +176,21 @@ async function hangingLoad(url: string, repo: string): Promise<{ load: Promise<R
   return { load };
 }
 
-Deno.test("unloading a model whose load hangs cancels the load and stops its stub", async () => {
+/** A server in explicit mode over a new repository holding hang_py. */
+async function explicitServer(): Promise<{ repo: string; s: TestServer }> {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-hang-" });
   await addHangingModel(repo);
-  await using s = await startTestServer([
+  const s = await startTestServer([
     `--model-repository=${repo}`,
     "--model-control-mode=explicit",
     "--strict-readiness=false",
     `--backend-config=python,python-executable=${pythonPath()}`,
   ]);
+  return { repo, s };
+}
+
+Deno.test("unloading a model whose load hangs cancels the load and stops its stub", async () => {
+  const { repo, s } = await explicitServer();
   try {
     const { load } = await hangingLoad(s.url, repo);
     const unload = await fetch(`${s.url}/v2/repository/models/hang_py/unload`, { method: "POST" });
@@ -202,20 +208,14 @@ Deno.test("unloading a model whose load hangs cancels the load and stops its stu
     await s.close();
     assert.equal((await again.load).status, 400);
   } finally {
+    await s.close();
     for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
     await Deno.remove(repo, { recursive: true });
   }
 });
 
 Deno.test("a server stopped in its own process cancels a hanging load and stops its stub", async () => {
-  const repo = await Deno.makeTempDir({ prefix: "dinfer-hang-" });
-  await addHangingModel(repo);
-  const s = await startTestServer([
-    `--model-repository=${repo}`,
-    "--model-control-mode=explicit",
-    "--strict-readiness=false",
-    `--backend-config=python,python-executable=${pythonPath()}`,
-  ]);
+  const { repo, s } = await explicitServer();
   try {
     const { load } = await hangingLoad(s.url, repo);
     // Without the cancel, the close waits for initialize() (600 s) and the test runs into its limit.
@@ -229,6 +229,7 @@ Deno.test("a server stopped in its own process cancels a hanging load and stops 
         "the server is shutting down",
     });
   } finally {
+    await s.close();
     for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
     await Deno.remove(repo, { recursive: true });
   }

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { concatBytes } from "../../core/bytes.ts";
 import { BytesTensor } from "../../core/bytes_tensor.ts";
 import { bytesOf, type Datatype, elementCount, fromJsonValues, isDatatype } from "../../core/dtypes.ts";
 import { invalidArg } from "../../core/errors.ts";
@@ -320,17 +321,6 @@ export interface ResponsePartsOptions {
   parameters?: Record<string, ParamValue>;
 }
 
-/** Joins byte arrays into one. */
-function join(chunks: Uint8Array[], length: number): Uint8Array {
-  const out = new Uint8Array(length);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
-}
-
 /**
  * Encodes a core response as the protobuf bytes of a `ModelInferResponse` (outputs in `raw_output_contents`), in
  * parts whose concatenation is the message: the fields but the raw contents through protobufjs, then the raw
@@ -373,11 +363,11 @@ export function encodeModelInferResponseParts(
       joined.push(r);
       joinedLength += r.byteLength;
     } else {
-      parts.push(join(joined, joinedLength), r);
+      parts.push(concatBytes(joined, joinedLength), r);
       joined = [];
       joinedLength = 0;
     }
   }
-  if (joinedLength > 0 || parts.length === 0) parts.push(join(joined, joinedLength));
+  if (joinedLength > 0 || parts.length === 0) parts.push(concatBytes(joined, joinedLength));
   return parts;
 }

@@ -4,23 +4,8 @@
  * @module
  */
 
+import { concatBytes } from "../../core/bytes.ts";
 import { invalidArg } from "../../core/errors.ts";
-
-/**
- * Joins chunks into one buffer (the chunk itself when there is one).
- * @param chunks the chunks
- * @param total their length in bytes
- */
-export function concat(chunks: readonly Uint8Array[], total: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.byteLength;
-  }
-  return out;
-}
 
 /**
  * Reads a body stream whole unless it is longer than `limit` bytes.
@@ -47,7 +32,7 @@ export async function readUpTo(
       chunks.push(value);
     }
   }
-  return concat(chunks, total);
+  return concatBytes(chunks, total);
 }
 
 /**

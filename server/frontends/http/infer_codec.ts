@@ -5,6 +5,7 @@
  * @module
  */
 
+import { concatBytes } from "../../core/bytes.ts";
 import { BytesTensor } from "../../core/bytes_tensor.ts";
 import {
   type Datatype,
@@ -426,10 +427,7 @@ export function inferResponse(encoded: EncodedResponse): Response {
   if (encoded.byteLength! < STREAM_RESPONSE_BYTES) {
     return new Response(encoded.body as BodyInit, binaryAnswer(encoded.headerLength!));
   }
-  const headers = {
-    [HEADER_LENGTH]: String(encoded.headerLength),
-    "content-type": "application/octet-stream",
-  };
+  const { headers } = binaryAnswer(encoded.headerLength!);
   const parts = [...encoded.parts];
   const stream = new ReadableStream<Uint8Array>({
     type: "bytes",
@@ -441,7 +439,7 @@ export function inferResponse(encoded: EncodedResponse): Response {
   });
   return new Response(stream, {
     status: 200,
-    headers: { ...headers, "content-length": String(encoded.byteLength) },
+    headers: { ...headers as Record<string, string>, "content-length": String(encoded.byteLength) },
   });
 }
 
@@ -587,16 +585,7 @@ class BinaryResponse implements EncodedResponse {
     this.byteLength = parts.reduce((n, c) => n + c.byteLength, 0);
   }
   get body(): Uint8Array {
-    if (this.#joined === undefined) {
-      const joined = new Uint8Array(this.byteLength);
-      let off = 0;
-      for (const c of this.parts) {
-        joined.set(c, off);
-        off += c.byteLength;
-      }
-      this.#joined = joined;
-    }
-    return this.#joined;
+    return this.#joined ??= concatBytes(this.parts, this.byteLength);
   }
 }
 
@@ -633,16 +622,10 @@ class JoinedResponse implements EncodedResponse {
    */
   constructor(text: string, chunks: readonly Uint8Array[], binaryBytes: number) {
     const json = jsonPartBytes(text);
-    const buffer = new Uint8Array(json.byteLength + binaryBytes);
-    buffer.set(json);
-    let off = json.byteLength;
-    for (const c of chunks) {
-      buffer.set(c, off);
-      off += c.byteLength;
-    }
     this.headerLength = json.byteLength;
-    this.byteLength = off;
-    this.body = buffer;
+    this.byteLength = json.byteLength + binaryBytes;
+    // Two parts at least (chunks is not empty): a new buffer, never the shared JSON part's bytes.
+    this.body = concatBytes([json, ...chunks], this.byteLength);
     this.#chunks = chunks;
   }
   get parts(): readonly Uint8Array[] {

@@ -5,7 +5,8 @@
  */
 
 import { httpStatus, invalidArg, toServerError, unsupported } from "../../core/errors.ts";
-import { concat, readDeclaredBody, readUpTo } from "./_body.ts";
+import { readDeclaredBody, readUpTo } from "./_body.ts";
+import { concatBytes } from "../../core/bytes.ts";
 import { receiveBody } from "./listener.ts";
 import type { RouteContext, RouteHandler, Wrapper } from "./router.ts";
 
@@ -180,5 +181,5 @@ async function inflate(body: Uint8Array, encoding: "gzip" | "deflate", limit: nu
       `Cannot read the request body: it is not valid ${encoding} data: ${(err as Error).message}`,
     );
   }
-  return concat(chunks, total);
+  return concatBytes(chunks, total);
 }
