@@ -71,6 +71,12 @@ export interface BackendInstance {
    */
   executeRequests?(requests: readonly BackendRequest[]): Promise<(Map<string, Tensor> | Error)[]>;
   /**
+   * Optional: executes one batch on the caller's thread and returns its outputs at once (as `execute`, but
+   * synchronous; it throws where `execute` would reject). The scheduler then runs the requests queued for a
+   * model back to back, one execution each, before it answers any of them.
+   */
+  executeSync?(inputs: Map<string, Tensor>, outputNames: readonly string[]): Map<string, Tensor>;
+  /**
    * Optional: how many batches the scheduler may hand this instance before the first is answered (default
    * 1). An instance that runs its batches one after another anyway (a Python stub reads them in order) takes
    * the next one early, so that it finds it waiting when it finishes the one before.

@@ -245,22 +245,7 @@ function runBatch(
   let execution: Promise<Map<string, Tensor>>;
   try {
     start = nowNs();
-    const first = requests[0]!;
-    let inputs: Map<string, Tensor>;
-    let names: string[];
-    if (requests.length === 1) {
-      // A batch of one runs on the request's own inputs (backends only read them).
-      inputs = first.inputs;
-      names = first.outputs.map((o) => o.name);
-    } else {
-      inputs = new Map<string, Tensor>();
-      for (const name of first.inputs.keys()) {
-        inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!), instance));
-      }
-      const wanted = new Set<string>();
-      for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
-      names = [...wanted];
-    }
+    const { inputs, names } = batchInputs(instance, requests);
     inputEnd = nowNs();
     execution = instance.execute(inputs, names);
   } catch (err) {
@@ -268,6 +253,44 @@ function runBatch(
   }
   // A plain promise chain rather than an async function: a lone request costs no suspended frame.
   return execution.then((produced) => splitBatch(model, requests, produced, start, inputEnd));
+}
+
+/**
+ * Executes requests as one batch on an instance that runs on the caller's thread (`executeSync`, no rate
+ * limiter) and builds each request's response, as executeBatch does, at once.
+ * @param model the model's batch facts
+ * @param instance the instance to run on; it has executeSync
+ * @param requests the requests of the batch
+ * @returns one response per request, in order, and the execution's timestamps
+ * @throws the execution's error, for the whole batch
+ */
+export function executeBatchSync(
+  model: BatchModel,
+  instance: BackendInstance,
+  requests: readonly ValidatedRequest[],
+): { responses: (InferResponse | ServerError)[]; times: ExecutionTimes } {
+  const start = nowNs();
+  const { inputs, names } = batchInputs(instance, requests);
+  const inputEnd = nowNs();
+  const produced = instance.executeSync!(inputs, names);
+  return splitBatch(model, requests, produced, start, inputEnd);
+}
+
+/** A batch's inputs (each concatenated over its requests) and the outputs any of them asked for. */
+function batchInputs(
+  instance: BackendInstance,
+  requests: readonly ValidatedRequest[],
+): { inputs: Map<string, Tensor>; names: string[] } {
+  const first = requests[0]!;
+  // A batch of one runs on the request's own inputs (backends only read them).
+  if (requests.length === 1) return { inputs: first.inputs, names: first.outputs.map((o) => o.name) };
+  const inputs = new Map<string, Tensor>();
+  for (const name of first.inputs.keys()) {
+    inputs.set(name, concatInput(name, requests.map((r) => r.inputs.get(name)!), instance));
+  }
+  const wanted = new Set<string>();
+  for (const r of requests) for (const o of r.outputs) wanted.add(o.name);
+  return { inputs, names: [...wanted] };
 }
 
 /** Splits a batch's outputs into each request's response and traces the execution. */

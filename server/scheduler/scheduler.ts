@@ -13,7 +13,7 @@ import type { ValidatedRequest } from "../core/validate.ts";
 import type { BackendInstance } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
 import type { VersionStats } from "../metrics/stats.ts";
-import { batchCompatible, type BatchModel, executeBatch, isModelError } from "./batch.ts";
+import { batchCompatible, type BatchModel, executeBatch, executeBatchSync, isModelError } from "./batch.ts";
 import { type PendingRequest, QueueingScheduler, recordFailedExecution } from "./pending.ts";
 
 /** Queues requests of one model version and runs them on its instances. */
@@ -134,6 +134,12 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   /** preserve_ordering: the next sequence number to deliver and the finished ones waiting for it. */
   #nextOut = 0;
   #finished = new Map<number, () => void>();
+  /**
+   * Whether requests arriving together wait one event-loop turn before they run (see #pumpSoon): the dynamic
+   * batcher without a queue delay, to batch them; a model without batching whose instances run on this thread,
+   * to run them back to back before answering any.
+   */
+  #holdTogether: boolean;
 
   /**
    * Creates a scheduler.
@@ -170,10 +176,12 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       arrivals: options?.arrivals,
     };
     this.#levels = Array.from({ length: 2 * levels }, () => []);
+    const batcher = this.#options.maxBatchSize > 1;
+    this.#holdTogether = batcher
+      ? this.#options.maxQueueDelayMicroseconds === 0
+      : !model.gate && instances.length > 0 && instances.every((i) => i.executeSync !== undefined);
     // Asking once makes the counter tell event-loop turns apart from now on (see ArrivalCounter).
-    if (this.#options.maxBatchSize > 1 && this.#options.maxQueueDelayMicroseconds === 0) {
-      this.#options.arrivals?.together();
-    }
+    if (this.#holdTogether) this.#options.arrivals?.together();
   }
 
   #policy(level: number): QueuePolicy {
@@ -227,17 +235,17 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
         seq: this.#seq++,
       };
       const options = this.#options;
-      // Without a queue delay, requests arriving together wait one event-loop turn to run as one batch; a
-      // request that arrives alone runs at once.
-      const together = options.maxBatchSize > 1 && options.maxQueueDelayMicroseconds === 0 &&
-        options.arrivals?.together() === true;
+      // Requests arriving together wait one event-loop turn (#holdTogether); a request that arrives alone runs
+      // at once.
+      const together = this.#holdTogether && options.arrivals?.together() === true;
       if (
         !together && this.queued === 0 && this.#free.length > 0 && options.delayUntilQueued === 0 &&
         (options.maxBatchSize <= 1 || options.maxQueueDelayMicroseconds === 0)
       ) {
         // Nothing queued, an instance free and nothing to wait for: the batch is this request alone, as
         // #take would form it, without passing through the queue.
-        this.#run(this.#takeInstance(), [pending]);
+        this.#start(this.#takeInstance(), [pending]);
+        this.#maybeDrained();
         return;
       }
       // The arrival's clock reading (nowNs is performance.now() in ns), read µs before: each reading of the
@@ -252,9 +260,10 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   }
 
   /**
-   * Without a configured queue delay, the dynamic batcher forms batches one event-loop turn later
-   * (setImmediate, a few µs), so that requests whose bodies were read in the same turn run as one batch
-   * instead of one execution each.
+   * Requests arriving together are scheduled one event-loop turn later (setImmediate, a few µs): without a
+   * configured queue delay, the dynamic batcher then runs those whose bodies were read in the same turn as one
+   * batch instead of one execution each; a model without batching whose instances run on this thread runs them
+   * back to back, then answers them (see #runNow).
    */
   #pumpSoon(): void {
     if (this.#pumpScheduled) return;
@@ -335,7 +344,7 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       const batch = this.#take(now);
       if (!batch) break;
       this.#remove(batch);
-      this.#run(this.#takeInstance(), batch);
+      this.#start(this.#takeInstance(), batch);
     }
     this.#maybeDrained();
   }
@@ -411,6 +420,39 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       const f = this.#finished.get(this.#nextOut)!;
       this.#finished.delete(this.#nextOut++);
       f();
+    }
+  }
+
+  /** Executes a batch on an instance: at once where it runs on this thread (see #runNow), else #run. */
+  #start(instance: BackendInstance, batch: Pending[]): void {
+    if (instance.executeSync && !this.#model.gate) this.#runNow(instance, batch);
+    else this.#run(instance, batch);
+  }
+
+  /**
+   * Executes a batch on an instance that runs on this thread and answers its requests; the instance is free
+   * again when it returns. The callers resume in later microtasks, so a pump over requests queued together
+   * runs them all before any is encoded and written: a small model's run is faster with the runtime's code
+   * and data still in the cache from the run before than after the reading and answering of a request.
+   */
+  #runNow(instance: BackendInstance, batch: Pending[]): void {
+    this.executing += batch.length;
+    let done: ReturnType<typeof executeBatchSync>;
+    try {
+      done = executeBatchSync(this.#model, instance, batch.map((p) => p.request));
+    } catch (err) {
+      this.executing -= batch.length;
+      this.#free.push(instance);
+      // Recorded as an execution of no time: its start was not kept, to read the clock once less per run.
+      this.#failed(batch, nowNs(), err);
+      return;
+    }
+    this.executing -= batch.length;
+    this.#free.push(instance);
+    try {
+      this.#answer(batch, done);
+    } catch (err) {
+      this.#failed(batch, done.times.start, err);
     }
   }
 

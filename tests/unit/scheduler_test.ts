@@ -680,3 +680,68 @@ Deno.test("an arrival counter counts per event-loop turn: one alone is not 'toge
   assertEquals(arrivals.together(), false);
   await new Promise((r) => setImmediate(r));
 });
+
+/** A FakeInstance that also runs synchronously (as an ONNX Runtime instance on the server's thread does). */
+class SyncInstance extends FakeInstance {
+  /** What happened, in order: "run N" for each execution of the request whose X starts with N. */
+  readonly events: string[];
+  constructor(events: string[]) {
+    super();
+    this.events = events;
+  }
+  executeSync(inputs: Map<string, Tensor>, names: readonly string[]): Map<string, Tensor> {
+    assertEquals(names, ["Y"]);
+    const x = inputs.get("X")!;
+    const values = new Int32Array((x.data as Uint8Array).slice().buffer);
+    this.events.push(`run ${values[0]}`);
+    this.batches.push([[...values]]);
+    const fail = this.failNext;
+    this.failNext = undefined;
+    if (fail) throw fail;
+    const y = new Int32Array(values.map((v) => 2 * v));
+    return new Map([["Y", {
+      name: "Y",
+      datatype: "INT32",
+      shape: [...x.shape],
+      data: new Uint8Array(y.buffer),
+    }]]);
+  }
+}
+
+Deno.test("without batching, requests arriving together for a synchronous instance all run before any is answered", async () => {
+  const events: string[] = [];
+  const inst = new SyncInstance(events);
+  let together = false;
+  const s = scheduler([inst], { arrivals: { together: () => together } });
+  // Alone: it runs inside enqueue, and its caller resumes afterwards.
+  const lone = s.enqueue(request([[1]])).then((r) => events.push(`answer ${rowsOf(r)[0]![0]}`));
+  assertEquals(events, ["run 1"]);
+  await lone;
+  // Together: they wait one event-loop turn, then run one execution each, back to back, then resume.
+  together = true;
+  events.length = 0;
+  const ps = [2, 3, 4].map((v) =>
+    s.enqueue(request([[v]])).then((r) => events.push(`answer ${rowsOf(r)[0]![0]}`))
+  );
+  assertEquals(events, []);
+  assertEquals(s.queuedCount(), 3);
+  await Promise.all(ps);
+  assertEquals(events, ["run 2", "run 3", "run 4", "answer 4", "answer 6", "answer 8"]);
+  assertEquals(s.inflightCount(), 0);
+});
+
+Deno.test("a synchronous execution that fails answers its request with the error, and the next runs", async () => {
+  const inst = new SyncInstance([]);
+  const stats = new VersionStats();
+  const s = scheduler([inst], {}, stats);
+  inst.failNext = new ServerError("INTERNAL", "Cannot run 'fake': it broke");
+  const failed = s.enqueue(request([[1]]));
+  const next = s.enqueue(request([[2]]));
+  await assertRejects(() => failed, ServerError, {
+    code: "INTERNAL",
+    message: "Cannot run 'fake': it broke",
+  });
+  assertEquals(rowsOf(await next), [[4]]);
+  assertEquals(firsts(inst), [[1], [2]]);
+  assertEquals([stats.failures.BACKEND, stats.executionCount, s.inflightCount()], [1, 2, 0]);
+});
