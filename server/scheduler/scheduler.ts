@@ -315,7 +315,22 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     for (const q of this.#levels) yield* q;
   }
 
+  /** The first queued request in scheduling order (there is one). */
+  #first(): Pending {
+    for (const q of this.#levels) if (q.length > 0) return q[0]!;
+    throw new Error("the queue is empty");
+  }
+
   #remove(batch: Pending[]): void {
+    if (batch.length === 1) {
+      // One request (every batch of a model without batching): the head of its level's queue.
+      for (const q of this.#levels) {
+        if (q[0] !== batch[0]) continue;
+        q.shift();
+        this.queued--;
+        return;
+      }
+    }
     const taken = new Set(batch);
     for (let l = 0; l < this.#levels.length; l++) {
       const q = this.#levels[l]!;
@@ -352,9 +367,9 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   /** Forms the next batch, or schedules a later try and returns undefined while it should wait. */
   #take(now: number): Pending[] | undefined {
     const max = this.#options.maxBatchSize;
+    if (max <= 1) return [this.#first()];
     const order = this.#order();
     const first = order.next().value as Pending;
-    if (max <= 1) return [first];
     // Consecutive compatible requests in scheduling order, up to max_batch_size.
     const batch: Pending[] = [first];
     let size = first.request.batchSize;
