@@ -361,6 +361,8 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       this.#remove(batch);
       this.#start(this.#takeInstance(), batch);
     }
+    // Instances that run on this thread may have emptied the queue: no #release follows to clear the timer.
+    this.#disarmIfEmpty();
     this.#maybeDrained();
   }
 
@@ -534,12 +536,16 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   #release(instance: BackendInstance, count: number): void {
     this.executing -= count;
     this.#free.push(instance);
-    if (this.#timer !== undefined && this.queued === 0) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
-      this.#timerAt = Infinity;
-    }
+    this.#disarmIfEmpty();
     this.#pump();
+  }
+
+  /** Clears the timer once nothing is queued (a queue delay or a deadline it was armed for is gone). */
+  #disarmIfEmpty(): void {
+    if (this.#timer === undefined || this.queued !== 0) return;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
   }
 
   #maybeDrained(): void {
