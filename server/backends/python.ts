@@ -39,6 +39,7 @@ import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import type { Logger } from "../logging.ts";
 import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
+import { SmallCache } from "../core/small_cache.ts";
 
 /** Request parameters the server acts on itself; as in Triton, the model's `request.parameters()` leaves them out. */
 const SERVER_PARAMETERS = new Set(["priority", "timeout", "sequence_id", "sequence_start", "sequence_end"]);
@@ -420,7 +421,7 @@ class Stub {
   readonly #shm: Deno.FsFile;
   #shmSize = INITIAL_SHM_BYTES;
   /** Parsed result headers by their text (see `#frames`). */
-  #resultHeads = new Map<string, StubMessage>();
+  #resultHeads = new SmallCache<string, StubMessage>(64);
   /** Whether an execute call in flight may use the shared file (see `execute`). */
   #shmHeld = false;
   #listener: Deno.Listener | undefined;
@@ -816,7 +817,7 @@ class Stub {
       let msg = this.#resultHeads.get(text);
       if (!msg) {
         msg = JSON.parse(text) as StubMessage;
-        if (msg.op === "result" && this.#resultHeads.size < 64) this.#resultHeads.set(text, msg);
+        if (msg.op === "result") this.#resultHeads.set(text, msg);
       }
       const payload = buf.subarray(at + 12 + h, at + 4 + len);
       at += 4 + len;

@@ -23,6 +23,7 @@ import { requestedClassification, shapeText } from "../../core/validate.ts";
 import { shmLocation } from "../../shm/regions.ts";
 import { readShmInput, type ShmReader } from "../../shm/session.ts";
 import { DEFERRED_DATA, JSON_STREAM_BYTES, jsonChunks, jsonWhole } from "./json_chunks.ts";
+import { SmallCache } from "../../core/small_cache.ts";
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
@@ -153,7 +154,7 @@ export function decodeInferRequest(
 /** The JSON parts of binary requests longer than this many characters are not remembered. */
 const HEADER_CACHE_MAX_CHARS = 4096;
 
-/** How many JSON parts are remembered; the cache starts over when it is full. */
+/** How many JSON parts are remembered (see SmallCache). */
 const HEADER_CACHE_ENTRIES = 64;
 
 /**
@@ -217,7 +218,7 @@ class BinaryHeader {
 }
 
 /** The remembered JSON parts of binary requests, by their text. */
-const binaryHeaders = new Map<string, BinaryHeader>();
+const binaryHeaders = new SmallCache<string, BinaryHeader>(HEADER_CACHE_ENTRIES);
 
 /** Remembers a binary request's JSON part where every input is binary data of a fixed-width datatype. */
 function rememberHeader(text: string, decoded: DecodedRequest, binary: Uint8Array): void {
@@ -225,7 +226,6 @@ function rememberHeader(text: string, decoded: DecodedRequest, binary: Uint8Arra
   for (const t of decoded.request.inputs) {
     if (t.datatype === "BYTES" || !(t.data instanceof Uint8Array) || t.data.buffer !== binary.buffer) return;
   }
-  if (binaryHeaders.size >= HEADER_CACHE_ENTRIES) binaryHeaders.clear();
   binaryHeaders.set(text, new BinaryHeader(decoded));
 }
 
@@ -397,7 +397,7 @@ const JSON_ANSWER: ResponseInit = Object.freeze({
 
 /** How many binary answers' status and headers are kept, by JSON part length (see binaryAnswer). */
 const BINARY_ANSWERS_KEPT = 256;
-const binaryAnswers = new Map<number, ResponseInit>();
+const binaryAnswers = new SmallCache<number, ResponseInit>(BINARY_ANSWERS_KEPT);
 
 /** The status and headers of a binary answer whose JSON part has `headerLength` bytes (Response only reads them). */
 function binaryAnswer(headerLength: number): ResponseInit {
@@ -410,7 +410,6 @@ function binaryAnswer(headerLength: number): ResponseInit {
         "content-type": "application/octet-stream",
       }),
     });
-    if (binaryAnswers.size >= BINARY_ANSWERS_KEPT) binaryAnswers.clear();
     binaryAnswers.set(headerLength, init);
   }
   return init;
@@ -445,18 +444,18 @@ export function inferResponse(encoded: EncodedResponse): Response {
 
 /**
  * The first texts of responses and of outputs, by model name or output name, with the version or datatype they
- * were made for (the names come from the models, so that few are ever made; at most HEAD_CACHE_SIZE are kept).
+ * were made for (the names come from the models, so that few are ever made; see SmallCache).
  */
 const HEAD_CACHE_SIZE = 1024;
-const responseHeads = new Map<string, { version: string; text: string }>();
-const outputHeads = new Map<string, { datatype: Datatype; text: string }>();
+const responseHeads = new SmallCache<string, { version: string; text: string }>(HEAD_CACHE_SIZE);
+const outputHeads = new SmallCache<string, { datatype: Datatype; text: string }>(HEAD_CACHE_SIZE);
 
 /** The start of an output's JSON, up to its shape: `{"name":...,"datatype":...,"shape":`. */
 function outputHead(name: string, datatype: Datatype): string {
   const hit = outputHeads.get(name);
   if (hit !== undefined && hit.datatype === datatype) return hit.text;
   const text = `{"name":${JSON.stringify(name)},"datatype":"${datatype}","shape":`;
-  if (hit !== undefined || outputHeads.size < HEAD_CACHE_SIZE) outputHeads.set(name, { datatype, text });
+  outputHeads.set(name, { datatype, text });
   return text;
 }
 
@@ -465,7 +464,7 @@ function responseHead(model: string, version: string): string {
   const hit = responseHeads.get(model);
   if (hit !== undefined && hit.version === version) return hit.text;
   const text = `{"model_name":${JSON.stringify(model)},"model_version":${JSON.stringify(version)}`;
-  if (hit !== undefined || responseHeads.size < HEAD_CACHE_SIZE) responseHeads.set(model, { version, text });
+  responseHeads.set(model, { version, text });
   return text;
 }
 
