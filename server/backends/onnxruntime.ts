@@ -1243,12 +1243,19 @@ export function workerIntraOpThreads(cores: number): number {
   return Math.max(1, Math.floor(cores) - 1);
 }
 
+/** Session options with `threads` intra-op threads where the config sets no `intra_op_thread_count`. */
+function withIntraOpThreads(
+  options: ort.InferenceSession.SessionOptions,
+  threads: number,
+): ort.InferenceSession.SessionOptions {
+  return options.intraOpNumThreads !== undefined ? options : { ...options, intraOpNumThreads: threads };
+}
+
 /** The session options of a worker instance: as sessionOptions, with workerIntraOpThreads by default. */
 function workerSessionOptions(
   options: ort.InferenceSession.SessionOptions,
 ): ort.InferenceSession.SessionOptions {
-  if (options.intraOpNumThreads !== undefined) return options;
-  return { ...options, intraOpNumThreads: workerIntraOpThreads(navigator.hardwareConcurrency || 1) };
+  return withIntraOpThreads(options, workerIntraOpThreads(navigator.hardwareConcurrency || 1));
 }
 
 /**
@@ -1264,8 +1271,7 @@ export function mainSessionOptions(
   options: ort.InferenceSession.SessionOptions,
   modelBytes: number,
 ): ort.InferenceSession.SessionOptions {
-  if (options.intraOpNumThreads !== undefined || modelBytes >= WORKER_MIN_MODEL_BYTES) return options;
-  return { ...options, intraOpNumThreads: 1 };
+  return modelBytes >= WORKER_MIN_MODEL_BYTES ? options : withIntraOpThreads(options, 1);
 }
 
 /** Opens the session of one instance: on a worker thread, through the native binding, or the public API. */
