@@ -106,13 +106,13 @@ export function readBody(ctx: RouteContext, asText = false, alignAt = 0): Promis
         ? receiveBody(request, request.text())
         : receiveBody(request, readDeclaredBody(request, Number(declared), alignAt));
     }
-    return readOtherBody(request, limit, declared, encoding, alignAt);
+    return readOtherBody(request, limit, declared, plain ? undefined : encoding!, alignAt);
   } catch (err) {
     return Promise.reject(err);
   }
 }
 
-/** readBody for a body of undeclared length or one to inflate. */
+/** readBody for a body of undeclared length or one to inflate (`encoding`: its Content-Encoding, unless identity). */
 async function readOtherBody(
   request: Request,
   limit: number,
@@ -132,7 +132,7 @@ async function readOtherBody(
     }
     body = read;
   }
-  if (encoding && encoding !== "identity") {
+  if (encoding !== undefined) {
     if (encoding !== "gzip" && encoding !== "deflate") {
       throw unsupported(`Cannot read the request body: unsupported Content-Encoding '${encoding}'`);
     }
