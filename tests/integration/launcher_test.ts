@@ -1,34 +1,39 @@
 /**
  * The `./dinfer` launcher as a supervisor uses it: the process it starts is the server itself, so a signal sent
- * to that process stops the server and leaves nothing running.
+ * to that process stops the server and leaves nothing running; and it serves from the caller's directory, where
+ * relative paths in its flags point.
  * @module
  */
 
 import assert from "node:assert/strict";
-import { freePorts, loopbackFlags, ROOT } from "../helpers.ts";
+import { EXAMPLES, freePorts, loopbackFlags, ROOT } from "../helpers.ts";
 
-/** The processes whose command line holds `text`. */
-function processesWith(text: string): number[] {
+/** The processes whose working directory is `dir`. */
+function processesIn(dir: string): number[] {
   const found: number[] = [];
   for (const entry of Deno.readDirSync("/proc")) {
     if (!/^[0-9]+$/.test(entry.name)) continue;
     try {
-      const cmdline = Deno.readTextFileSync(`/proc/${entry.name}/cmdline`).replaceAll("\0", " ");
-      if (cmdline.includes(text)) found.push(Number(entry.name));
+      if (Deno.readLinkSync(`/proc/${entry.name}/cwd`) === dir) found.push(Number(entry.name));
     } catch {
-      // Gone meanwhile.
+      // Gone meanwhile, or not ours to read.
     }
   }
   return found;
 }
 
-Deno.test("SIGTERM to the process ./dinfer started stops the server gracefully and leaves no process behind", async () => {
-  const repo = await Deno.makeTempDir({ prefix: "dinfer-launcher-" });
+Deno.test("./dinfer serves from the caller's folder, and SIGTERM to the process it started stops the server and leaves none behind", async () => {
+  const parent = await Deno.makeTempDir({ prefix: "dinfer-launcher-" });
+  const repo = `${parent}/models`;
+  await Deno.mkdir(`${repo}/simple/1`, { recursive: true });
+  await Deno.copyFile(`${EXAMPLES}/simple/config.pbtxt`, `${repo}/simple/config.pbtxt`);
+  await Deno.copyFile(`${EXAMPLES}/simple/1/model.onnx`, `${repo}/simple/1/model.onnx`);
   const ports = freePorts(3);
-  // The repository folder's name is unique: it tells this server's processes apart from any other.
+  // Started from a folder of its own (which tells this server's processes apart from any other), with the
+  // repository's path relative to it.
   const child = new Deno.Command(`${ROOT}dinfer`, {
-    args: ["serve", `--model-repository=${repo}`, ...loopbackFlags(ports)],
-    cwd: ROOT,
+    args: ["serve", "--model-repository=models", ...loopbackFlags(ports)],
+    cwd: parent,
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
@@ -47,17 +52,26 @@ Deno.test("SIGTERM to the process ./dinfer started stops the server gracefully a
       }
     }
     assert.equal(live, 200);
+    const ready = await fetch(`http://127.0.0.1:${ports[0]}/v2/models/simple/ready`);
+    await ready.body?.cancel();
+    assert.equal(ready.status, 200);
     // The launcher replaced itself with the server: one process holds the server's command line, the one
     // started here.
-    assert.deepEqual(processesWith(repo), [child.pid]);
+    assert.deepEqual(processesIn(parent), [child.pid]);
     child.kill("SIGTERM");
     const { code, stderr } = await output;
     assert.equal(code, 0, new TextDecoder().decode(stderr));
     assert.match(new TextDecoder().decode(stderr), /Stopped/);
-    assert.deepEqual(processesWith(repo), []);
+    assert.deepEqual(processesIn(parent), []);
   } finally {
-    for (const pid of processesWith(repo)) Deno.kill(pid, "SIGKILL");
+    for (const pid of new Set([...processesIn(parent), child.pid])) {
+      try {
+        Deno.kill(pid, "SIGKILL");
+      } catch {
+        // Gone already.
+      }
+    }
     await output.catch(() => undefined);
-    await Deno.remove(repo, { recursive: true });
+    await Deno.remove(parent, { recursive: true });
   }
 });
