@@ -68,10 +68,22 @@ export function reclaimMemory(): { gc: boolean; trim: boolean } {
 }
 
 /**
+ * The longest wait, in looks, between two reclaims that left the RSS above its level (see MemoryReclaimer):
+ * about a minute at the default interval.
+ */
+export const MAX_BACKOFF_LOOKS = 64;
+
+/**
  * Watches the process and reclaims memory when it is idle and has grown: at each look that saw no new request
- * since the previous one, when the RSS is more than `growthBytes` above its level after the last reclaim.
+ * since the previous one, when the RSS is more than `growthBytes` above its level (the least it has been).
  * Under steady load it does nothing (V8 and the allocator reuse what they hold); a busy server that goes idle
  * is brought back near its level before the burst within about two intervals.
+ *
+ * A reclaim that leaves the RSS above that level found the memory still in use: connections a client holds
+ * open (a flood of them needs no inference request, so the process looks idle), or a model loaded since. It
+ * looks again after 1, 2, 4, ... looks, up to MAX_BACKOFF_LOOKS, so that memory freed later (the connections
+ * closed) is given back without a full collection at every look; a level that a reclaim at the longest wait
+ * still leaves is the new level.
  */
 export class MemoryReclaimer {
   #intervalMs: number;
@@ -83,6 +95,9 @@ export class MemoryReclaimer {
   #floor: number;
   #lastArrivals: number;
   #reclaims = 0;
+  /** Looks to let pass before the next reclaim, and the last wait set (0: the last reclaim brought it back). */
+  #wait = 0;
+  #backoff = 0;
 
   /** @param options interval, growth threshold, and the readings tests replace */
   constructor(options: ReclaimOptions) {
@@ -115,7 +130,8 @@ export class MemoryReclaimer {
   }
 
   /**
-   * One look: reclaims when no request arrived since the previous look and the RSS grew past the threshold.
+   * One look: reclaims when no request arrived since the previous look and the RSS grew past the threshold
+   * (unless a reclaim that left it there asked to wait).
    * @returns whether it reclaimed
    */
   check(): boolean {
@@ -125,10 +141,24 @@ export class MemoryReclaimer {
     const rss = this.#rss();
     if (rss < this.#floor) this.#floor = rss;
     if (busy || rss <= this.#floor + this.#growth) return false;
+    if (this.#wait > 0) {
+      this.#wait--;
+      return false;
+    }
     this.#reclaim();
     this.#reclaims++;
-    // What is left after a reclaim (a model loaded since, caches) is the new level growth is measured from.
-    this.#floor = this.#rss();
+    const after = this.#rss();
+    if (after <= this.#floor + this.#growth) {
+      this.#backoff = 0;
+    } else if (this.#backoff < MAX_BACKOFF_LOOKS) {
+      this.#backoff = Math.min(Math.max(1, 2 * this.#backoff), MAX_BACKOFF_LOOKS);
+      this.#wait = this.#backoff;
+    } else {
+      // Still there after the longest wait: memory the process keeps (a model loaded since, caches).
+      this.#floor = after;
+      this.#backoff = 0;
+    }
+    if (after < this.#floor) this.#floor = after;
     return true;
   }
 }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { MemoryReclaimer, reclaimMemory } from "../../server/core/memory.ts";
+import { MAX_BACKOFF_LOOKS, MemoryReclaimer, reclaimMemory } from "../../server/core/memory.ts";
 
 const MB = 2 ** 20;
 
@@ -32,18 +32,37 @@ Deno.test("memory reclaimer reclaims at the first idle look once RSS grew past t
   assert.equal(reclaimer.reclaims, 1);
 });
 
-Deno.test("memory reclaimer leaves growth under the threshold alone and measures from the level after a reclaim", () => {
-  const { reclaimer, state } = fake([100 * MB, 200 * MB]);
+Deno.test("memory reclaimer leaves growth under the threshold alone", () => {
+  const { reclaimer, state } = fake([100 * MB]);
   state.rss = 115 * MB;
   assert.equal(reclaimer.check(), false);
-  state.rss = 250 * MB;
+  assert.equal(reclaimer.reclaims, 0);
+});
+
+Deno.test("memory still in use at a reclaim (connections held open) is given back at a later look", () => {
+  // The first reclaim finds the memory in use; by the second, the connections have closed.
+  const { reclaimer, state } = fake([100 * MB, 170 * MB, 110 * MB]);
+  state.rss = 170 * MB;
   assert.equal(reclaimer.check(), true);
-  assert.equal(state.rss, 200 * MB); // a model loaded meanwhile: 200 MB is the new level
-  state.rss = 215 * MB;
+  assert.equal(state.rss, 170 * MB);
+  assert.equal(reclaimer.check(), false); // waits one look
+  assert.equal(reclaimer.check(), true);
+  assert.equal(state.rss, 110 * MB);
   assert.equal(reclaimer.check(), false);
+  assert.equal(reclaimer.reclaims, 2);
+});
+
+Deno.test("memory that stays after reclaims backed off to the longest wait is the new level", () => {
+  // A model loaded since: every reclaim leaves 200 MB. Reclaims at looks 1, 3, 6, 11, 20, 37, 70, 135
+  // (waits of 1, 2, 4, ... 64 looks), then 200 MB is the level and growth is measured from it.
+  const { reclaimer, state } = fake([100 * MB]);
+  state.rss = 200 * MB;
+  const at: number[] = [];
+  for (let look = 1; look <= 300; look++) if (reclaimer.check()) at.push(look);
+  assert.equal(MAX_BACKOFF_LOOKS, 64);
+  assert.deepEqual(at, [1, 3, 6, 11, 20, 37, 70, 135]);
   state.rss = 217 * MB;
   assert.equal(reclaimer.check(), true);
-  assert.equal(reclaimer.reclaims, 2);
 });
 
 Deno.test("reclaimMemory runs a full garbage collection and malloc_trim here", () => {
