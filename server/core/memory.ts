@@ -95,8 +95,9 @@ export class MemoryReclaimer {
   #floor: number;
   #lastArrivals: number;
   #reclaims = 0;
-  /** Looks to let pass before the next reclaim, and the last wait set (0: the last reclaim brought it back). */
+  /** Looks to let pass before the next reclaim. */
   #wait = 0;
+  /** The last wait set after a reclaim that left the RSS high (0: the last reclaim brought it back). */
   #backoff = 0;
 
   /** @param options interval, growth threshold, and the readings tests replace */
