@@ -322,14 +322,17 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   }
 
   #remove(batch: Pending[]): void {
-    if (batch.length === 1) {
-      // One request (every batch of a model without batching): the head of its level's queue.
-      for (const q of this.#levels) {
-        if (q[0] !== batch[0]) continue;
-        q.shift();
-        this.queued--;
-        return;
-      }
+    // A batch is consecutive requests in scheduling order: most often the head of one level's queue (always
+    // with one priority level), taken without a Set.
+    const n = batch.length;
+    for (let l = 0; l < this.#levels.length; l++) {
+      const q = this.#levels[l]!;
+      if (q[0] !== batch[0]) continue;
+      if (q.length < n || q[n - 1] !== batch[n - 1]) break;
+      if (n === 1) q.shift();
+      else this.#levels[l] = q.length === n ? [] : q.slice(n);
+      this.queued -= n;
+      return;
     }
     const taken = new Set(batch);
     for (let l = 0; l < this.#levels.length; l++) {
