@@ -51,6 +51,13 @@ class FakeInstance implements BackendInstance {
   }
 
   async execute(inputs: Map<string, Tensor>, names: readonly string[]): Promise<Map<string, Tensor>> {
+    const x = this.record(inputs, names);
+    if (this.hold) await new Promise<void>((resolve) => this.#held.push(resolve));
+    return this.output(x);
+  }
+
+  /** Checks the outputs asked for, records the batch's X rows and returns X. */
+  protected record(inputs: Map<string, Tensor>, names: readonly string[]): Tensor {
     assertEquals(names, ["Y"]);
     const x = inputs.get("X")!;
     const values = [...new Int32Array((x.data as Uint8Array).slice().buffer)];
@@ -58,11 +65,15 @@ class FakeInstance implements BackendInstance {
     this.batches.push(
       Array.from({ length: x.shape[0]! }, (_, r) => values.slice(r * cols, (r + 1) * cols)),
     );
-    if (this.hold) await new Promise<void>((resolve) => this.#held.push(resolve));
+    return x;
+  }
+
+  /** Y = 2 * X, or the failure `failNext` asked for. */
+  protected output(x: Tensor): Map<string, Tensor> {
     const fail = this.failNext;
     this.failNext = undefined;
     if (fail) throw fail;
-    const y = new Int32Array(values.map((v) => 2 * v));
+    const y = new Int32Array((x.data as Uint8Array).slice().buffer).map((v) => 2 * v);
     return new Map([["Y", {
       name: "Y",
       datatype: "INT32",
@@ -690,21 +701,9 @@ class SyncInstance extends FakeInstance {
     this.events = events;
   }
   executeSync(inputs: Map<string, Tensor>, names: readonly string[]): Map<string, Tensor> {
-    assertEquals(names, ["Y"]);
-    const x = inputs.get("X")!;
-    const values = new Int32Array((x.data as Uint8Array).slice().buffer);
-    this.events.push(`run ${values[0]}`);
-    this.batches.push([[...values]]);
-    const fail = this.failNext;
-    this.failNext = undefined;
-    if (fail) throw fail;
-    const y = new Int32Array(values.map((v) => 2 * v));
-    return new Map([["Y", {
-      name: "Y",
-      datatype: "INT32",
-      shape: [...x.shape],
-      data: new Uint8Array(y.buffer),
-    }]]);
+    const x = this.record(inputs, names);
+    this.events.push(`run ${this.batches.at(-1)![0]![0]}`);
+    return this.output(x);
   }
 }
 
