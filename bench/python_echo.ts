@@ -35,7 +35,7 @@ export interface PythonEcho {
    * order, one at a time, by the one Python process).
    */
   roundTrip(): Promise<void>;
-  /** Ends the process and removes its socket. */
+  /** Ends the process. */
   close(): Promise<void>;
 }
 
@@ -54,6 +54,9 @@ export async function startPythonEcho(python: string, size = 512): Promise<Pytho
   const child = new Deno.Command(python, { args: ["-c", ECHO, path], stdin: "null" }).spawn();
   const socket = await accepted;
   server.close();
+  // The connection is made: the socket's folder is not needed any more, and a process stopped by a signal (the
+  // floor server is) leaves nothing behind.
+  await Deno.remove(dir, { recursive: true });
   const frame = Buffer.alloc(size);
   frame.writeUInt32LE(size - 4, 0);
   const waiting: (() => void)[] = [];
@@ -80,7 +83,6 @@ export async function startPythonEcho(python: string, size = 512): Promise<Pytho
     async close() {
       socket.destroy();
       await child.status;
-      await Deno.remove(dir, { recursive: true }).catch(() => {});
     },
   };
 }
