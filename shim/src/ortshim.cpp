@@ -211,7 +211,7 @@ struct ortshim_session {
   std::vector<const char*> in_names;
   std::vector<OrtValue*> in_values;
   std::vector<char> fed;
-  std::vector<std::array<uint8_t, 64>> small;  // one per declared input, for data of 64 bytes or less
+  std::vector<std::array<uint8_t, 64>> small;  // one per model input, for data of 64 bytes or less
   std::vector<const char*> out_names;
   std::vector<OrtValue*> out_values;
   std::vector<size_t> out_bytes;
@@ -372,7 +372,7 @@ void ortshim_session_destroy(ortshim_session* s) {
 int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const uint8_t* data, double byte_len,
                      const double* dims, int32_t ndims) {
   if (input < 0 || static_cast<size_t>(input) >= s->inputs.size()) {
-    return s->fail("input index " + std::to_string(input) + " is not declared");
+    return s->fail("the model has no input " + std::to_string(input));
   }
   const std::string& name = s->inputs[input].name;
   if (s->fed[input]) return s->fail("input '" + name + "' is fed twice");
@@ -391,12 +391,12 @@ int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const
   }
   if (count * static_cast<double>(size) != byte_len) {
     return s->fail("input '" + name + "' has " + std::to_string(static_cast<uint64_t>(byte_len)) +
-                   " bytes, not what its shape needs");
+                   " bytes where its shape needs " + std::to_string(static_cast<uint64_t>(count * size)));
   }
   void* at = const_cast<uint8_t*>(data);
   size_t len = static_cast<size_t>(byte_len);
   if (len <= 64) {
-    std::memcpy(s->small[input].data(), data, len);
+    if (len > 0) std::memcpy(s->small[input].data(), data, len);
     at = s->small[input].data();
   }
   OrtValue* value = nullptr;
@@ -412,7 +412,7 @@ int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const
 
 int32_t ortshim_fetch(ortshim_session* s, int32_t output) {
   if (output < 0 || static_cast<size_t>(output) >= s->outputs.size()) {
-    return s->fail("output index " + std::to_string(output) + " is not declared");
+    return s->fail("the model has no output " + std::to_string(output));
   }
   s->out_names.push_back(s->outputs[output].name.c_str());
   s->out_values.push_back(nullptr);
