@@ -51,6 +51,18 @@ RUN deno install --frozen \
  && rm -rf "$DENO_DIR/npm"
 
 # ---------------------------------------------------------------------------------------------------------
+# ortshim-build: libortshim (shim/src/ortshim.cpp, CMake, C++17), through which models run on the server's
+# thread; it needs no ONNX Runtime headers or libraries to build (it loads onnxruntime-node's at run time).
+FROM ${DEBIAN_IMAGE} AS ortshim-build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends cmake g++ make \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY shim shim
+RUN cmake -S shim -B build/shim -DCMAKE_BUILD_TYPE=Release -DTRTSHIM_BUILD_TESTS=OFF \
+ && cmake --build build/shim --target ortshim -j "$(nproc)"
+
+# ---------------------------------------------------------------------------------------------------------
 # cpu (default): Debian slim with python3 + numpy for the Python backend's stub processes.
 FROM ${DEBIAN_IMAGE} AS cpu
 RUN apt-get update \
@@ -60,6 +72,7 @@ RUN apt-get update \
  && useradd --system --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin dinfer
 COPY --from=build /usr/local/bin/deno /usr/local/bin/deno
 COPY --from=build /app /app
+COPY --from=ortshim-build /src/build/shim/libortshim.so /app/build/shim/libortshim.so
 COPY --from=build /app/examples/models /models
 ENV DENO_DIR=/app/.cache/deno DENO_NO_UPDATE_CHECK=1 HOME=/tmp
 WORKDIR /app
@@ -104,6 +117,7 @@ RUN echo /usr/local/lib/tensorrt > /etc/ld.so.conf.d/tensorrt.conf && ldconfig
 COPY --from=build /usr/local/bin/deno /usr/local/bin/deno
 COPY --from=build /app /app
 COPY --from=gpu-build /out/libtrtshim.so /app/build/shim/libtrtshim.so
+COPY --from=ortshim-build /src/build/shim/libortshim.so /app/build/shim/libortshim.so
 COPY --from=build /app/examples/models /models
 ENV DENO_DIR=/app/.cache/deno DENO_NO_UPDATE_CHECK=1 HOME=/tmp DINFER_TRTSHIM=/app/build/shim/libtrtshim.so \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility

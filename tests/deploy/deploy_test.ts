@@ -421,6 +421,7 @@ Deno.test("the KServe runtime serves onnx and triton models over v2 and grpc-v2 
 Deno.test("the Dockerfile's default target is the non-root cpu image serving /models on 8000-8002", () => {
   assertEquals(dockerfile.map((s) => s.name ?? `FROM ${s.from}`), [
     "build",
+    "ortshim-build",
     "cpu",
     "gpu-build",
     "gpu",
@@ -461,6 +462,19 @@ Deno.test("the Dockerfile's default target is the non-root cpu image serving /mo
     build.includes(`rm -rf "$ort/darwin" "$ort/win32" "$ort/linux/arm64"`),
     "only linux-x64 ONNX Runtime",
   );
+});
+
+Deno.test("both images carry libortshim where ffi/ looks, built from shim/ without ONNX Runtime", () => {
+  const build = instructions(stage("ortshim-build"), "RUN").join("\n");
+  assert(build.includes("cmake -S shim -B build/shim") && build.includes("--target ortshim"), build);
+  for (const name of ["cpu", "gpu"]) {
+    assert(
+      instructions(stage(name), "COPY").includes(
+        "--from=ortshim-build /src/build/shim/libortshim.so /app/build/shim/libortshim.so",
+      ),
+      `${name}: libortshim at /app/build/shim (ffi/ortshim.ts's default path under the app root)`,
+    );
+  }
 });
 
 Deno.test("the Dockerfile's gpu target builds libtrtshim with TensorRT and puts it where ffi/ looks", () => {
