@@ -17,7 +17,7 @@ Writes two model repositories (a `config.pbtxt` beside numeric version folders h
     simple_dyna_sequence/  the same under the oldest strategy; END adds the correlation id
 
   tests/fixtures/models/   the repository used by the integration tests
-    identity_<type>/       Identity for each Triton datatype but BF16 (see IDENTITY_TYPES), variable length
+    identity_<type>/       Identity for each Triton datatype (see IDENTITY_TYPES), variable length
     add_sub_fp32_nobatch/  FP32 add/sub, max_batch_size 0
     no_config_dynamic/     no config.pbtxt: y = 2x with a dynamic first dimension
     no_config_static/      no config.pbtxt: Identity on a fixed [2, 2] INT64 tensor
@@ -326,11 +326,10 @@ DIGITS_ACCURACY: tuple[float, int, int] | None = None
 
 # Triton datatype -> (name suffix, config TYPE_*, ONNX element type, numpy dtype or None for bf16)
 #
-# BF16 is left out on purpose: ONNX Runtime's CPU provider runs Identity on bfloat16 (the check below
-# passes with INCLUDE_BF16 = True), but onnxruntime-node 1.30.0, which the server uses, refuses to
-# create a session for any model with a bfloat16 input or output ("Unsupported data type: 16" while
-# reading the session's metadata), so such a fixture could never be loaded by dinfer.
-INCLUDE_BF16 = False
+# identity_bf16 runs in dinfer through libortshim (ONNX Runtime's C API): onnxruntime-node 1.30.0's own API
+# refuses to create a session for any model with a bfloat16 input or output ("Unsupported data type: 16"
+# while reading the session's metadata). INCLUDE_BF16 = False leaves it out.
+INCLUDE_BF16 = True
 IDENTITY_TYPES = [
     ("bool", "TYPE_BOOL", TensorProto.BOOL, np.bool_),
     ("uint8", "TYPE_UINT8", TensorProto.UINT8, np.uint8),

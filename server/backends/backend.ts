@@ -82,6 +82,8 @@ export interface BackendInstance {
    * the next one early, so that it finds it waiting when it finishes the one before.
    */
   readonly pipelineDepth?: number;
+  /** Optional: where and through what the instance runs, e.g. "the server's thread, through libortshim". */
+  readonly runsOn?: string;
   /**
    * Optional: a buffer of exactly `byteLength` bytes for the scheduler to concatenate one batched input into
    * (not BYTES). The instance keeps such buffers for later batches and hands them to its runtime without a copy;

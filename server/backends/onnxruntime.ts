@@ -20,12 +20,8 @@ import type { Tensor } from "../core/types.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
 import { initializerTypes } from "./onnx_proto.ts";
 import { nativeSessionClass } from "./onnxruntime_binding.ts";
-import {
-  openOrtShim,
-  type OrtShimFeed,
-  type OrtShimOptions,
-  type OrtShimSession,
-} from "../../ffi/ortshim.ts";
+import { ONNX_ELEMENT_TYPES, ShimSession } from "./onnxruntime_shim.ts";
+import { openOrtShim } from "../../ffi/ortshim.ts";
 import type { WorkerReply, WorkerRequest, WorkerValueMetadata } from "./onnxruntime_worker.ts";
 import {
   align8,
@@ -61,42 +57,13 @@ const TO_ORT: Partial<Record<Datatype, ort.Tensor.Type>> = {
   FP32: "float32",
   FP64: "float64",
   BYTES: "string",
+  // onnxruntime-node does not name bfloat16; only libortshim's runners carry it (SessionRunner.carriesBf16).
+  BF16: "bfloat16" as ort.Tensor.Type,
 };
 
 const FROM_ORT: Record<string, Datatype> = Object.fromEntries(
   Object.entries(TO_ORT).map(([k, v]) => [v, k as Datatype]),
 );
-
-/**
- * ONNX's tensor element types by their number (TensorProto.DataType), named as onnxruntime-node names them
- * where it supports them.
- */
-const ONNX_ELEMENT_TYPES: readonly (string | undefined)[] = [
-  undefined,
-  "float32",
-  "uint8",
-  "int8",
-  "uint16",
-  "int16",
-  "int32",
-  "int64",
-  "string",
-  "bool",
-  "float16",
-  "float64",
-  "uint32",
-  "uint64",
-  "complex64",
-  "complex128",
-  "bfloat16",
-  "float8e4m3fn",
-  "float8e4m3fnuz",
-  "float8e5m2",
-  "float8e5m2fnuz",
-  "uint4",
-  "int4",
-  "float4e2m1",
-];
 
 /** Triton's default max_batch_size for auto-completed models whose first dimension is dynamic. */
 export const DEFAULT_MAX_BATCH_SIZE = 4;
@@ -202,43 +169,66 @@ function fromOrt(meta: ort.InferenceSession.ValueMetadata, config: ModelConfig):
  * and dynamic batching.
  */
 async function autoComplete(config: ModelConfig, ctx: InstanceContext): Promise<void> {
-  const session = await openSession(modelPathOf(ctx), {
+  const { inputMetadata: ins, outputMetadata: outs } = await readModelIo(modelPathOf(ctx));
+  const all = [...ins, ...outs];
+  const hasIo = config.input.length > 0 || config.output.length > 0;
+  if (config.max_batch_size === 0 && !hasIo && all.length > 0) {
+    const batchable = all.every((m) => m.isTensor && m.shape.length > 0 && dimsOf(m.shape)[0] === -1);
+    if (batchable) completeBatching(config, DEFAULT_MAX_BATCH_SIZE);
+  }
+  const strip = config.max_batch_size > 0 ? 1 : 0;
+  // Control inputs and implicit state of the sequence batcher are filled by the server, not declared.
+  const internalNames = sequenceTensorNames(config);
+  const complete = <T extends ModelInputConfig | ModelOutputConfig>(
+    list: T[],
+    metas: readonly ort.InferenceSession.ValueMetadata[],
+  ) => {
+    for (const meta of metas) {
+      if (internalNames.has(meta.name)) continue;
+      const dt = fromOrt(meta, config);
+      const dims = meta.isTensor ? dimsOf(meta.shape).slice(strip) : [];
+      const existing = list.find((e) => e.name === meta.name);
+      if (!existing) {
+        list.push({ name: meta.name, data_type: toConfigType(dt), dims } as T);
+        continue;
+      }
+      if (!existing.data_type || existing.data_type === "TYPE_INVALID") {
+        existing.data_type = toConfigType(dt);
+      }
+      if (existing.dims.length === 0 && !existing.reshape && dims.length > 0) existing.dims = dims;
+    }
+  };
+  complete(config.input, ins);
+  complete(config.output, outs);
+}
+
+/**
+ * The inputs and outputs a model file declares, read by a session without optimizations: through libortshim
+ * where it loads (it reads every element type, BF16 included), else onnxruntime-node's API.
+ * @param path the model file
+ */
+async function readModelIo(path: string): Promise<ModelIo> {
+  const options: ort.InferenceSession.SessionOptions = {
     logSeverityLevel: 3,
     graphOptimizationLevel: "disabled",
-  });
-  try {
-    const ins = session.inputMetadata;
-    const outs = session.outputMetadata;
-    const all = [...ins, ...outs];
-    const hasIo = config.input.length > 0 || config.output.length > 0;
-    if (config.max_batch_size === 0 && !hasIo && all.length > 0) {
-      const batchable = all.every((m) => m.isTensor && m.shape.length > 0 && dimsOf(m.shape)[0] === -1);
-      if (batchable) completeBatching(config, DEFAULT_MAX_BATCH_SIZE);
+  };
+  const shim = openOrtShim();
+  if (shim) {
+    let session;
+    try {
+      session = shim.open(path, { logSeverity: 3, graphOptimization: 0 });
+    } catch (err) {
+      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${(err as Error).message}`);
     }
-    const strip = config.max_batch_size > 0 ? 1 : 0;
-    // Control inputs and implicit state of the sequence batcher are filled by the server, not declared.
-    const internalNames = sequenceTensorNames(config);
-    const complete = <T extends ModelInputConfig | ModelOutputConfig>(
-      list: T[],
-      metas: readonly ort.InferenceSession.ValueMetadata[],
-    ) => {
-      for (const meta of metas) {
-        if (internalNames.has(meta.name)) continue;
-        const dt = fromOrt(meta, config);
-        const dims = meta.isTensor ? dimsOf(meta.shape).slice(strip) : [];
-        const existing = list.find((e) => e.name === meta.name);
-        if (!existing) {
-          list.push({ name: meta.name, data_type: toConfigType(dt), dims } as T);
-          continue;
-        }
-        if (!existing.data_type || existing.data_type === "TYPE_INVALID") {
-          existing.data_type = toConfigType(dt);
-        }
-        if (existing.dims.length === 0 && !existing.reshape && dims.length > 0) existing.dims = dims;
-      }
+    session.close();
+    return {
+      inputMetadata: session.inputs.map(fromNativeMetadata),
+      outputMetadata: session.outputs.map(fromNativeMetadata),
     };
-    complete(config.input, ins);
-    complete(config.output, outs);
+  }
+  const session = await openSession(path, options);
+  try {
+    return { inputMetadata: session.inputMetadata, outputMetadata: session.outputMetadata };
   } finally {
     await session.release();
   }
@@ -364,6 +354,10 @@ interface SessionRunner extends ModelIo {
   inputBuffer?(name: string, byteLength: number): Uint8Array;
   /** Runs it takes before the first is answered (see BackendInstance.pipelineDepth); 1 when absent. */
   readonly pipelineDepth?: number;
+  /** Whether runs carry BF16 tensors (libortshim does; onnxruntime-node's binding cannot make them). */
+  readonly carriesBf16?: boolean;
+  /** Where and through what the session runs, for the instance's description. */
+  readonly where: string;
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
   /** Runs on the caller's thread and returns the outputs at once, where the runner can (see NativeRunner). */
   runSync?(feeds: OrtValue[], fetches: readonly string[]): OrtValue[];
@@ -380,6 +374,7 @@ function toOrtTensor(f: OrtValue): ort.Tensor {
 
 /** A session run on the server's thread (ONNX Runtime's own thread pool still parallelizes each run). */
 class InlineRunner implements SessionRunner {
+  readonly where = "the server's thread, through onnxruntime-node's API";
   #session: ort.InferenceSession;
   constructor(session: ort.InferenceSession) {
     this.#session = session;
@@ -465,6 +460,18 @@ function loadNativeSession(): Promise<(new () => NativeSession) | undefined> {
  */
 abstract class SyncRunner {
   protected readonly buffers = new InputBuffers();
+  readonly carriesBf16: boolean = false;
+  readonly inputNames: readonly string[];
+  readonly inputMetadata: readonly ort.InferenceSession.ValueMetadata[];
+  readonly outputMetadata: readonly ort.InferenceSession.ValueMetadata[];
+  /** @param io the model's inputs and outputs as the native binding (or libortshim) describes them */
+  constructor(
+    io: { inputMetadata: readonly NativeValueMetadata[]; outputMetadata: readonly NativeValueMetadata[] },
+  ) {
+    this.inputNames = io.inputMetadata.map((m) => m.name);
+    this.inputMetadata = io.inputMetadata.map(fromNativeMetadata);
+    this.outputMetadata = io.outputMetadata.map(fromNativeMetadata);
+  }
   inputBuffer(name: string, byteLength: number): Uint8Array {
     return this.buffers.take(name, byteLength);
   }
@@ -480,20 +487,15 @@ abstract class SyncRunner {
 
 /** A session run synchronously through the native binding on the server's thread. */
 class NativeRunner extends SyncRunner implements SessionRunner {
+  readonly where = "the server's thread, through onnxruntime-node's binding";
   #session: NativeSession;
-  readonly inputNames: readonly string[];
-  readonly inputMetadata: readonly ort.InferenceSession.ValueMetadata[];
-  readonly outputMetadata: readonly ort.InferenceSession.ValueMetadata[];
   #feedNames: string[] = [];
   #feedRecord: Record<string, NativeTensor> = {};
   #fetchNames: string[] = [];
   #fetchRecord: Record<string, null> = {};
   constructor(session: NativeSession) {
-    super();
+    super(session);
     this.#session = session;
-    this.inputNames = session.inputMetadata.map((m) => m.name);
-    this.inputMetadata = session.inputMetadata.map(fromNativeMetadata);
-    this.outputMetadata = session.outputMetadata.map(fromNativeMetadata);
   }
   runSync(feeds: OrtValue[], fetches: readonly string[]): OrtValue[] {
     const input = this.#feedsFor(feeds);
@@ -608,105 +610,26 @@ class InputBuffers {
   }
 }
 
-/** ONNX element types by name (ONNX_ELEMENT_TYPES reversed). */
-const ONNX_TYPE_NUMBERS: ReadonlyMap<string, number> = new Map(
-  ONNX_ELEMENT_TYPES.flatMap((t, i) => (t === undefined ? [] : [[t, i] as const])),
-);
-
-/** The element type of strings, which the shim does not carry. */
-const ONNX_STRING = 8;
-
-/** Session options as libortshim takes them. */
-function shimOptions(o: ort.InferenceSession.SessionOptions): OrtShimOptions {
-  const levels: Record<string, number> = { disabled: 0, basic: 1, extended: 2, all: 99 };
-  return {
-    intraOpThreads: o.intraOpNumThreads,
-    interOpThreads: o.interOpNumThreads,
-    executionMode: o.executionMode === undefined ? undefined : o.executionMode === "parallel" ? 1 : 0,
-    cpuMemArena: o.enableCpuMemArena,
-    graphOptimization: o.graphOptimizationLevel === undefined ? undefined : levels[o.graphOptimizationLevel],
-    logSeverity: o.logSeverityLevel,
-    entries: o.extra as Record<string, string> | undefined,
-  };
-}
-
 /**
- * A session run synchronously on the server's thread through libortshim (ffi/ortshim.ts): ONNX Runtime's C API
- * called directly, a few FFI calls a run. `simple` runs in 5 µs a run this way against 11 µs through the
- * native binding, which reads every feed's properties and builds every output as JavaScript objects. Models
- * with string inputs or outputs run through the binding (NativeRunner).
+ * A session run synchronously on the server's thread through libortshim (see onnxruntime_shim.ts): `simple`
+ * runs in 5 µs a run this way against 11 µs through the native binding, which reads every feed's properties
+ * and builds every output as JavaScript objects.
  */
 class ShimRunner extends SyncRunner implements SessionRunner {
-  #session: OrtShimSession;
-  readonly inputNames: readonly string[];
-  readonly inputMetadata: readonly ort.InferenceSession.ValueMetadata[];
-  readonly outputMetadata: readonly ort.InferenceSession.ValueMetadata[];
-  #inputIndex: Map<string, number>;
-  #outputIndex: Map<string, number>;
-  /** The last run's feeds and fetches, kept for the next run with the same inputs and outputs. */
-  #feeds: OrtShimFeed[] = [];
-  #fetchNames: readonly string[] = [];
-  #fetches: number[] = [];
-  constructor(session: OrtShimSession) {
-    super();
+  readonly where = "the server's thread, through libortshim";
+  #session: ShimSession;
+  override readonly carriesBf16 = true;
+  constructor(session: ShimSession) {
+    super(session);
     this.#session = session;
-    this.inputNames = session.inputs.map((m) => m.name);
-    this.inputMetadata = session.inputs.map(fromNativeMetadata);
-    this.outputMetadata = session.outputs.map(fromNativeMetadata);
-    this.#inputIndex = new Map(session.inputs.map((m, i) => [m.name, i]));
-    this.#outputIndex = new Map(session.outputs.map((m, i) => [m.name, i]));
-  }
-  /** Whether the shim carries every input and output of the model (tensors, no strings). */
-  static carries(session: OrtShimSession): boolean {
-    return [...session.inputs, ...session.outputs].every((m) => m.isTensor && m.type !== ONNX_STRING);
   }
   runSync(feeds: OrtValue[], fetches: readonly string[]): OrtValue[] {
-    const shimFeeds = this.#feeds;
-    shimFeeds.length = feeds.length;
-    for (let i = 0; i < feeds.length; i++) {
-      const f = feeds[i]!;
-      const index = this.#inputIndex.get(f.name);
-      const type = ONNX_TYPE_NUMBERS.get(f.type);
-      if (index === undefined || type === undefined || !ArrayBuffer.isView(f.data)) {
-        throw new Error(`input '${f.name}' (${f.type}) is not one of the model's tensor inputs`);
-      }
-      const feed = shimFeeds[i] ??= { index, type, data: f.data, dims: f.dims };
-      feed.index = index;
-      feed.type = type;
-      feed.data = f.data;
-      feed.dims = f.dims;
-    }
-    let results;
     try {
-      results = this.#session.run(shimFeeds, this.#fetchesFor(fetches));
+      return this.#session.run(feeds, fetches);
     } finally {
-      // The run is over (it is synchronous): the feeds let go of the request's data, and the batch's input
-      // buffers serve the next batch.
-      for (const feed of shimFeeds) feed.data = NO_DATA;
+      // The run is over (it is synchronous): the batch's input buffers serve the next batch.
       this.buffers.takeBack(feeds);
     }
-    const out: OrtValue[] = new Array(fetches.length);
-    for (let i = 0; i < fetches.length; i++) {
-      const r = results[i]!;
-      const type = (ONNX_ELEMENT_TYPES[r.type] ?? `ONNX type ${r.type}`) as ort.Tensor.Type;
-      out[i] = { name: fetches[i]!, type, data: r.data, dims: r.dims };
-    }
-    return out;
-  }
-  /** The outputs' indexes, kept from the previous run when it asked for the same outputs. */
-  #fetchesFor(fetches: readonly string[]): number[] {
-    const last = this.#fetchNames;
-    let same = last.length === fetches.length;
-    for (let i = 0; same && i < fetches.length; i++) same = last[i] === fetches[i];
-    if (same) return this.#fetches;
-    const indexes = fetches.map((name) => {
-      const index = this.#outputIndex.get(name);
-      if (index === undefined) throw new Error(`no output '${name}'`);
-      return index;
-    });
-    this.#fetchNames = [...fetches];
-    this.#fetches = indexes;
-    return indexes;
   }
   close(): Promise<void> {
     this.#session.close();
@@ -752,6 +675,11 @@ class WorkerRunner implements SessionRunner {
   #outputMetadata: ort.InferenceSession.ValueMetadata[] = [];
   #inputIndex = new Map<string, number>();
   #outputIndex = new Map<string, number>();
+  /** Whether the worker runs through libortshim (see SessionRunner.carriesBf16). */
+  carriesBf16 = false;
+  get where(): string {
+    return `a thread of its own, through ${this.carriesBf16 ? "libortshim" : "onnxruntime-node's binding"}`;
+  }
   /** The shared blocks, once the worker said it takes runs through them. */
   #blocks: SharedBlocks | undefined;
   #ctl: Int32Array | undefined;
@@ -810,6 +738,7 @@ class WorkerRunner implements SessionRunner {
           runner.#outputMetadata = msg.outputMetadata.map(fromWorkerMetadata);
           runner.#inputIndex = new Map(runner.#inputNames.map((n, i) => [n, i]));
           runner.#outputIndex = new Map(msg.outputMetadata.map((m, i) => [m.name, i]));
+          runner.carriesBf16 = msg.shim;
           if (msg.shared) {
             runner.#blocks = shared;
             runner.#ctl = new Int32Array(shared.control);
@@ -1018,7 +947,12 @@ class WorkerRunner implements SessionRunner {
         const dims: number[] = [];
         for (let d = h[p++]!; d > 0; d--) dims.push(h[p++]!);
         // Copied out: the slot's next run writes its outputs over these bytes.
-        return { name, type, dims, data: new Uint8Array(blocks.output, offset, byteLength).slice() };
+        return {
+          name,
+          type: type as ort.Tensor.Type,
+          dims,
+          data: new Uint8Array(blocks.output, offset, byteLength).slice(),
+        };
       });
       job.resolve(outputs);
     }
@@ -1135,11 +1069,11 @@ export const LONE_QUIET_MS = 20;
  * held twice (see LONE_ON_MAIN_MAX_MODEL_BYTES).
  */
 class LoneOnMainRunner implements SessionRunner {
-  #main: NativeRunner;
+  #main: SyncRunner & SessionRunner;
   #worker: WorkerRunner;
   /** When the worker's last run ended (performance.now()). */
   #workerEnd = -Infinity;
-  constructor(main: NativeRunner, worker: WorkerRunner) {
+  constructor(main: SyncRunner & SessionRunner, worker: WorkerRunner) {
     this.#main = main;
     this.#worker = worker;
   }
@@ -1157,6 +1091,12 @@ class LoneOnMainRunner implements SessionRunner {
   }
   get pipelineDepth(): number {
     return this.#worker.pipelineDepth;
+  }
+  get carriesBf16(): boolean {
+    return this.#main.carriesBf16 && this.#worker.carriesBf16;
+  }
+  get where(): string {
+    return `${this.#worker.where}; a lone request on ${this.#main.where}`;
   }
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]> {
     const batch = feeds.some((f) => ArrayBuffer.isView(f.data) && f.data.buffer instanceof SharedArrayBuffer);
@@ -1187,6 +1127,10 @@ class OrtInstance implements BackendInstance {
   #outputSpecs: Map<string, ModelOutputConfig>;
   readonly inputBuffer?: (name: string, byteLength: number) => Uint8Array;
   readonly pipelineDepth: number;
+
+  get runsOn(): string {
+    return this.#runner.where;
+  }
 
   constructor(runner: SessionRunner, config: ModelConfig) {
     this.#runner = runner;
@@ -1249,6 +1193,11 @@ class OrtInstance implements BackendInstance {
         );
       }
       const type = TO_ORT[t.datatype];
+      if (t.datatype === "BF16" && !this.#runner.carriesBf16) {
+        throw unsupported(
+          `Cannot run '${this.#config.name}': BF16 tensors need libortshim (build/shim/libortshim.so), which this server could not load; onnxruntime-node cannot make them`,
+        );
+      }
       if (!type) {
         throw unsupported(
           `Cannot run '${this.#config.name}': datatype ${t.datatype} is not supported by ONNX Runtime`,
@@ -1418,7 +1367,7 @@ async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<Se
       await worker.close();
       throw err;
     }
-    return main instanceof NativeRunner ? new LoneOnMainRunner(main, worker) : (await main.close(), worker);
+    return main instanceof SyncRunner ? new LoneOnMainRunner(main, worker) : (await main.close(), worker);
   }
   return await openMainRunner(modelPathOf(ctx), mainSessionOptions(options, bytes));
 }
@@ -1428,17 +1377,13 @@ async function openMainRunner(
   path: string,
   options: ort.InferenceSession.SessionOptions,
 ): Promise<SessionRunner> {
-  const shim = openOrtShim();
-  if (shim) {
-    let session: OrtShimSession;
-    try {
-      session = shim.open(path, shimOptions(options));
-    } catch (err) {
-      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${(err as Error).message}`);
-    }
-    if (ShimRunner.carries(session)) return new ShimRunner(session);
-    session.close();
+  let shim: ShimSession | undefined;
+  try {
+    shim = ShimSession.open(path, options);
+  } catch (err) {
+    throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${(err as Error).message}`);
   }
+  if (shim) return new ShimRunner(shim);
   const Native = await loadNativeSession();
   if (Native) {
     const session = new Native();

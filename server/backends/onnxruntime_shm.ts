@@ -84,7 +84,7 @@ type TypedCtor = new (buffer: ArrayBuffer, byteOffset: number, length: number) =
 
 /**
  * The element types the arenas carry (strings cross by postMessage), with the typed array the native binding
- * takes for each (FP16 as its bit patterns); an element type's code is its place in this list.
+ * takes for each (FP16 and BF16 as their bit patterns); an element type's code is its place in this list.
  */
 export const ARENA_TYPED = {
   float32: Float32Array,
@@ -99,6 +99,7 @@ export const ARENA_TYPED = {
   float64: Float64Array,
   uint32: Uint32Array,
   uint64: BigUint64Array,
+  bfloat16: Uint16Array,
 } as const satisfies Record<string, TypedCtor & { BYTES_PER_ELEMENT: number }>;
 
 /** An element type the arenas carry. */

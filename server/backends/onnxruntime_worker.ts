@@ -1,7 +1,7 @@
 /**
  * The worker side of an ONNX Runtime instance that runs on its own thread: it opens one session and runs the
- * batches of the main thread, so that the main thread goes on reading and answering requests meanwhile. With the
- * native binding, the worker takes runs handed over in shared memory (see onnxruntime_shm.ts) one after the
+ * batches of the main thread, so that the main thread goes on reading and answering requests meanwhile. With
+ * libortshim or the native binding (synchronous runs), the worker takes runs handed over in shared memory (see onnxruntime_shm.ts) one after the
  * other, waiting in `Atomics.wait` only when none is waiting, and goes back to its event loop only for posted messages: runs the shared arenas cannot
  * carry (strings, oversize tensors), and closing. Posted runs bring their inputs in transferred buffers, which go
  * back with the reply; their outputs are transferred too.
@@ -12,6 +12,7 @@
 
 import * as ort from "onnxruntime-node";
 import { nativeSessionClass } from "./onnxruntime_binding.ts";
+import { ShimSession } from "./onnxruntime_shim.ts";
 import {
   align8,
   ARENA_MAX_BYTES,
@@ -61,6 +62,8 @@ export type WorkerReply =
     outputMetadata: WorkerValueMetadata[];
     /** Whether the worker takes runs through the shared blocks (it waits on them from now on). */
     shared: boolean;
+    /** Whether runs go through libortshim (which carries BF16 tensors), not the binding. */
+    shim: boolean;
   }
   | {
     op: "result";
@@ -98,12 +101,33 @@ let outputNames: string[] = [];
 let lastSeq = 0;
 /**
  * The worker's own copy of each input (by input index): the native binding reads no views of shared memory, so
- * the inputs are copied out of the input arena into these (on this thread, not the server's).
+ * its inputs are copied out of the input arena into these (on this thread, not the server's). Runs through
+ * libortshim read the input arena itself.
  */
 const scratch: ArrayBuffer[] = [];
+/** Whether runs read their inputs in the input arena (libortshim) rather than in a copy. */
+let readsShared = false;
 
-/** Opens the session: through the native binding (no per-run setImmediate or re-validation), else the public API. */
+/**
+ * Opens the session: through libortshim (see onnxruntime_shim.ts), else the native binding (no per-run
+ * setImmediate or re-validation), else the public API.
+ */
 async function open(path: string, options: ort.InferenceSession.SessionOptions): Promise<WorkerReply> {
+  const direct = ShimSession.open(path, options);
+  if (direct) {
+    run = (feeds, fetches) => direct.run(feeds, fetches);
+    close = () => direct.close();
+    readsShared = true;
+    inputNames = direct.inputMetadata.map((m) => m.name);
+    outputNames = direct.outputMetadata.map((m) => m.name);
+    return {
+      op: "opened",
+      inputMetadata: [...direct.inputMetadata],
+      outputMetadata: [...direct.outputMetadata],
+      shared: shared !== undefined,
+      shim: true,
+    };
+  }
   const Native = await nativeSessionClass<NativeSession>();
   if (Native) {
     const session = new Native();
@@ -128,6 +152,7 @@ async function open(path: string, options: ort.InferenceSession.SessionOptions):
       inputMetadata: session.inputMetadata,
       outputMetadata: session.outputMetadata,
       shared: shared !== undefined,
+      shim: false,
     };
   }
   const session = await ort.InferenceSession.create(path, options);
@@ -153,6 +178,7 @@ async function open(path: string, options: ort.InferenceSession.SessionOptions):
     inputMetadata: session.inputMetadata.map((m) => ({ ...m })),
     outputMetadata: session.outputMetadata.map((m) => ({ ...m })),
     shared: false,
+    shim: false,
   };
 }
 
@@ -165,7 +191,10 @@ function scratchFor(index: number, byteLength: number): ArrayBuffer {
   return buffer;
 }
 
-/** Reads the feeds and fetches of a run from the header, copying the inputs out of the input arena. */
+/**
+ * Reads the feeds and fetches of a run from the header: the inputs in the input arena, or in copies of them
+ * where the runs cannot read shared memory.
+ */
 function readRequest(blocks: SlotBlocks): { feeds: WorkerTensor[]; fetches: string[] } {
   const h = new Float64Array(blocks.header);
   let p = 0;
@@ -174,11 +203,17 @@ function readRequest(blocks: SlotBlocks): { feeds: WorkerTensor[]; fetches: stri
     const index = h[p++]!, type = ARENA_TYPES[h[p++]!]!, offset = h[p++]!, byteLength = h[p++]!;
     const dims: number[] = [];
     for (let d = h[p++]!; d > 0; d--) dims.push(h[p++]!);
-    const copy = scratchFor(index, byteLength);
-    new Uint8Array(copy, 0, byteLength).set(new Uint8Array(blocks.input, offset, byteLength));
     const Typed = ARENA_TYPED[type];
-    const data = new Typed(copy, 0, byteLength / Typed.BYTES_PER_ELEMENT);
-    feeds.push({ name: inputNames[index]!, type, data, dims });
+    let data: ArrayBufferView;
+    // libortshim takes the element type from the feed's type, and the bytes from any view.
+    if (readsShared) data = new Uint8Array(blocks.input, offset, byteLength);
+    else {
+      const copy = scratchFor(index, byteLength);
+      new Uint8Array(copy, 0, byteLength).set(new Uint8Array(blocks.input, offset, byteLength));
+      data = new Typed(copy, 0, byteLength / Typed.BYTES_PER_ELEMENT);
+    }
+    // BF16 (which onnxruntime-node does not name) reaches libortshim only.
+    feeds.push({ name: inputNames[index]!, type: type as ort.Tensor.Type, data, dims });
   }
   const fetches: string[] = [];
   for (let n = h[p++]!; n > 0; n--) fetches.push(outputNames[h[p++]!]!);

@@ -659,6 +659,10 @@ Deno.test("a default worker instance answers a lone request and a batch alike (l
   };
   const instance = await onnxRuntimeBackend.createInstance(config, ctx);
   try {
+    assertEquals(
+      instance.runsOn,
+      "a thread of its own, through libortshim; a lone request on the server's thread, through libortshim",
+    );
     const row = (seed: number) => new Float32Array(784).map((_, i) => ((i * seed) % 17) / 17);
     const bytes = (a: Float32Array) => new Uint8Array(a.buffer);
     const one = (data: Uint8Array) =>

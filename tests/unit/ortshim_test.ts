@@ -172,6 +172,7 @@ Deno.test("an instance on the server's thread runs numeric models through libort
   for (const [model, type, datatype, data] of cases) {
     const instance = await onnxRuntimeBackend.createInstance(identityConfig(model, type), context(model));
     try {
+      assertEquals(instance.runsOn, "the server's thread, through libortshim");
       const input = new Map<string, Tensor>([["INPUT0", { name: "INPUT0", datatype, shape: [2, 2], data }]]);
       const out = instance.executeSync!(input, ["OUTPUT0"]);
       assertEquals(out.get("OUTPUT0"), { name: "OUTPUT0", datatype, shape: [2, 2], data });
@@ -184,6 +185,7 @@ Deno.test("an instance on the server's thread runs numeric models through libort
     context("identity_string"),
   );
   try {
+    assertEquals(strings.runsOn, "the server's thread, through onnxruntime-node's binding");
     const words = ["a", "", "xyz", "é"];
     const data = BytesTensor.of(words.map((w) => new TextEncoder().encode(w)));
     const input = new Map<string, Tensor>([["INPUT0", {
@@ -197,5 +199,35 @@ Deno.test("an instance on the server's thread runs numeric models through libort
     assertEquals((out.get("OUTPUT0")!.data as BytesTensor).strings(), words);
   } finally {
     await strings.close();
+  }
+});
+
+Deno.test("BF16 tensors run through libortshim on the server's thread and on an instance's own thread", async () => {
+  // 1.5, 0, -1, 3.140625, +Infinity, -123.5 as bfloat16 bit patterns.
+  const data = bytesOf(new Uint16Array([0x3fc0, 0x0000, 0xbf80, 0x4049, 0x7f80, 0xc2f7]));
+  const input = new Map<string, Tensor>([["INPUT0", {
+    name: "INPUT0",
+    datatype: "BF16",
+    shape: [2, 3],
+    data,
+  }]]);
+  for (const thread of ["main", "worker"]) {
+    const ctx = { ...context("identity_bf16"), backendConfig: { "instance-thread": thread } };
+    const instance = await onnxRuntimeBackend.createInstance(
+      identityConfig("identity_bf16", "TYPE_BF16"),
+      ctx,
+    );
+    try {
+      assertEquals(
+        instance.runsOn,
+        thread === "main"
+          ? "the server's thread, through libortshim"
+          : "a thread of its own, through libortshim",
+      );
+      const out = await instance.execute(input, ["OUTPUT0"]);
+      assertEquals(out.get("OUTPUT0"), { name: "OUTPUT0", datatype: "BF16", shape: [2, 3], data });
+    } finally {
+      await instance.close();
+    }
   }
 });
