@@ -169,10 +169,9 @@ export class OrtShimSession {
     return list;
   }
 
-  /** Ends the run and throws its error: ONNX Runtime's message alone for a failed run. */
+  /** Throws the session's last error: ONNX Runtime's message alone for a failed run. */
   #fail(what: string | undefined): never {
     const msg = errorOf(this.#lib, this.#ptr);
-    this.#lib.ortshim_clear(this.#ptr);
     throw new Error(what === undefined ? msg : `${what}: ${msg}`);
   }
 
@@ -184,8 +183,18 @@ export class OrtShimSession {
    * @throws Error with ONNX Runtime's message
    */
   run(feeds: readonly OrtShimFeed[], fetches: readonly number[]): OrtShimOutput[] {
-    const lib = this.#lib;
     const ptr = this.#ptr;
+    if (ptr === null) throw new Error("the session is closed");
+    try {
+      return this.#run(ptr, feeds, fetches);
+    } finally {
+      // Whatever happened, the next run starts from nothing fed, fetched or kept.
+      this.#lib.ortshim_clear(ptr);
+    }
+  }
+
+  #run(ptr: Deno.PointerObject, feeds: readonly OrtShimFeed[], fetches: readonly number[]): OrtShimOutput[] {
+    const lib = this.#lib;
     const dims = this.#dims;
     for (let i = 0; i < feeds.length; i++) {
       const f = feeds[i]!;
@@ -213,7 +222,6 @@ export class OrtShimSession {
       if (lib.ortshim_output_copy(ptr, k, data, bytes) !== 0) this.#fail("cannot copy the output");
       out[k] = { type: info[0]!, data, dims: shape };
     }
-    lib.ortshim_clear(ptr);
     return out;
   }
 

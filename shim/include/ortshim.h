@@ -9,7 +9,7 @@
  * Rules that hold for every function:
  *  - A function that returns int32_t returns 0 on success and -1 on failure; the message is then the
  *    session's last error (ortshim_error), or the library's for ortshim_init.
- *  - Nothing throws across the boundary.
+ *  - Nothing throws across the boundary. A NULL session fails (-1; nothing for the functions without result).
  *  - A session is used by one thread at a time. Sessions on different threads are independent.
  *  - Strings passed in are borrowed for the duration of the call only.
  *  - Input data is borrowed from the caller from ortshim_feed until ortshim_clear: it must stay where it is

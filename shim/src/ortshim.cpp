@@ -301,6 +301,7 @@ ortshim_session* ortshim_session_create(void) {
 }
 
 int32_t ortshim_option_int(ortshim_session* s, int32_t option, int32_t value) {
+  if (s == nullptr) return -1;
   if (s->options == nullptr) return s->fail("the session's options are fixed once its model is loaded");
   switch (option) {
     case ORTSHIM_INTRA_OP_THREADS: return s->check(fn<OptionsIntFn>(kSetIntraOpNumThreads)(s->options, value));
@@ -323,11 +324,13 @@ int32_t ortshim_option_int(ortshim_session* s, int32_t option, int32_t value) {
 }
 
 int32_t ortshim_option_entry(ortshim_session* s, const char* key, const char* value) {
+  if (s == nullptr) return -1;
   if (s->options == nullptr) return s->fail("the session's options are fixed once its model is loaded");
   return s->check(fn<AddSessionConfigEntryFn>(kAddSessionConfigEntry)(s->options, key, value));
 }
 
 int32_t ortshim_session_load(ortshim_session* s, const char* model_path) {
+  if (s == nullptr) return -1;
   if (s->session != nullptr) return s->fail("the session has a model already");
   if (s->check(fn<CreateSessionFn>(kCreateSession)(g_env, model_path, s->options, &s->session)) != 0) return -1;
   fn<ReleaseSessionOptionsFn>(kReleaseSessionOptions)(s->options);
@@ -341,11 +344,13 @@ int32_t ortshim_session_load(ortshim_session* s, const char* model_path) {
 }
 
 int32_t ortshim_session_count(ortshim_session* s, int32_t outputs) {
+  if (s == nullptr) return -1;
   return static_cast<int32_t>(outputs ? s->outputs.size() : s->inputs.size());
 }
 
 int32_t ortshim_session_value(ortshim_session* s, int32_t outputs, int32_t index, char* name, size_t len,
                               double* info) {
+  if (s == nullptr) return -1;
   const std::vector<Io>& list = outputs ? s->outputs : s->inputs;
   if (index < 0 || static_cast<size_t>(index) >= list.size()) {
     return s->fail("the model has no " + std::string(outputs ? "output " : "input ") + std::to_string(index));
@@ -371,6 +376,7 @@ void ortshim_session_destroy(ortshim_session* s) {
 
 int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const uint8_t* data, double byte_len,
                      const double* dims, int32_t ndims) {
+  if (s == nullptr) return -1;
   if (input < 0 || static_cast<size_t>(input) >= s->inputs.size()) {
     return s->fail("the model has no input " + std::to_string(input));
   }
@@ -411,6 +417,7 @@ int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const
 }
 
 int32_t ortshim_fetch(ortshim_session* s, int32_t output) {
+  if (s == nullptr) return -1;
   if (output < 0 || static_cast<size_t>(output) >= s->outputs.size()) {
     return s->fail("the model has no output " + std::to_string(output));
   }
@@ -420,6 +427,7 @@ int32_t ortshim_fetch(ortshim_session* s, int32_t output) {
 }
 
 int32_t ortshim_run(ortshim_session* s) {
+  if (s == nullptr) return -1;
   if (s->session == nullptr) return s->fail("the session has no model");
   s->out_bytes.assign(s->out_values.size(), 0);
   return s->check(fn<RunFn>(kRun)(s->session, nullptr, s->in_names.data(), s->in_values.data(),
@@ -428,6 +436,7 @@ int32_t ortshim_run(ortshim_session* s) {
 }
 
 int32_t ortshim_output(ortshim_session* s, int32_t k, double* info) {
+  if (s == nullptr) return -1;
   if (k < 0 || static_cast<size_t>(k) >= s->out_values.size() || s->out_values[k] == nullptr) {
     return s->fail("the run has no output " + std::to_string(k));
   }
@@ -458,6 +467,7 @@ int32_t ortshim_output(ortshim_session* s, int32_t k, double* info) {
 }
 
 int32_t ortshim_output_copy(ortshim_session* s, int32_t k, uint8_t* dst, double byte_len) {
+  if (s == nullptr) return -1;
   if (k < 0 || static_cast<size_t>(k) >= s->out_values.size() || s->out_values[k] == nullptr) {
     return s->fail("the run has no output " + std::to_string(k));
   }
@@ -471,6 +481,7 @@ int32_t ortshim_output_copy(ortshim_session* s, int32_t k, uint8_t* dst, double 
 }
 
 void ortshim_clear(ortshim_session* s) {
+  if (s == nullptr) return;
   for (OrtValue* v : s->in_values) fn<ReleaseValueFn>(kReleaseValue)(v);
   for (OrtValue* v : s->out_values) {
     if (v != nullptr) fn<ReleaseValueFn>(kReleaseValue)(v);

@@ -135,6 +135,8 @@ Deno.test("libortshim reports ONNX Runtime's errors and its own, and the session
   );
   const [sum] = session.run([feed(0, 6, [1, 16]), feed(1, 6, [1, 16])], [0]);
   assertEquals([...new Int32Array(sum!.data.buffer)], new Array(16).fill(2));
+  session.close();
+  assertThrows(() => session.run([feed(0, 6, [1, 16])], [0]), Error, message("the session is closed"));
 });
 
 function context(model: string): InstanceContext {
