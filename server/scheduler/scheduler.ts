@@ -470,7 +470,8 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     this.executing -= batch.length;
     this.#free.push(instance);
     try {
-      this.#answer(batch, done);
+      // Answered as soon as its outputs are made: their time is the end of the requests.
+      this.#answer(batch, done, done.times.outputEnd);
     } catch (err) {
       this.#failed(batch, done.times.start, err);
     }
@@ -514,12 +515,19 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     for (const p of batch) this.#deliver(p.seq, () => p.reject(e));
   }
 
-  /** Records a batch's execution and answers each of its requests. */
-  #answer(batch: Pending[], { responses, times }: Awaited<ReturnType<typeof executeBatch>>): void {
+  /**
+   * Records a batch's execution and answers each of its requests.
+   * @param end when they are answered, where the caller knows (else the clock is read)
+   */
+  #answer(
+    batch: Pending[],
+    { responses, times }: Awaited<ReturnType<typeof executeBatch>>,
+    end?: number,
+  ): void {
     const stats = this.#stats;
     stats?.recordExecution(times);
     // One clock reading for the whole batch: its requests are answered together.
-    const end = stats ? nowNs() : 0;
+    end ??= stats ? nowNs() : 0;
     for (let i = 0; i < batch.length; i++) {
       const p = batch[i]!;
       const res = responses[i]!;
