@@ -22,7 +22,7 @@ import { initializerTypes } from "./onnx_proto.ts";
 import { nativeSessionClass } from "./onnxruntime_binding.ts";
 import { ONNX_ELEMENT_TYPES, ShimSession } from "./onnxruntime_shim.ts";
 import { openOrtShim } from "../../ffi/ortshim.ts";
-import type { WorkerReply, WorkerRequest, WorkerValueMetadata } from "./onnxruntime_worker.ts";
+import type { WorkerReply, WorkerRequest, WorkerRuntime, WorkerValueMetadata } from "./onnxruntime_worker.ts";
 import {
   align8,
   ARENA_MAX_BYTES,
@@ -225,6 +225,24 @@ async function readModelIo(path: string): Promise<ModelIo> {
       inputMetadata: session.inputs.map(fromNativeMetadata),
       outputMetadata: session.outputs.map(fromNativeMetadata),
     };
+  }
+  // The native binding describes element types by number, BF16 included (the public API refuses BF16).
+  const Native = await loadNativeSession();
+  if (Native) {
+    const native = new Native();
+    try {
+      native.loadModel(path, options);
+    } catch (err) {
+      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${(err as Error).message}`);
+    }
+    try {
+      return {
+        inputMetadata: native.inputMetadata.map(fromNativeMetadata),
+        outputMetadata: native.outputMetadata.map(fromNativeMetadata),
+      };
+    } finally {
+      native.dispose();
+    }
   }
   const session = await openSession(path, options);
   try {
@@ -656,7 +674,7 @@ const WORKER_CLOSE_WAIT_MS = 2000;
  * A session on a worker thread of its own: the main thread goes on reading and answering requests while the
  * worker runs a batch, and instances of a model run truly at the same time. Runs go in order.
  *
- * With the native binding, runs cross in shared memory (onnxruntime_shm.ts) through two slots in turn: the
+ * With libortshim or the native binding (synchronous runs), runs cross in shared memory (onnxruntime_shm.ts) through two slots in turn: the
  * scheduler concatenates a batch straight into the next slot's input arena (inputBuffer lends views of it while
  * that slot is free), the slot's header says what to run, and `Atomics.notify` wakes the worker, blocked in
  * `Atomics.wait` when it has nothing to do; the main thread awaits `Atomics.waitAsync` and copies the outputs out
@@ -675,10 +693,13 @@ class WorkerRunner implements SessionRunner {
   #outputMetadata: ort.InferenceSession.ValueMetadata[] = [];
   #inputIndex = new Map<string, number>();
   #outputIndex = new Map<string, number>();
-  /** Whether the worker runs through libortshim (see SessionRunner.carriesBf16). */
-  carriesBf16 = false;
+  /** What the worker runs its session through. */
+  #via: WorkerRuntime = "onnxruntime-node's API";
+  get carriesBf16(): boolean {
+    return this.#via === "libortshim";
+  }
   get where(): string {
-    return `a thread of its own, through ${this.carriesBf16 ? "libortshim" : "onnxruntime-node's binding"}`;
+    return `a thread of its own, through ${this.#via}`;
   }
   /** The shared blocks, once the worker said it takes runs through them. */
   #blocks: SharedBlocks | undefined;
@@ -738,7 +759,7 @@ class WorkerRunner implements SessionRunner {
           runner.#outputMetadata = msg.outputMetadata.map(fromWorkerMetadata);
           runner.#inputIndex = new Map(runner.#inputNames.map((n, i) => [n, i]));
           runner.#outputIndex = new Map(msg.outputMetadata.map((m, i) => [m.name, i]));
-          runner.carriesBf16 = msg.shim;
+          runner.#via = msg.via;
           if (msg.shared) {
             runner.#blocks = shared;
             runner.#ctl = new Int32Array(shared.control);
@@ -1113,7 +1134,7 @@ class LoneOnMainRunner implements SessionRunner {
   }
 }
 
-/** Metadata from the worker: the native binding's (element types by number) or the public API's. */
+/** Metadata from the worker: libortshim's or the native binding's (element types by number), or the public API's. */
 function fromWorkerMetadata(m: WorkerValueMetadata): ort.InferenceSession.ValueMetadata {
   if (typeof m.type === "number" || !m.isTensor) return fromNativeMetadata(m as NativeValueMetadata);
   return m as ort.InferenceSession.ValueMetadata;
@@ -1143,7 +1164,7 @@ class OrtInstance implements BackendInstance {
     if (runner.runSync) this.executeSync = (inputs, outputNames) => this.#executeSync(inputs, outputNames);
   }
 
-  /** Runs on the server's thread and returns the outputs at once: present where the runner can (NativeRunner). */
+  /** Runs on the server's thread and returns the outputs at once: present where the runner can (SyncRunner). */
   readonly executeSync?: (inputs: Map<string, Tensor>, outputNames: readonly string[]) => Map<string, Tensor>;
 
   /** Runs the inputs (a runner that can run synchronously has done so when the returned promise is made). */
@@ -1193,11 +1214,6 @@ class OrtInstance implements BackendInstance {
         );
       }
       const type = TO_ORT[t.datatype];
-      if (t.datatype === "BF16" && !this.#runner.carriesBf16) {
-        throw unsupported(
-          `Cannot run '${this.#config.name}': BF16 tensors need libortshim (build/shim/libortshim.so), which this server could not load; onnxruntime-node cannot make them`,
-        );
-      }
       if (!type) {
         throw unsupported(
           `Cannot run '${this.#config.name}': datatype ${t.datatype} is not supported by ONNX Runtime`,
@@ -1347,7 +1363,7 @@ export function mainSessionOptions(
   return modelBytes >= WORKER_MIN_MODEL_BYTES ? options : withIntraOpThreads(options, 1);
 }
 
-/** Opens the session of one instance: on a worker thread, through the native binding, or the public API. */
+/** Opens the session of one instance: on a worker thread or the server's, through libortshim, the native binding or the public API. */
 async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<SessionRunner> {
   const options = sessionOptions(config);
   const bytes = await fileBytes(modelPathOf(ctx));
@@ -1412,6 +1428,12 @@ export const onnxRuntimeBackend: Backend = {
     const runner = await openRunner(config, ctx);
     try {
       await checkModelIo(config, runner, modelPathOf(ctx));
+      const bf16 = [...config.input, ...config.output].find((t) => t.data_type === "TYPE_BF16");
+      if (bf16 && !runner.carriesBf16) {
+        throw unsupported(
+          `Cannot load '${config.name}': '${bf16.name}' is BF16, which needs libortshim (build/shim/libortshim.so); this server runs the model through onnxruntime-node, which cannot make BF16 tensors`,
+        );
+      }
     } catch (err) {
       await runner.close();
       throw err;

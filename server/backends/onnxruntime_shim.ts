@@ -70,6 +70,17 @@ export interface ShimValueMetadata {
   shape: number[];
 }
 
+/** The session options libortshim takes (see shimOptions); a session with any other runs through the binding. */
+const SHIM_OPTIONS = new Set([
+  "logSeverityLevel",
+  "extra",
+  "intraOpNumThreads",
+  "interOpNumThreads",
+  "executionMode",
+  "enableCpuMemArena",
+  "graphOptimizationLevel",
+]);
+
 /** onnxruntime-node's session options as libortshim takes them. */
 function shimOptions(o: ort.InferenceSession.SessionOptions): OrtShimOptions {
   const levels: Record<string, number> = { disabled: 0, basic: 1, extended: 2, all: 99 };
@@ -108,13 +119,16 @@ export class ShimSession {
    * Opens a model through libortshim.
    * @param path the model file
    * @param options onnxruntime-node's session options
-   * @returns the session; undefined where libortshim is not available or the model has inputs or outputs it
-   *   does not carry (strings, non-tensors)
+   * @returns the session; undefined where libortshim is not available, an option is not one it takes, or the
+   *   model has inputs or outputs it does not carry (strings, non-tensors)
    * @throws Error with ONNX Runtime's message when the model does not load
    */
   static open(path: string, options: ort.InferenceSession.SessionOptions): ShimSession | undefined {
     const shim = openOrtShim();
     if (!shim) return undefined;
+    for (const [key, value] of Object.entries(options)) {
+      if (value !== undefined && !SHIM_OPTIONS.has(key)) return undefined;
+    }
     const session = shim.open(path, shimOptions(options));
     const carried = [...session.inputs, ...session.outputs].every((m) =>
       m.isTensor && m.type !== ONNX_STRING
@@ -134,21 +148,21 @@ export class ShimSession {
   run(feeds: readonly NamedTensor[], fetches: readonly string[]): NamedTensor[] {
     const shimFeeds = this.#feeds;
     shimFeeds.length = feeds.length;
-    for (let i = 0; i < feeds.length; i++) {
-      const f = feeds[i]!;
-      const index = this.#inputIndex.get(f.name);
-      const type = ONNX_TYPE_NUMBERS.get(f.type);
-      if (index === undefined || type === undefined || !ArrayBuffer.isView(f.data)) {
-        throw new Error(`input '${f.name}' (${f.type}) is not one of the model's tensor inputs`);
-      }
-      const feed = shimFeeds[i] ??= { index, type, data: f.data, dims: f.dims };
-      feed.index = index;
-      feed.type = type;
-      feed.data = f.data;
-      feed.dims = f.dims;
-    }
     let results;
     try {
+      for (let i = 0; i < feeds.length; i++) {
+        const f = feeds[i]!;
+        const index = this.#inputIndex.get(f.name);
+        const type = ONNX_TYPE_NUMBERS.get(f.type);
+        if (index === undefined || type === undefined || !ArrayBuffer.isView(f.data)) {
+          throw new Error(`input '${f.name}' (${f.type}) is not one of the model's tensor inputs`);
+        }
+        const feed = shimFeeds[i] ??= { index, type, data: f.data, dims: f.dims };
+        feed.index = index;
+        feed.type = type;
+        feed.data = f.data;
+        feed.dims = f.dims;
+      }
       results = this.#session.run(shimFeeds, this.#fetchesFor(fetches));
     } finally {
       // The feeds let go of the request's data.

@@ -84,7 +84,8 @@ type TypedCtor = new (buffer: ArrayBuffer, byteOffset: number, length: number) =
 
 /**
  * The element types the arenas carry (strings cross by postMessage), with the typed array the native binding
- * takes for each (FP16 and BF16 as their bit patterns); an element type's code is its place in this list.
+ * takes for each (FP16 as its bit patterns; BF16, which only libortshim runs, likewise); an element type's code
+ * is its place in this list.
  */
 export const ARENA_TYPED = {
   float32: Float32Array,

@@ -1,9 +1,10 @@
 /**
  * The worker side of an ONNX Runtime instance that runs on its own thread: it opens one session and runs the
  * batches of the main thread, so that the main thread goes on reading and answering requests meanwhile. With
- * libortshim or the native binding (synchronous runs), the worker takes runs handed over in shared memory (see onnxruntime_shm.ts) one after the
- * other, waiting in `Atomics.wait` only when none is waiting, and goes back to its event loop only for posted messages: runs the shared arenas cannot
- * carry (strings, oversize tensors), and closing. Posted runs bring their inputs in transferred buffers, which go
+ * libortshim or the native binding (synchronous runs), the worker takes runs handed over in shared memory (see
+ * onnxruntime_shm.ts) one after the other, waiting in `Atomics.wait` only when none is waiting, and goes back to
+ * its event loop only for posted messages: runs the shared arenas cannot carry (strings, oversize tensors), and
+ * closing. Posted runs bring their inputs in transferred buffers, which go
  * back with the reply; their outputs are transferred too.
  * @module
  */
@@ -39,14 +40,17 @@ export interface WorkerTensor {
   dims: number[];
 }
 
-/** An input or output of the model: ONNX Runtime's metadata, its element type by number from the binding. */
+/** An input or output of the model: ONNX Runtime's metadata, its element type by number from libortshim or the binding. */
 export interface WorkerValueMetadata {
   name: string;
   isTensor: boolean;
-  /** The element type: ONNX's number (native binding) or onnxruntime-node's name (public API). */
+  /** The element type: ONNX's number (libortshim, native binding) or onnxruntime-node's name (public API). */
   type?: number | string;
   shape?: readonly (number | string)[];
 }
+
+/** What a worker runs its session through. */
+export type WorkerRuntime = "libortshim" | "onnxruntime-node's binding" | "onnxruntime-node's API";
 
 /** Messages from the main thread. */
 export type WorkerRequest =
@@ -62,8 +66,8 @@ export type WorkerReply =
     outputMetadata: WorkerValueMetadata[];
     /** Whether the worker takes runs through the shared blocks (it waits on them from now on). */
     shared: boolean;
-    /** Whether runs go through libortshim (which carries BF16 tensors), not the binding. */
-    shim: boolean;
+    /** What runs go through: libortshim (which carries BF16 tensors), the native binding, or the public API. */
+    via: WorkerRuntime;
   }
   | {
     op: "result";
@@ -93,7 +97,7 @@ type Run = (feeds: WorkerTensor[], fetches: string[]) => WorkerTensor[] | Promis
 
 let run: Run | undefined;
 let close: (() => Promise<void> | void) | undefined;
-/** The shared blocks, when runs come through them (native binding only: its runs are synchronous). */
+/** The shared blocks, when runs come through them (libortshim or the native binding: their runs are synchronous). */
 let shared: SharedBlocks | undefined;
 let inputNames: string[] = [];
 let outputNames: string[] = [];
@@ -125,7 +129,7 @@ async function open(path: string, options: ort.InferenceSession.SessionOptions):
       inputMetadata: [...direct.inputMetadata],
       outputMetadata: [...direct.outputMetadata],
       shared: shared !== undefined,
-      shim: true,
+      via: "libortshim",
     };
   }
   const Native = await nativeSessionClass<NativeSession>();
@@ -152,7 +156,7 @@ async function open(path: string, options: ort.InferenceSession.SessionOptions):
       inputMetadata: session.inputMetadata,
       outputMetadata: session.outputMetadata,
       shared: shared !== undefined,
-      shim: false,
+      via: "onnxruntime-node's binding",
     };
   }
   const session = await ort.InferenceSession.create(path, options);
@@ -178,7 +182,7 @@ async function open(path: string, options: ort.InferenceSession.SessionOptions):
     inputMetadata: session.inputMetadata.map((m) => ({ ...m })),
     outputMetadata: session.outputMetadata.map((m) => ({ ...m })),
     shared: false,
-    shim: false,
+    via: "onnxruntime-node's API",
   };
 }
 

@@ -9,6 +9,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -28,7 +29,7 @@ struct OrtTensorTypeAndShapeInfo;
 struct OrtTypeInfo;
 struct OrtAllocator;
 
-// The API version requested: every function below is in it (the newest, AddSessionConfigEntry, since 1.5).
+// The API version requested (ONNX Runtime 1.11): every function below is in it.
 constexpr uint32_t kApiVersion = 11;
 
 // Slots of OrtApi's function table.
@@ -146,6 +147,10 @@ size_t element_size(int type) {
 }
 
 void init_once(const char* lib_path) {
+  if (lib_path == nullptr) {
+    g_init_error = "no ONNX Runtime library named";
+    return;
+  }
   void* lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
@@ -337,7 +342,14 @@ int32_t ortshim_session_load(ortshim_session* s, const char* model_path) {
   s->options = nullptr;
   std::string err = read_io(s->session, false, s->inputs);
   if (err.empty()) err = read_io(s->session, true, s->outputs);
-  if (!err.empty()) return s->fail("cannot read the model's inputs and outputs: " + err);
+  if (!err.empty()) {
+    // No half-described model: the session goes, and runs are refused as for a session without one.
+    fn<ReleaseSessionFn>(kReleaseSession)(s->session);
+    s->session = nullptr;
+    s->inputs.clear();
+    s->outputs.clear();
+    return s->fail("cannot read the model's inputs and outputs: " + err);
+  }
   s->fed.assign(s->inputs.size(), 0);
   s->small.assign(s->inputs.size(), {});
   return 0;

@@ -12,6 +12,7 @@ import {
   WORKER_MIN_MODEL_BYTES,
   workerIntraOpThreads,
 } from "../../server/backends/onnxruntime.ts";
+import { openOrtShim } from "../../ffi/ortshim.ts";
 import { CTL, CTL_WORDS, reached, slotOf, SLOTS, slotWord } from "../../server/backends/onnxruntime_shm.ts";
 import type { InstanceContext } from "../../server/backends/backend.ts";
 import { bytesOf } from "../../server/core/dtypes.ts";
@@ -659,9 +660,10 @@ Deno.test("a default worker instance answers a lone request and a batch alike (l
   };
   const instance = await onnxRuntimeBackend.createInstance(config, ctx);
   try {
+    const via = openOrtShim() ? "libortshim" : "onnxruntime-node's binding";
     assertEquals(
       instance.runsOn,
-      "a thread of its own, through libortshim; a lone request on the server's thread, through libortshim",
+      `a thread of its own, through ${via}; a lone request on the server's thread, through ${via}`,
     );
     const row = (seed: number) => new Float32Array(784).map((_, i) => ((i * seed) % 17) / 17);
     const bytes = (a: Float32Array) => new Uint8Array(a.buffer);
