@@ -6,7 +6,14 @@
 
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import * as ort from "onnxruntime-node";
-import { bytesOf, type Datatype, elementCount, toConfigType, typedView } from "../core/dtypes.ts";
+import {
+  bytesOf,
+  type Datatype,
+  elementCount,
+  elementSize,
+  toConfigType,
+  typedView,
+} from "../core/dtypes.ts";
 import { internal, invalidArg, ServerError, unsupported } from "../core/errors.ts";
 import {
   completeBatching,
@@ -376,6 +383,8 @@ interface SessionRunner extends ModelIo {
   readonly carriesBf16?: boolean;
   /** Where and through what the session runs, for the instance's description. */
   readonly where: string;
+  /** Whether runs take numeric inputs as their bytes (aligned), not as typed arrays of their element type. */
+  readonly takesBytes?: boolean;
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
   /** Runs on the caller's thread and returns the outputs at once, where the runner can (see NativeRunner). */
   runSync?(feeds: OrtValue[], fetches: readonly string[]): OrtValue[];
@@ -637,6 +646,7 @@ class ShimRunner extends SyncRunner implements SessionRunner {
   readonly where = "the server's thread, through libortshim";
   #session: ShimSession;
   override readonly carriesBf16 = true;
+  readonly takesBytes = true;
   constructor(session: ShimSession) {
     super(session);
     this.#session = session;
@@ -1221,9 +1231,12 @@ class OrtInstance implements BackendInstance {
       }
       const reshape = this.#inputs.get(name)?.reshape?.shape;
       const dims = reshape ? resolveShape(t.shape, reshape, this.#batched) : t.shape;
+      const bytes = t.data as Uint8Array;
       const data = t.datatype === "BYTES"
         ? (t.data as BytesTensor).strings()
-        : typedView(t.datatype, t.data as Uint8Array);
+        : this.#runner.takesBytes && bytes.byteOffset % elementSize(t.datatype) === 0
+        ? bytes
+        : typedView(t.datatype, bytes);
       feeds.push({ name, type, data, dims });
     }
     return feeds;
@@ -1245,6 +1258,8 @@ class OrtInstance implements BackendInstance {
       if (spec?.reshape) shape = resolveShape(shape, spec.dims, this.#batched);
       const data = dt === "BYTES"
         ? BytesTensor.fromStrings(v.data as string[], `output '${name}'`)
+        : v.data instanceof Uint8Array
+        ? v.data
         : bytesOf(v.data as ArrayBufferView);
       out.set(name, { name, datatype: dt, shape, data });
     }
