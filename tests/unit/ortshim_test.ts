@@ -3,6 +3,7 @@ import { assert, assertEquals, assertThrows } from "../assert.ts";
 import { FIXTURES, ROOT } from "../helpers.ts";
 import { openOrtShim, type OrtShim } from "../../ffi/ortshim.ts";
 import { onnxRuntimeBackend } from "../../server/backends/onnxruntime.ts";
+import { ShimSession } from "../../server/backends/onnxruntime_shim.ts";
 import type { InstanceContext } from "../../server/backends/backend.ts";
 import { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { bytesOf, type Datatype } from "../../server/core/dtypes.ts";
@@ -291,4 +292,22 @@ Deno.test("without libortshim, models run through onnxruntime-node's binding and
     "the server's thread, through onnxruntime-node's binding",
     "UNSUPPORTED: Cannot load 'identity_bf16': 'INPUT0' is BF16, which needs libortshim (build/shim/libortshim.so); this server runs the model through onnxruntime-node, which cannot make BF16 tensors",
   ]);
+});
+
+Deno.test({
+  name: "a session opens through libortshim only with options it takes and a model without strings",
+  ignore,
+}, () => {
+  const taken = ShimSession.open(SIMPLE, {
+    logSeverityLevel: 3,
+    intraOpNumThreads: 1,
+    graphOptimizationLevel: "all",
+  });
+  assert(taken, "simple with the options libortshim takes opens through it");
+  assertEquals(taken.inputMetadata.map((m) => m.name), ["INPUT0", "INPUT1"]);
+  taken.close();
+  // An option the shim does not set (here an execution provider list) leaves the model to the binding.
+  assertEquals(ShimSession.open(SIMPLE, { executionProviders: ["cpu"] }), undefined);
+  // Strings are not carried.
+  assertEquals(ShimSession.open(identity("identity_string"), {}), undefined);
 });
