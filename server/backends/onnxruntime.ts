@@ -383,7 +383,10 @@ interface SessionRunner extends ModelIo {
   readonly carriesBf16?: boolean;
   /** Where and through what the session runs, for the instance's description. */
   readonly where: string;
-  /** Whether runs take numeric inputs as their bytes (aligned), not as typed arrays of their element type. */
+  /**
+   * Whether runs take numeric inputs as their bytes (aligned), not as typed arrays of their element type, and
+   * BYTES inputs as their length-prefixed elements, not as strings.
+   */
   readonly takesBytes?: boolean;
   run(feeds: OrtValue[], fetches: readonly string[]): Promise<OrtValue[]>;
   /** Runs on the caller's thread and returns the outputs at once, where the runner can (see NativeRunner). */
@@ -1233,7 +1236,7 @@ class OrtInstance implements BackendInstance {
       const dims = reshape ? resolveShape(t.shape, reshape, this.#batched) : t.shape;
       const bytes = t.data as Uint8Array;
       const data = t.datatype === "BYTES"
-        ? (t.data as BytesTensor).strings()
+        ? (this.#runner.takesBytes ? (t.data as BytesTensor).data : (t.data as BytesTensor).strings())
         : this.#runner.takesBytes && bytes.byteOffset % elementSize(t.datatype) === 0
         ? bytes
         : typedView(t.datatype, bytes);
@@ -1257,7 +1260,10 @@ class OrtInstance implements BackendInstance {
       let shape = v.dims;
       if (spec?.reshape) shape = resolveShape(shape, spec.dims, this.#batched);
       const data = dt === "BYTES"
-        ? BytesTensor.fromStrings(v.data as string[], `output '${name}'`)
+        ? (v.data instanceof Uint8Array
+          // libortshim's length-prefixed elements, as many as the shape holds.
+          ? BytesTensor.fromWire(v.data, elementCount(shape), `output '${name}'`)
+          : BytesTensor.fromStrings(v.data as string[], `output '${name}'`))
         : v.data instanceof Uint8Array
         ? v.data
         : bytesOf(v.data as ArrayBufferView);

@@ -2,12 +2,13 @@
  * ONNX Runtime through libortshim (ffi/ortshim.ts) for the ONNX Runtime backend, on the server's thread and on
  * instance threads alike: a session opened with onnxruntime-node's session options, run with tensors named and
  * typed as onnxruntime-node names them. A run is a few direct calls into ONNX Runtime's C API; the native
- * binding instead reads every feed's properties and builds every output as JavaScript objects. Models with
- * string inputs or outputs (which the shim does not carry) run through the binding.
+ * binding instead reads every feed's properties and builds every output as JavaScript objects. String tensors
+ * cross as BYTES' length-prefixed elements, so their bytes need not be UTF-8.
  * @module
  */
 
 import type * as ort from "onnxruntime-node";
+import { BytesTensor } from "../core/bytes_tensor.ts";
 import {
   openOrtShim,
   type OrtShimFeed,
@@ -50,9 +51,6 @@ export const ONNX_ELEMENT_TYPES: readonly (string | undefined)[] = [
 const ONNX_TYPE_NUMBERS: ReadonlyMap<string, number> = new Map(
   ONNX_ELEMENT_TYPES.flatMap((t, i) => (t === undefined ? [] : [[t, i] as const])),
 );
-
-/** The element type of strings, which the shim does not carry. */
-const ONNX_STRING = 8;
 
 /** A tensor as onnxruntime-node names its type. */
 export interface NamedTensor {
@@ -120,7 +118,7 @@ export class ShimSession {
    * @param path the model file
    * @param options onnxruntime-node's session options
    * @returns the session; undefined where libortshim is not available, an option is not one it takes, or the
-   *   model has inputs or outputs it does not carry (strings, non-tensors)
+   *   model has inputs or outputs that are not tensors (sequences, maps)
    * @throws Error with ONNX Runtime's message when the model does not load
    */
   static open(path: string, options: ort.InferenceSession.SessionOptions): ShimSession | undefined {
@@ -130,9 +128,7 @@ export class ShimSession {
       if (value !== undefined && !SHIM_OPTIONS.has(key)) return undefined;
     }
     const session = shim.open(path, shimOptions(options));
-    const carried = [...session.inputs, ...session.outputs].every((m) =>
-      m.isTensor && m.type !== ONNX_STRING
-    );
+    const carried = [...session.inputs, ...session.outputs].every((m) => m.isTensor);
     if (carried) return new ShimSession(session);
     session.close();
     return undefined;
@@ -140,9 +136,11 @@ export class ShimSession {
 
   /**
    * Runs the model.
-   * @param feeds the inputs (views of any memory, shared included; borrowed for the run only)
+   * @param feeds the inputs (views of any memory, shared included; borrowed for the run only): a string input's
+   *   data is either its strings or BYTES' length-prefixed elements
    * @param fetches the outputs to compute
-   * @returns the outputs in the order of `fetches`, each in a buffer of its own
+   * @returns the outputs in the order of `fetches`, each in a buffer of its own (a string output's as BYTES'
+   *   length-prefixed elements)
    * @throws Error with ONNX Runtime's message
    */
   run(feeds: readonly NamedTensor[], fetches: readonly string[]): NamedTensor[] {
@@ -154,13 +152,16 @@ export class ShimSession {
         const f = feeds[i]!;
         const index = this.#inputIndex.get(f.name);
         const type = ONNX_TYPE_NUMBERS.get(f.type);
-        if (index === undefined || type === undefined || !ArrayBuffer.isView(f.data)) {
+        const data = Array.isArray(f.data)
+          ? BytesTensor.fromStrings(f.data, `input '${f.name}'`).data
+          : f.data;
+        if (index === undefined || type === undefined || !ArrayBuffer.isView(data)) {
           throw new Error(`input '${f.name}' (${f.type}) is not one of the model's tensor inputs`);
         }
-        const feed = shimFeeds[i] ??= { index, type, data: f.data, dims: f.dims };
+        const feed = shimFeeds[i] ??= { index, type, data, dims: f.dims };
         feed.index = index;
         feed.type = type;
-        feed.data = f.data;
+        feed.data = data;
         feed.dims = f.dims;
       }
       results = this.#session.run(shimFeeds, this.#fetchesFor(fetches));

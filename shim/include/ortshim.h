@@ -15,8 +15,11 @@
  *  - Input data is borrowed from the caller from ortshim_feed until ortshim_clear: it must stay where it is
  *    and unchanged until then. Data of 64 bytes or less is copied at once (a JavaScript engine may keep such
  *    small arrays in its moving heap).
- *  - Element types are ONNX's numbers (1 float, 2 uint8, 3 int8, 4 uint16, 5 int16, 6 int32, 7 int64, 9 bool,
- *    10 float16, 11 double, 12 uint32, 13 uint64, 16 bfloat16). Strings (8) are not supported.
+ *  - Element types are ONNX's numbers (1 float, 2 uint8, 3 int8, 4 uint16, 5 int16, 6 int32, 7 int64, 8 string,
+ *    9 bool, 10 float16, 11 double, 12 uint32, 13 uint64, 16 bfloat16).
+ *  - String tensors cross as their elements end to end, each a 4-byte little-endian length and its bytes (the
+ *    layout of Triton's BYTES). ONNX Runtime keeps strings as C strings: an input element ends at its first
+ *    NUL byte.
  */
 #ifndef ORTSHIM_H
 #define ORTSHIM_H

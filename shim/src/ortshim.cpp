@@ -54,8 +54,12 @@ enum Slot : size_t {
   kSessionGetOutputTypeInfo = 34,
   kSessionGetInputName = 36,
   kSessionGetOutputName = 37,
+  kCreateTensorAsOrtValue = 48,
   kCreateTensorWithDataAsOrtValue = 49,
   kGetTensorMutableData = 51,
+  kFillStringTensor = 52,
+  kGetStringTensorDataLength = 53,
+  kGetStringTensorContent = 54,
   kCastTypeInfoToTensorInfo = 55,
   kGetTensorElementType = 60,
   kGetDimensionsCount = 61,
@@ -93,6 +97,10 @@ using OptionsIntFn = OrtStatus* (*)(OrtSessionOptions*, int);
 using OptionsFn = OrtStatus* (*)(OrtSessionOptions*);
 using CreateTensorWithDataFn = OrtStatus* (*)(const OrtMemoryInfo*, void* data, size_t len, const int64_t* shape,
                                               size_t shape_len, int type, OrtValue** out);
+using CreateTensorFn = OrtStatus* (*)(OrtAllocator*, const int64_t* shape, size_t shape_len, int type, OrtValue** out);
+using FillStringTensorFn = OrtStatus* (*)(OrtValue*, const char* const* s, size_t s_len);
+using GetStringTensorDataLengthFn = OrtStatus* (*)(const OrtValue*, size_t* len);
+using GetStringTensorContentFn = OrtStatus* (*)(const OrtValue*, void* s, size_t s_len, size_t* offsets, size_t offsets_len);
 using GetTensorMutableDataFn = OrtStatus* (*)(OrtValue*, void** out);
 using GetTensorElementTypeFn = OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int* out);
 using GetDimensionsCountFn = OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, size_t* out);
@@ -135,7 +143,10 @@ std::string take(OrtStatus* status) {
   return msg;
 }
 
-// Bytes per element of an ONNX element type; 0 for types this shim does not carry (strings among them).
+// ONNX's element type of strings: carried as length-prefixed elements (see ortshim.h).
+constexpr int kString = 8;
+
+// Bytes per element of an ONNX element type; 0 for types this shim does not carry (strings are apart).
 size_t element_size(int type) {
   switch (type) {
     case 2: case 3: case 9: return 1;            // uint8, int8, bool
@@ -220,6 +231,10 @@ struct ortshim_session {
   std::vector<const char*> out_names;
   std::vector<OrtValue*> out_values;
   std::vector<size_t> out_bytes;
+  std::vector<size_t> out_counts;  // elements of each output
+  std::vector<int> out_types;
+  std::vector<std::string> strings;  // a string input's elements while it is filled
+  std::vector<const char*> string_ptrs;
   std::string error;
 
   int32_t fail(std::string msg) {
@@ -277,6 +292,46 @@ std::string read_io(const OrtSession* session, bool outputs, std::vector<Io>& ou
     out.push_back(std::move(io));
   }
   return err;
+}
+
+// Feeds a string input: `count` elements, each a 4-byte little-endian length and its bytes, copied into a
+// tensor ONNX Runtime allocates (its strings are C strings: an element ends at a NUL byte, as in Triton).
+int32_t feed_strings(ortshim_session* s, int32_t input, const uint8_t* data, double byte_len, const int64_t* shape,
+                     int32_t ndims, double count) {
+  const std::string& name = s->inputs[input].name;
+  size_t len = static_cast<size_t>(byte_len);
+  size_t n = static_cast<size_t>(count);
+  s->strings.assign(n, std::string());
+  s->string_ptrs.assign(n, nullptr);
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (len - at < 4 || at > len) return s->fail("input '" + name + "' ends inside element " + std::to_string(i));
+    uint32_t size = static_cast<uint32_t>(data[at]) | static_cast<uint32_t>(data[at + 1]) << 8 |
+                    static_cast<uint32_t>(data[at + 2]) << 16 | static_cast<uint32_t>(data[at + 3]) << 24;
+    at += 4;
+    if (size > len - at) return s->fail("input '" + name + "' ends inside element " + std::to_string(i));
+    s->strings[i].assign(reinterpret_cast<const char*>(data + at), size);
+    s->string_ptrs[i] = s->strings[i].c_str();
+    at += size;
+  }
+  if (at != len) return s->fail("input '" + name + "' has bytes after its " + std::to_string(n) + " elements");
+  OrtAllocator* allocator = nullptr;
+  OrtValue* value = nullptr;
+  if (s->check(fn<GetAllocatorWithDefaultOptionsFn>(kGetAllocatorWithDefaultOptions)(&allocator)) != 0) return -1;
+  if (s->check(fn<CreateTensorFn>(kCreateTensorAsOrtValue)(allocator, shape, static_cast<size_t>(ndims), kString,
+                                                          &value)) != 0) {
+    return -1;
+  }
+  if (n > 0 && s->check(fn<FillStringTensorFn>(kFillStringTensor)(value, s->string_ptrs.data(), n)) != 0) {
+    fn<ReleaseValueFn>(kReleaseValue)(value);
+    return -1;
+  }
+  s->strings.clear();
+  s->string_ptrs.clear();
+  s->fed[input] = 1;
+  s->in_names.push_back(name.c_str());
+  s->in_values.push_back(value);
+  return 0;
 }
 
 }  // namespace
@@ -394,7 +449,7 @@ int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const
   }
   const std::string& name = s->inputs[input].name;
   if (s->fed[input]) return s->fail("input '" + name + "' is fed twice");
-  size_t size = element_size(elem_type);
+  size_t size = elem_type == kString ? 1 : element_size(elem_type);
   if (size == 0) return s->fail("input '" + name + "' has element type " + std::to_string(elem_type) + ", not carried");
   if (ndims < 0 || ndims > ORTSHIM_MAX_DIMS) return s->fail("input '" + name + "' has too many dims");
   std::array<int64_t, ORTSHIM_MAX_DIMS> shape{};
@@ -407,6 +462,7 @@ int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const
     shape[i] = static_cast<int64_t>(d);
     count *= d;
   }
+  if (elem_type == kString) return feed_strings(s, input, data, byte_len, shape.data(), ndims, count);
   if (count * static_cast<double>(size) != byte_len) {
     return s->fail("input '" + name + "' has " + std::to_string(static_cast<uint64_t>(byte_len)) +
                    " bytes where its shape needs " + std::to_string(static_cast<uint64_t>(count * size)));
@@ -442,6 +498,8 @@ int32_t ortshim_run(ortshim_session* s) {
   if (s == nullptr) return -1;
   if (s->session == nullptr) return s->fail("the session has no model");
   s->out_bytes.assign(s->out_values.size(), 0);
+  s->out_counts.assign(s->out_values.size(), 0);
+  s->out_types.assign(s->out_values.size(), 0);
   return s->check(fn<RunFn>(kRun)(s->session, nullptr, s->in_names.data(), s->in_values.data(),
                                   s->in_values.size(), s->out_names.data(), s->out_names.size(),
                                   s->out_values.data()));
@@ -465,14 +523,27 @@ int32_t ortshim_output(ortshim_session* s, int32_t k, double* info) {
   if (err.empty()) err = take(fn<GetTensorShapeElementCountFn>(kGetTensorShapeElementCount)(ti, &count));
   fn<ReleaseTensorTypeAndShapeInfoFn>(kReleaseTensorTypeAndShapeInfo)(ti);
   if (!err.empty()) return s->fail(err);
-  size_t size = element_size(type);
-  if (size == 0) {
-    return s->fail("output '" + std::string(s->out_names[k]) + "' has element type " + std::to_string(type) +
-                   ", not carried");
+  size_t bytes = 0;
+  if (type == kString) {
+    // Length-prefixed: 4 bytes per element and the strings' bytes.
+    size_t data_len = 0;
+    if (s->check(fn<GetStringTensorDataLengthFn>(kGetStringTensorDataLength)(s->out_values[k], &data_len)) != 0) {
+      return -1;
+    }
+    bytes = data_len + 4 * count;
+  } else {
+    size_t size = element_size(type);
+    if (size == 0) {
+      return s->fail("output '" + std::string(s->out_names[k]) + "' has element type " + std::to_string(type) +
+                     ", not carried");
+    }
+    bytes = count * size;
   }
-  s->out_bytes[k] = count * size;
+  s->out_bytes[k] = bytes;
+  s->out_counts[k] = count;
+  s->out_types[k] = type;
   info[0] = type;
-  info[1] = static_cast<double>(count * size);
+  info[1] = static_cast<double>(bytes);
   info[2] = static_cast<double>(ndims);
   for (size_t i = 0; i < ndims; i++) info[3 + i] = static_cast<double>(dims[i]);
   return 0;
@@ -486,6 +557,29 @@ int32_t ortshim_output_copy(ortshim_session* s, int32_t k, uint8_t* dst, double 
   if (static_cast<double>(s->out_bytes[k]) != byte_len) return s->fail("the output's size is not " +
                                                                         std::to_string(byte_len));
   if (byte_len == 0) return 0;
+  size_t n = s->out_counts[k];
+  if (s->out_types[k] == kString) {
+    // Each element's bytes, then each element written out behind its length.
+    size_t data_len = s->out_bytes[k] - 4 * n;
+    std::vector<char> content(data_len + 1);
+    std::vector<size_t> offsets(n > 0 ? n : 1);
+    if (s->check(fn<GetStringTensorContentFn>(kGetStringTensorContent)(s->out_values[k], content.data(), data_len,
+                                                                      offsets.data(), n)) != 0) {
+      return -1;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+      size_t end = i + 1 < n ? offsets[i + 1] : data_len;
+      uint32_t size = static_cast<uint32_t>(end - offsets[i]);
+      dst[at] = size & 0xff;
+      dst[at + 1] = (size >> 8) & 0xff;
+      dst[at + 2] = (size >> 16) & 0xff;
+      dst[at + 3] = (size >> 24) & 0xff;
+      std::memcpy(dst + at + 4, content.data() + offsets[i], size);
+      at += 4 + size;
+    }
+    return 0;
+  }
   void* data = nullptr;
   if (s->check(fn<GetTensorMutableDataFn>(kGetTensorMutableData)(s->out_values[k], &data)) != 0) return -1;
   std::memcpy(dst, data, s->out_bytes[k]);
