@@ -299,6 +299,11 @@ std::string read_io(const OrtSession* session, bool outputs, std::vector<Io>& ou
 int32_t feed_strings(ortshim_session* s, int32_t input, const uint8_t* data, double byte_len, const int64_t* shape,
                      int32_t ndims, double count) {
   const std::string& name = s->inputs[input].name;
+  // Each element takes 4 bytes at least: a shape the bytes cannot hold is refused before anything is allocated.
+  if (count * 4 > byte_len) {
+    return s->fail("input '" + name + "' has " + std::to_string(static_cast<uint64_t>(byte_len)) +
+                   " bytes, too few for " + std::to_string(static_cast<uint64_t>(count)) + " elements");
+  }
   size_t len = static_cast<size_t>(byte_len);
   size_t n = static_cast<size_t>(count);
   s->strings.assign(n, std::string());
@@ -441,9 +446,21 @@ void ortshim_session_destroy(ortshim_session* s) {
   delete s;
 }
 
+static int32_t feed_impl(ortshim_session* s, int32_t input, int32_t elem_type, const uint8_t* data,
+                         double byte_len, const double* dims, int32_t ndims);
+
 int32_t ortshim_feed(ortshim_session* s, int32_t input, int32_t elem_type, const uint8_t* data, double byte_len,
                      const double* dims, int32_t ndims) {
   if (s == nullptr) return -1;
+  try {
+    return feed_impl(s, input, elem_type, data, byte_len, dims, ndims);
+  } catch (const std::exception& e) {
+    return s->fail(std::string("cannot feed the input: ") + e.what());
+  }
+}
+
+static int32_t feed_impl(ortshim_session* s, int32_t input, int32_t elem_type, const uint8_t* data,
+                         double byte_len, const double* dims, int32_t ndims) {
   if (input < 0 || static_cast<size_t>(input) >= s->inputs.size()) {
     return s->fail("the model has no input " + std::to_string(input));
   }
@@ -549,8 +566,18 @@ int32_t ortshim_output(ortshim_session* s, int32_t k, double* info) {
   return 0;
 }
 
+static int32_t output_copy_impl(ortshim_session* s, int32_t k, uint8_t* dst, double byte_len);
+
 int32_t ortshim_output_copy(ortshim_session* s, int32_t k, uint8_t* dst, double byte_len) {
   if (s == nullptr) return -1;
+  try {
+    return output_copy_impl(s, k, dst, byte_len);
+  } catch (const std::exception& e) {
+    return s->fail(std::string("cannot copy the output: ") + e.what());
+  }
+}
+
+static int32_t output_copy_impl(ortshim_session* s, int32_t k, uint8_t* dst, double byte_len) {
   if (k < 0 || static_cast<size_t>(k) >= s->out_values.size() || s->out_values[k] == nullptr) {
     return s->fail("the run has no output " + std::to_string(k));
   }

@@ -148,6 +148,18 @@ Deno.test({
     Error,
     message("cannot fetch the output: the model has no output 2"),
   );
+  // A string tensor's shape that its bytes cannot hold is refused before anything is allocated.
+  assertThrows(
+    () => session.run([{ index: 0, type: 8, data: new Uint8Array(8), dims: [1e9, 1] }], [0]),
+    Error,
+    message("cannot feed the input: input 'INPUT0' has 8 bytes, too few for 1000000000 elements"),
+  );
+  // Length-prefixed elements that run past the bytes.
+  assertThrows(
+    () => session.run([{ index: 0, type: 8, data: new Uint8Array([9, 0, 0, 0, 97]), dims: [1, 1] }], [0]),
+    Error,
+    message("cannot feed the input: input 'INPUT0' ends inside element 0"),
+  );
   const [sum] = session.run([feed(0, 6, [1, 16]), feed(1, 6, [1, 16])], [0]);
   assertEquals([...new Int32Array(sum!.data.buffer)], new Array(16).fill(2));
   session.close();
