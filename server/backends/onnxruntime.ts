@@ -27,7 +27,7 @@ import type { Tensor } from "../core/types.ts";
 import type { Backend, BackendInstance, InstanceContext } from "./backend.ts";
 import { initializerTypes } from "./onnx_proto.ts";
 import { nativeSessionClass } from "./onnxruntime_binding.ts";
-import { ONNX_ELEMENT_TYPES, ShimSession } from "./onnxruntime_shim.ts";
+import { ONNX_ELEMENT_TYPES, sameNames, ShimSession } from "./onnxruntime_shim.ts";
 import { openOrtShim } from "../../ffi/ortshim.ts";
 import type { WorkerReply, WorkerRequest, WorkerRuntime, WorkerValueMetadata } from "./onnxruntime_worker.ts";
 import {
@@ -90,6 +90,12 @@ function modelPathOf(ctx: InstanceContext): string {
   return ctx.modelPath;
 }
 
+/** The error of a model file that does not load, whichever way it was opened. */
+function cannotLoad(path: string, err: unknown): ServerError {
+  const msg = err instanceof Error ? err.message : String(err);
+  return new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${msg}`);
+}
+
 async function openSession(
   path: string,
   options: ort.InferenceSession.SessionOptions,
@@ -97,8 +103,7 @@ async function openSession(
   try {
     return await ort.InferenceSession.create(path, options);
   } catch (err) {
-    const msg = err instanceof Error ? err.message : String(err);
-    throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${msg}`);
+    throw cannotLoad(path, err);
   }
 }
 
@@ -225,7 +230,7 @@ async function readModelIo(path: string): Promise<ModelIo> {
     try {
       session = shim.open(path, { logSeverity: 3, graphOptimization: 0 });
     } catch (err) {
-      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${(err as Error).message}`);
+      throw cannotLoad(path, err);
     }
     session.close();
     return {
@@ -234,14 +239,8 @@ async function readModelIo(path: string): Promise<ModelIo> {
     };
   }
   // The native binding describes element types by number, BF16 included (the public API refuses BF16).
-  const Native = await loadNativeSession();
-  if (Native) {
-    const native = new Native();
-    try {
-      native.loadModel(path, options);
-    } catch (err) {
-      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${(err as Error).message}`);
-    }
+  const native = await openNativeSession(path, options);
+  if (native) {
     try {
       return {
         inputMetadata: native.inputMetadata.map(fromNativeMetadata),
@@ -485,6 +484,25 @@ function loadNativeSession(): Promise<(new () => NativeSession) | undefined> {
 }
 
 /**
+ * A model loaded through the native binding; undefined where the binding cannot be loaded this way.
+ * @throws ServerError INVALID_ARG when the model does not load
+ */
+async function openNativeSession(
+  path: string,
+  options: ort.InferenceSession.SessionOptions,
+): Promise<NativeSession | undefined> {
+  const Native = await loadNativeSession();
+  if (!Native) return undefined;
+  const session = new Native();
+  try {
+    session.loadModel(path, options);
+  } catch (err) {
+    throw cannotLoad(path, err);
+  }
+  return session;
+}
+
+/**
  * A session run synchronously on the server's thread; `run` is the same run as a promise, settled when made.
  * Batches are concatenated into buffers the runner lends and takes back after the run.
  */
@@ -573,10 +591,7 @@ class NativeRunner extends SyncRunner implements SessionRunner {
   }
   /** The fetches as the binding reads them, kept from the previous run when it asked for the same outputs. */
   #fetchesFor(fetches: readonly string[]): Record<string, null> {
-    const names = this.#fetchNames;
-    let same = names.length === fetches.length;
-    for (let i = 0; same && i < fetches.length; i++) same = names[i] === fetches[i];
-    if (!same) {
+    if (!sameNames(this.#fetchNames, fetches)) {
       const want: Record<string, null> = {};
       for (const name of fetches) want[name] = null;
       this.#fetchRecord = want;
@@ -1393,7 +1408,7 @@ async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<Se
     try {
       worker = await WorkerRunner.open(modelPathOf(ctx), workerSessionOptions(options));
     } catch (err) {
-      throw invalidArg(`Cannot load ONNX model '${modelPathOf(ctx)}': ${(err as Error).message}`);
+      throw cannotLoad(modelPathOf(ctx), err);
     }
     const chosen = config.parameters?.instance_thread?.string_value || ctx.backendConfig["instance-thread"];
     if (chosen || bytes > LONE_ON_MAIN_MAX_MODEL_BYTES) return worker;
@@ -1418,20 +1433,11 @@ async function openMainRunner(
   try {
     shim = ShimSession.open(path, options);
   } catch (err) {
-    throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${(err as Error).message}`);
+    throw cannotLoad(path, err);
   }
   if (shim) return new ShimRunner(shim);
-  const Native = await loadNativeSession();
-  if (Native) {
-    const session = new Native();
-    try {
-      session.loadModel(path, options);
-    } catch (err) {
-      const msg = err instanceof Error ? err.message : String(err);
-      throw new ServerError("INVALID_ARG", `Cannot load ONNX model '${path}': ${msg}`);
-    }
-    return new NativeRunner(session);
-  }
+  const native = await openNativeSession(path, options);
+  if (native) return new NativeRunner(native);
   return new InlineRunner(await openSession(path, options));
 }
 

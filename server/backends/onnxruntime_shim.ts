@@ -180,10 +180,7 @@ export class ShimSession {
 
   /** The outputs' indexes, kept from the previous run when it asked for the same outputs. */
   #fetchesFor(fetches: readonly string[]): number[] {
-    const last = this.#fetchNames;
-    let same = last.length === fetches.length;
-    for (let i = 0; same && i < fetches.length; i++) same = last[i] === fetches[i];
-    if (same) return this.#fetches;
+    if (sameNames(this.#fetchNames, fetches)) return this.#fetches;
     const indexes = fetches.map((name) => {
       const index = this.#outputIndex.get(name);
       if (index === undefined) throw new Error(`no output '${name}'`);
@@ -198,6 +195,16 @@ export class ShimSession {
   close(): void {
     this.#session.close();
   }
+}
+
+/**
+ * Whether a run names the same inputs or outputs, in the same order, as the one before it (whose objects made
+ * for them then serve again: a run is synchronous).
+ */
+export function sameNames(last: readonly string[], names: readonly string[]): boolean {
+  if (last.length !== names.length) return false;
+  for (let i = 0; i < names.length; i++) if (last[i] !== names[i]) return false;
+  return true;
 }
 
 /** What a kept feed holds between runs. */
