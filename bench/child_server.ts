@@ -24,16 +24,20 @@ export interface ChildServer {
  * @param denoArgs extra arguments for `deno run` (e.g. `--inspect=...`)
  * @param serverArgs extra server flags
  * @param options `script`: the program to run instead of `main.ts` (it gets the same flags), relative to the
- *   repository root
+ *   repository root; `prefix`: a command that runs Deno (e.g. `["taskset", "-c", "0-3"]`); `port`: the HTTP port
+ *   (default: a free one); `readyLine`: text the process must print before it counts as ready (for processes
+ *   that share a port, where the health check may reach another one)
  */
 export async function startChildServer(
   denoArgs: string[],
   serverArgs: string[],
-  options: { script?: string } = {},
+  options: { script?: string; prefix?: string[]; port?: number; readyLine?: string } = {},
 ): Promise<ChildServer> {
-  const port = freePort();
-  const child = new Deno.Command(Deno.execPath(), {
+  const port = options.port ?? freePort();
+  const prefix = options.prefix ?? [];
+  const child = new Deno.Command(prefix[0] ?? Deno.execPath(), {
     args: [
+      ...(prefix.length > 0 ? [...prefix.slice(1), Deno.execPath()] : []),
       "run",
       "-A",
       ...denoArgs,
@@ -81,7 +85,9 @@ export async function startChildServer(
     try {
       const res = await fetch(`http://127.0.0.1:${port}/v2/health/ready`);
       await res.body?.cancel();
-      if (res.status === 200) return server;
+      if (res.status === 200 && (options.readyLine === undefined || output.includes(options.readyLine))) {
+        return server;
+      }
     } catch { /* not listening yet */ }
     await new Promise((r) => setTimeout(r, 100));
   }

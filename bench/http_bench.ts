@@ -131,7 +131,7 @@ function compare(name: string, got: ArrayLike<number>): string | undefined {
   return undefined;
 }
 
-function checkJson(r: SampledResponse): string | undefined {
+export function checkJson(r: SampledResponse): string | undefined {
   if (r.status !== 200) return `status ${r.status}`;
   const body = JSON.parse(decoder.decode(r.body)) as { outputs?: OutputJson[] };
   const outputs = body.outputs ?? [];
@@ -967,7 +967,7 @@ const PEER_NAMES: readonly PeerName[] = ["dinferT", "dinfer", "dinfer2", "peer",
  * ONNX Runtime's default threads): the bundled config adds `dynamic_batching { }` and one intra-op thread.
  * @returns the repository's path (the caller removes it)
  */
-async function tritonSimpleRepository(): Promise<string> {
+export async function tritonSimpleRepository(): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-simple-" });
   const from = `${ROOT}examples/models/simple`;
   await Deno.mkdir(`${dir}/simple/1`, { recursive: true });

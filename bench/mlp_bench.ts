@@ -112,7 +112,7 @@ async function emptyRequests(server: ChildServer, seconds: number): Promise<Empt
   return { rate: result.rate, serverUsPerRequest: (1e6 * (s1 - s0)) / result.count, errors: result.errors };
 }
 
-async function mlpConfigOptions(): Promise<ort.InferenceSession.SessionOptions> {
+export async function mlpConfigOptions(): Promise<ort.InferenceSession.SessionOptions> {
   const raw = await readConfigFile(`${MODELS}/mlp`, "mlp");
   return sessionOptions(toModelConfig({ ...raw, name: "mlp" }, "mlp"));
 }
@@ -121,10 +121,10 @@ async function mlpConfigOptions(): Promise<ort.InferenceSession.SessionOptions> 
  * ONNX Runtime's own defaults (one intra-op thread per core, spinning, every graph optimization): whatever the
  * model's config says, the baseline is never below what ONNX Runtime does untuned.
  */
-const ORT_DEFAULTS: ort.InferenceSession.SessionOptions = { logSeverityLevel: 3 };
+export const ORT_DEFAULTS: ort.InferenceSession.SessionOptions = { logSeverityLevel: 3 };
 
 /** The logits ONNX Runtime gives in-process for mlpInput(), to check the server's answers against. */
-async function expectedLogits(): Promise<number[]> {
+export async function expectedLogits(): Promise<number[]> {
   const session = await ort.InferenceSession.create(`${MODELS}/mlp/1/model.onnx`, await mlpConfigOptions());
   try {
     const out = await session.run({ input: new ort.Tensor("float32", mlpInput(), [1, 784]) });
@@ -134,7 +134,7 @@ async function expectedLogits(): Promise<number[]> {
   }
 }
 
-async function inProcessOnce(
+export async function inProcessOnce(
   label: string,
   options: ort.InferenceSession.SessionOptions,
   batch: number,

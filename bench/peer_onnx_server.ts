@@ -4,7 +4,10 @@
  * `Response.json`. It serves `POST /v2/models/simple/infer` with JSON tensors (every input named in the
  * request, every output in the answer) and `GET /v2/health/{live,ready}`.
  *
- * Usage: `deno run -A bench/peer_onnx_server.ts --http-port=N` (other `--flags` are ignored).
+ * Usage: `deno run -A bench/peer_onnx_server.ts --http-port=N [--reuse-port] [--intra-op-threads=K]` (other
+ * `--flags` are ignored). `--reuse-port` lets several such processes share the port (SO_REUSEPORT: the kernel
+ * spreads connections over them), as a user would run one per core; each then prints `listening` once it
+ * listens. `--intra-op-threads` sets ONNX Runtime's intra-op thread count (default: its own, one per core).
  * @module
  */
 
@@ -18,7 +21,14 @@ if (!Number.isInteger(port) || port <= 0) {
   Deno.exit(2);
 }
 
-const session = await ort.InferenceSession.create(MODEL);
+const reusePort = Deno.args.includes("--reuse-port");
+const intraOp = Deno.args.find((a) => a.startsWith("--intra-op-threads="))?.slice(
+  "--intra-op-threads=".length,
+);
+const session = await ort.InferenceSession.create(
+  MODEL,
+  intraOp === undefined ? {} : { intraOpNumThreads: Number(intraOp) },
+);
 
 interface JsonInput {
   name: string;
@@ -40,7 +50,8 @@ async function infer(request: Request): Promise<Response> {
   return Response.json({ model_name: "simple", model_version: "1", outputs });
 }
 
-Deno.serve({ port, hostname: "127.0.0.1", onListen: () => {} }, (request) => {
+const onListen = () => reusePort && console.log("listening");
+Deno.serve({ port, hostname: "127.0.0.1", reusePort, onListen }, (request) => {
   if (request.method === "POST" && request.url.endsWith("/v2/models/simple/infer")) return infer(request);
   if (request.url.includes("/v2/health/")) return new Response(null);
   return new Response(null, { status: 404 });

@@ -1384,19 +1384,27 @@ function workerSessionOptions(
 }
 
 /**
- * The session options of an instance on the server's thread: as sessionOptions, and for a model file under
- * WORKER_MIN_MODEL_BYTES one intra-op thread where the config does not set `intra_op_thread_count`. A run of a
- * model that small takes microseconds, less than waking a pool thread costs (the pool threads sleep between runs,
- * see DEFAULT_SESSION_ENTRIES): `simple` with Triton's own config on 2 cores took 68 µs of server CPU per request
- * at 1 connection with ONNX Runtime's default threads, 56 µs with one thread.
+ * The session options of an instance on the server's thread: as sessionOptions, and where the config does not
+ * set `intra_op_thread_count`, one intra-op thread for a model file under WORKER_MIN_MODEL_BYTES and one per core
+ * the process may use for a bigger one. A run of a small model takes microseconds, less than waking a pool
+ * thread costs (the pool threads sleep between runs, see DEFAULT_SESSION_ENTRIES): `simple` with Triton's own
+ * config on 2 cores took 68 µs of server CPU per request at 1 connection with ONNX Runtime's default threads,
+ * 56 µs with one thread. The count is always set because without one ONNX Runtime starts a thread per physical
+ * core of the machine and pins each to its core, past the cores the process was given (taskset, a container's
+ * cpuset).
  * @param options the config's session options
  * @param modelBytes the model file's size
+ * @param cores the cores the process may use (navigator.hardwareConcurrency follows its CPU affinity)
  */
 export function mainSessionOptions(
   options: ort.InferenceSession.SessionOptions,
   modelBytes: number,
+  cores: number = navigator.hardwareConcurrency || 1,
 ): ort.InferenceSession.SessionOptions {
-  return modelBytes >= WORKER_MIN_MODEL_BYTES ? options : withIntraOpThreads(options, 1);
+  return withIntraOpThreads(
+    options,
+    modelBytes >= WORKER_MIN_MODEL_BYTES ? Math.max(1, Math.floor(cores)) : 1,
+  );
 }
 
 /** Opens the session of one instance: on a worker thread or the server's, through libortshim, the native binding or the public API. */
@@ -1414,7 +1422,7 @@ async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<Se
     if (chosen || bytes > LONE_ON_MAIN_MAX_MODEL_BYTES) return worker;
     let main: SessionRunner;
     try {
-      main = await openMainRunner(modelPathOf(ctx), options);
+      main = await openMainRunner(modelPathOf(ctx), mainSessionOptions(options, bytes));
     } catch (err) {
       await worker.close();
       throw err;

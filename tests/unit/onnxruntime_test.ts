@@ -714,15 +714,26 @@ Deno.test("worker requests alternate between the two slots and count past the In
   assertEquals(CTL_WORDS, 6);
 });
 
-Deno.test("a small model on the server's thread runs on one intra-op thread unless its config says otherwise", () => {
+Deno.test("a model on the server's thread runs on one intra-op thread if small, else one per core it may use, unless its config says otherwise", () => {
   const base = { logSeverityLevel: 3 as const };
-  assertEquals(mainSessionOptions(base, 1000), { logSeverityLevel: 3, intraOpNumThreads: 1 });
-  assertEquals(mainSessionOptions(base, WORKER_MIN_MODEL_BYTES - 1), {
+  assertEquals(mainSessionOptions(base, 1000, 16), { logSeverityLevel: 3, intraOpNumThreads: 1 });
+  assertEquals(mainSessionOptions(base, WORKER_MIN_MODEL_BYTES - 1, 16), {
     logSeverityLevel: 3,
     intraOpNumThreads: 1,
   });
-  assertEquals(mainSessionOptions(base, WORKER_MIN_MODEL_BYTES), { logSeverityLevel: 3 });
-  assertEquals(mainSessionOptions({ ...base, intraOpNumThreads: 4 }, 1000), {
+  assertEquals(mainSessionOptions(base, WORKER_MIN_MODEL_BYTES, 16), {
+    logSeverityLevel: 3,
+    intraOpNumThreads: 16,
+  });
+  assertEquals(mainSessionOptions(base, WORKER_MIN_MODEL_BYTES, 3), {
+    logSeverityLevel: 3,
+    intraOpNumThreads: 3,
+  });
+  assertEquals(mainSessionOptions({ ...base, intraOpNumThreads: 4 }, 1000, 16), {
+    logSeverityLevel: 3,
+    intraOpNumThreads: 4,
+  });
+  assertEquals(mainSessionOptions({ ...base, intraOpNumThreads: 4 }, WORKER_MIN_MODEL_BYTES, 16), {
     logSeverityLevel: 3,
     intraOpNumThreads: 4,
   });

@@ -1,0 +1,566 @@
+/**
+ * How throughput grows with cores: dinfer, the hand-written peer and ONNX Runtime in-process, each pinned to
+ * the first N cores (`taskset -c 0-(N-1)`) for N = 1, 2, 4, 8, 16 (those the machine has), in one run.
+ *
+ * Workloads:
+ * - `simple` with Triton's own config (max_batch_size 8, no dynamic batching), JSON, 16·N connections: dinfer
+ *   with `--http-thread-count=N` and with half as many HTTP threads (the `auto` rule); the hand-written peer
+ *   (bench/peer_onnx_server.ts: one JavaScript thread); and the peer run as N processes on one port
+ *   (SO_REUSEPORT, one ONNX Runtime intra-op thread each), as a user would run it on N cores.
+ * - The MLP 784-1024-1024-10 (bench/models/mlp, dynamic batching), single-sample binary requests, 32·N
+ *   connections (at least 64): dinfer with N and with half as many HTTP threads; ONNX Runtime in-process at batch
+ *   64 on the same cores, the model's own limit.
+ *
+ * The load comes from up to 8 load-generator processes (bench/loadgen.ts), each pinned to a core the server does
+ * not use while the machine has such cores; when the server has every core, the load generators share them
+ * (the report says so). Every point records the server's CPU time over the measured window, so a saturated
+ * server shows as busy cores, and checks a sample of the answers.
+ *
+ * Usage: `deno run -A bench/scaling.ts [--cores=1,2,4,8,16] [--duration=2] [--warmup=1] [--json=FILE]
+ * [--no-write]`; `deno run -A bench/scaling.ts --render=FILE` writes the section of bench/RESULTS.md from a
+ * JSON result written elsewhere (for example on a bigger machine).
+ * @module
+ */
+
+import { fileURLToPath } from "node:url";
+import { availableParallelism } from "node:os";
+import { parseArgs } from "node:util";
+import { type ChildServer, startChildServer } from "./child_server.ts";
+import { cpuSeconds, machineBusySeconds } from "./cpu_usage.ts";
+import { checkJson, tritonSimpleRepository } from "./http_bench.ts";
+import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { expectedLogits, inProcessOnce, mlpConfigOptions, ORT_DEFAULTS } from "./mlp_bench.ts";
+import { mlpCheck, mlpRequest } from "./mlp_load.ts";
+import { jsonBody } from "./simple_requests.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const RESULTS = `${ROOT}bench/RESULTS.md`;
+const MODELS = `${ROOT}bench/models`;
+const START = "<!-- scaling:start -->";
+const END = "<!-- scaling:end -->";
+/** Load-generator processes at most. */
+const MAX_LOADERS = 8;
+
+/** What one load-generator process is asked to do (`--load=<json>`). */
+interface LoadJob {
+  port: number;
+  workload: "simple" | "mlp";
+  connections: number;
+  durationS: number;
+  warmupS: number;
+  /** Date.now() at which to start, so that every process measures the same window. */
+  startAt: number;
+  /** The MLP's logits for the benchmark's input. */
+  expected?: number[];
+}
+
+/** One measured point. */
+export interface ScalingPoint {
+  /** Cores the server was pinned to. */
+  cores: number;
+  workload: "simple" | "mlp";
+  /** Who served: `dinfer`, `dinfer-half` (half the HTTP threads), `peer`, `peer-xN`, `ort` (in-process). */
+  server: string;
+  /** HTTP threads (dinfer), processes (peer-xN). */
+  threads: number;
+  connections: number;
+  /** Requests (inferences, for `ort`) per second. */
+  rate: number;
+  /** Median of the load processes' median latencies, µs. */
+  p50Us: number;
+  /** The worst of the load processes' 99th percentiles, µs. */
+  p99Us: number;
+  /** The server's CPU over the window, in cores (1 = one core busy). */
+  serverCores: number;
+  /** The whole machine's busy CPU over the window, in cores. */
+  machineCores: number;
+  /** Mean batch size the server formed (MLP). */
+  batch?: number;
+  errors: number;
+  mismatches: number;
+  firstError?: string;
+}
+
+/** The whole run. */
+export interface ScalingResult {
+  machine: { cpus: number; cpu: string; memoryGiB: number; deno: string; date: string; commit: string };
+  durationS: number;
+  warmupS: number;
+  loaders: { cores: number; processes: number; pinned: boolean }[];
+  points: ScalingPoint[];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Load-generator process.
+
+function simpleRequest(port: number): Uint8Array {
+  return httpRequest({
+    method: "POST",
+    path: "/v2/models/simple/infer",
+    host: `127.0.0.1:${port}`,
+    headers: { "content-type": "application/json" },
+  }, jsonBody());
+}
+
+async function loadProcess(job: LoadJob): Promise<LoadResult> {
+  const wait = job.startAt - Date.now();
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  const check: (r: SampledResponse) => string | undefined = job.workload === "simple"
+    ? checkJson
+    : mlpCheck(job.expected ?? []);
+  return await runLoad({ hostname: "127.0.0.1", port: job.port }, {
+    request: job.workload === "simple" ? simpleRequest(job.port) : mlpRequest(`127.0.0.1:${job.port}`, "mlp"),
+    connections: job.connections,
+    durationS: job.durationS,
+    warmupS: job.warmupS,
+    check,
+    checkEvery: 500,
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The coordinator.
+
+function coreList(first: number, count: number): string {
+  return count === 1 ? String(first) : `${first}-${first + count - 1}`;
+}
+
+/** The load processes for a server on cores 0..n-1 of a machine with `total` cores. */
+function loaders(n: number, total: number): { cpus: (string | undefined)[] } {
+  const free = total - n;
+  if (free <= 0) {
+    return { cpus: Array.from({ length: Math.min(MAX_LOADERS, Math.max(1, total)) }, () => undefined) };
+  }
+  return { cpus: Array.from({ length: Math.min(MAX_LOADERS, free) }, (_, i) => String(n + i)) };
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+async function modelCounts(port: number, model: string): Promise<{ inferences: number; executions: number }> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/v2/models/${model}/stats`);
+    const body = await res.json() as { model_stats?: { inference_count: number; execution_count: number }[] };
+    const s = body.model_stats?.[0];
+    return { inferences: Number(s?.inference_count ?? NaN), executions: Number(s?.execution_count ?? NaN) };
+  } catch {
+    return { inferences: NaN, executions: NaN };
+  }
+}
+
+/**
+ * Drives the servers (all answering on `port`) from the load processes and measures the window.
+ * @param pids the server processes whose CPU time counts
+ */
+async function drive(
+  port: number,
+  pids: number[],
+  n: number,
+  total: number,
+  job: Omit<LoadJob, "port" | "startAt" | "connections"> & { connections: number },
+  statsModel?: string,
+): Promise<Omit<ScalingPoint, "cores" | "workload" | "server" | "threads">> {
+  const { cpus } = loaders(n, total);
+  const startAt = Date.now() + 1500;
+  const per = Math.floor(job.connections / cpus.length);
+  const extra = job.connections - per * cpus.length;
+  const procs = cpus.map((cpu, i) => {
+    const spec: LoadJob = { ...job, port, startAt, connections: per + (i < extra ? 1 : 0) };
+    const deno = [Deno.execPath(), "run", "-A", `${ROOT}bench/scaling.ts`, `--load=${JSON.stringify(spec)}`];
+    const [cmd, ...args] = cpu === undefined ? deno : ["taskset", "-c", cpu, ...deno];
+    return new Deno.Command(cmd!, { args, stdout: "piped", stderr: "piped" }).output();
+  });
+  const serverCpu = () => pids.reduce((s, pid) => s + cpuSeconds(pid), 0);
+  let s0 = 0, s1 = 0, m0 = 0, m1 = 0;
+  let c0: Promise<{ inferences: number; executions: number }> | undefined;
+  let c1: typeof c0;
+  const from = startAt + job.warmupS * 1000;
+  const to = from + job.durationS * 1000;
+  const edges = [
+    new Promise<void>((r) =>
+      setTimeout(() => {
+        [s0, m0] = [serverCpu(), machineBusySeconds()];
+        if (statsModel) c0 = modelCounts(port, statsModel);
+        r();
+      }, from - Date.now())
+    ),
+    new Promise<void>((r) =>
+      setTimeout(() => {
+        [s1, m1] = [serverCpu(), machineBusySeconds()];
+        if (statsModel) c1 = modelCounts(port, statsModel);
+        r();
+      }, to - Date.now())
+    ),
+  ];
+  const outs = await Promise.all(procs);
+  await Promise.all(edges);
+  const results: LoadResult[] = outs.map((o) => {
+    if (!o.success) throw new Error(`A load process failed: ${new TextDecoder().decode(o.stderr)}`);
+    return JSON.parse(new TextDecoder().decode(o.stdout)) as LoadResult;
+  });
+  const point: Omit<ScalingPoint, "cores" | "workload" | "server" | "threads"> = {
+    connections: job.connections,
+    rate: results.reduce((s, r) => s + r.rate, 0),
+    p50Us: median(results.map((r) => r.p50Us)),
+    p99Us: Math.max(...results.map((r) => r.p99Us)),
+    serverCores: (s1 - s0) / job.durationS,
+    machineCores: (m1 - m0) / job.durationS,
+    errors: results.reduce((s, r) => s + r.errors, 0),
+    mismatches: results.reduce((s, r) => s + r.mismatches, 0),
+  };
+  const firstError = results.find((r) => r.firstError)?.firstError;
+  if (firstError) point.firstError = firstError;
+  if (c0 && c1) {
+    const [a, b] = await Promise.all([c0, c1]);
+    point.batch = (b.inferences - a.inferences) / (b.executions - a.executions);
+  }
+  return point;
+}
+
+async function withServers<T>(servers: ChildServer[], f: () => Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } finally {
+    await Promise.all(servers.map((s) => s.stop()));
+  }
+}
+
+/** ONNX Runtime in-process at batch 64 on cores 0..n-1: the better of the server's options and its defaults. */
+async function inProcess(n: number, seconds: number): Promise<ScalingPoint> {
+  const out = await new Deno.Command("taskset", {
+    args: ["-c", coreList(0, n), Deno.execPath(), "run", "-A", `${ROOT}bench/scaling.ts`, `--raw=${seconds}`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) throw new Error(`The in-process run failed: ${new TextDecoder().decode(out.stderr)}`);
+  const { rate, cpuCores } = JSON.parse(new TextDecoder().decode(out.stdout)) as {
+    rate: number;
+    cpuCores: number;
+  };
+  return {
+    cores: n,
+    workload: "mlp",
+    server: "ort",
+    threads: n,
+    connections: 0,
+    rate,
+    p50Us: NaN,
+    p99Us: NaN,
+    serverCores: cpuCores,
+    machineCores: NaN,
+    batch: 64,
+    errors: 0,
+    mismatches: 0,
+  };
+}
+
+async function rawProcess(seconds: number): Promise<{ rate: number; cpuCores: number }> {
+  const runs = [
+    await inProcessOnce(
+      "server options",
+      { ...await mlpConfigOptions(), intraOpNumThreads: availableParallelism() },
+      64,
+      seconds,
+    ),
+    // One intra-op thread per core it may use: without a count ONNX Runtime pins its threads to cores of its
+    // own choosing, past the taskset.
+    await inProcessOnce(
+      "ONNX Runtime defaults",
+      { ...ORT_DEFAULTS, intraOpNumThreads: availableParallelism() },
+      64,
+      seconds,
+    ),
+  ];
+  const best = runs.reduce((a, b) => (b.rate > a.rate ? b : a));
+  return { rate: best.rate, cpuCores: (best.cpuUsPerInference * best.rate) / 1e6 };
+}
+
+async function measureCores(
+  n: number,
+  total: number,
+  opts: { durationS: number; warmupS: number; simpleRepo: string; expected: number[] },
+  log: (p: ScalingPoint) => void,
+): Promise<ScalingPoint[]> {
+  const points: ScalingPoint[] = [];
+  const prefix = ["taskset", "-c", coreList(0, n)];
+  const half = Math.max(1, Math.floor(n / 2));
+  const add = (p: ScalingPoint) => (points.push(p), log(p));
+  const common = { durationS: opts.durationS, warmupS: opts.warmupS };
+  const simpleConns = Math.max(16, 16 * n);
+  const mlpConns = Math.max(64, 32 * n);
+
+  for (const threads of half === n ? [n] : [n, half]) {
+    const s = await startChildServer([], [
+      `--model-repository=${opts.simpleRepo}`,
+      `--http-thread-count=${threads}`,
+    ], {
+      prefix,
+    });
+    await withServers([s], async () => {
+      const p = await drive(s.port, [s.pid], n, total, {
+        ...common,
+        workload: "simple",
+        connections: simpleConns,
+      });
+      add({ cores: n, workload: "simple", server: threads === n ? "dinfer" : "dinfer-half", threads, ...p });
+    });
+  }
+  {
+    const s = await startChildServer([], [], { script: "bench/peer_onnx_server.ts", prefix });
+    await withServers([s], async () => {
+      const p = await drive(s.port, [s.pid], n, total, {
+        ...common,
+        workload: "simple",
+        connections: simpleConns,
+      });
+      add({ cores: n, workload: "simple", server: "peer", threads: 1, ...p });
+    });
+  }
+  if (n > 1) {
+    const port = freePort();
+    const peers: ChildServer[] = [];
+    try {
+      for (let i = 0; i < n; i++) {
+        peers.push(
+          await startChildServer([], ["--reuse-port", "--intra-op-threads=1"], {
+            script: "bench/peer_onnx_server.ts",
+            prefix: ["taskset", "-c", String(i)],
+            port,
+            readyLine: "listening",
+          }),
+        );
+      }
+    } catch (err) {
+      await Promise.all(peers.map((s) => s.stop()));
+      throw err;
+    }
+    await withServers(peers, async () => {
+      const p = await drive(port, peers.map((s) => s.pid), n, total, {
+        ...common,
+        workload: "simple",
+        connections: simpleConns,
+      });
+      add({ cores: n, workload: "simple", server: `peer-x${n}`, threads: n, ...p });
+    });
+  }
+  for (const threads of half === n ? [n] : [n, half]) {
+    const s = await startChildServer([], [`--model-repository=${MODELS}`, `--http-thread-count=${threads}`], {
+      prefix,
+    });
+    await withServers([s], async () => {
+      const p = await drive(s.port, [s.pid], n, total, {
+        ...common,
+        workload: "mlp",
+        connections: mlpConns,
+        expected: opts.expected,
+      }, "mlp");
+      add({ cores: n, workload: "mlp", server: threads === n ? "dinfer" : "dinfer-half", threads, ...p });
+    });
+  }
+  add(await inProcess(n, opts.durationS));
+  return points;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The report.
+
+function fmt(n: number | undefined, digits = 0): string {
+  return n !== undefined && Number.isFinite(n)
+    ? n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits })
+    : "-";
+}
+
+/** The RESULTS.md section for a run. */
+export function render(result: ScalingResult): string {
+  const cores = [...new Set(result.points.map((p) => p.cores))].sort((a, b) => a - b);
+  const at = (workload: string, server: string, n: number) =>
+    result.points.find((p) => p.workload === workload && p.server === server && p.cores === n);
+  const lines: string[] = [];
+  const m = result.machine;
+  lines.push(START, "## Scaling with cores (bench/scaling.ts)", "");
+  lines.push(
+    `${m.date}, ${m.cpus} CPUs (${m.cpu}), ${m.memoryGiB} GiB, Deno ${m.deno}, server code ${m.commit}. Each server ` +
+      `pinned to cores 0..N-1 with taskset; ${result.warmupS} s warm-up, ${result.durationS} s measured per point. ` +
+      `Load: ${
+        result.loaders.map((l) =>
+          `N=${l.cores}: ${l.processes} process${l.processes > 1 ? "es" : ""} ${
+            l.pinned ? "on cores of their own" : "sharing the server's cores"
+          }`
+        ).join("; ")
+      }. "cores busy" is the server's CPU time over the window divided by its length.`,
+    "",
+  );
+  const scaled = (workload: string, server: string) => {
+    const base = at(workload, server, cores[0]!)?.rate;
+    return cores.map((n) => {
+      const p = at(workload, server, n);
+      if (!p) return "-";
+      const x = base ? ` (${fmt(p.rate / base, 1)}×)` : "";
+      const bad = p.errors + p.mismatches > 0 ? " **errors**" : "";
+      return `${fmt(p.rate)}${x}, ${fmt(p.serverCores, 1)} busy${bad}`;
+    });
+  };
+  lines.push("### simple (Triton's config, JSON), requests/s, ×N=1, cores busy", "");
+  lines.push(
+    `| server | ${cores.map((n) => `N=${n}`).join(" | ")} |`,
+    `|---|${cores.map(() => "---:").join("|")}|`,
+  );
+  lines.push(`| dinfer, N HTTP threads | ${scaled("simple", "dinfer").join(" | ")} |`);
+  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("simple", "dinfer-half").join(" | ")} |`);
+  lines.push(`| hand-written peer, one process | ${scaled("simple", "peer").join(" | ")} |`);
+  lines.push(
+    `| hand-written peer, N processes | ${
+      cores.map((n) => {
+        const p = result.points.find((q) => q.workload === "simple" && q.server === `peer-x${n}`);
+        return p ? `${fmt(p.rate)}, ${fmt(p.serverCores, 1)} busy` : "-";
+      }).join(" | ")
+    } |`,
+  );
+  const ratio = (a?: ScalingPoint, b?: ScalingPoint) => (a && b ? fmt(a.rate / b.rate, 2) : "-");
+  lines.push(
+    `| dinfer / peer | ${
+      cores.map((n) => ratio(at("simple", "dinfer", n), at("simple", "peer", n))).join(" | ")
+    } |`,
+  );
+  lines.push(
+    `| dinfer / N peers | ${
+      cores.map((n) =>
+        ratio(
+          at("simple", "dinfer", n),
+          result.points.find((q) => q.workload === "simple" && q.server === `peer-x${n}`) ??
+            at("simple", "peer", n),
+        )
+      ).join(" | ")
+    } |`,
+  );
+  lines.push("", "### MLP 784-1024-1024-10, dynamic batching, binary, inferences/s, ×N=1, cores busy", "");
+  lines.push(
+    `| server | ${cores.map((n) => `N=${n}`).join(" | ")} |`,
+    `|---|${cores.map(() => "---:").join("|")}|`,
+  );
+  lines.push(`| dinfer, N HTTP threads | ${scaled("mlp", "dinfer").join(" | ")} |`);
+  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("mlp", "dinfer-half").join(" | ")} |`);
+  lines.push(`| ONNX Runtime in-process, batch 64 | ${scaled("mlp", "ort").join(" | ")} |`);
+  lines.push(
+    `| dinfer / in-process | ${
+      cores.map((n) => ratio(at("mlp", "dinfer", n), at("mlp", "ort", n))).join(" | ")
+    } |`,
+  );
+  lines.push(
+    `| dinfer's mean batch | ${cores.map((n) => fmt(at("mlp", "dinfer", n)?.batch, 1)).join(" | ")} |`,
+  );
+  lines.push("", "Every point (p50/p99 in µs; connections in total):", "");
+  lines.push(
+    "| N | workload | server | threads | conns | rate | p50 | p99 | cores busy | machine busy | batch | errors |",
+  );
+  lines.push("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+  for (const p of result.points) {
+    lines.push(
+      `| ${p.cores} | ${p.workload} | ${p.server} | ${p.threads} | ${p.connections || "-"} | ${
+        fmt(p.rate)
+      } | ${fmt(p.p50Us)} | ${fmt(p.p99Us)} | ${fmt(p.serverCores, 1)} | ${fmt(p.machineCores, 1)} | ${
+        fmt(p.batch, 1)
+      } | ${p.errors + p.mismatches}${
+        p.firstError ? ` (${p.firstError.slice(0, 80).replaceAll("|", "/")})` : ""
+      } |`,
+    );
+  }
+  lines.push(END);
+  return lines.join("\n");
+}
+
+async function writeSection(md: string): Promise<void> {
+  const text = await Deno.readTextFile(RESULTS);
+  const a = text.indexOf(START), b = text.indexOf(END);
+  const next = a >= 0 && b > a
+    ? text.slice(0, a) + md + text.slice(b + END.length)
+    : `${text.trimEnd()}\n\n${md}\n`;
+  await Deno.writeTextFile(RESULTS, next);
+  console.log(`Wrote the scaling section of ${RESULTS}`);
+}
+
+function git(...args: string[]): string {
+  try {
+    const out = new Deno.Command("git", { args, cwd: ROOT, stdout: "piped", stderr: "null" }).outputSync();
+    return new TextDecoder().decode(out.stdout).trim();
+  } catch {
+    return "";
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      cores: { type: "string" },
+      duration: { type: "string", default: "2" },
+      warmup: { type: "string", default: "1" },
+      json: { type: "string" },
+      "no-write": { type: "boolean", default: false },
+      render: { type: "string" },
+      commit: { type: "string" },
+      load: { type: "string" },
+      raw: { type: "string" },
+    },
+  });
+  if (values.load) {
+    console.log(JSON.stringify(await loadProcess(JSON.parse(values.load) as LoadJob)));
+    return;
+  }
+  if (values.raw) {
+    console.log(JSON.stringify(await rawProcess(Number(values.raw))));
+    return;
+  }
+  if (values.render) {
+    await writeSection(render(JSON.parse(await Deno.readTextFile(values.render)) as ScalingResult));
+    return;
+  }
+  const total = availableParallelism();
+  const cores = (values.cores ?? "1,2,4,8,16").split(",").map(Number).filter((n) => n >= 1 && n <= total);
+  const durationS = Number(values.duration), warmupS = Number(values.warmup);
+  const cpuinfo = await Deno.readTextFile("/proc/cpuinfo");
+  const memKb = Number(/^MemTotal:\s*([0-9]+)/m.exec(await Deno.readTextFile("/proc/meminfo"))?.[1] ?? 0);
+  const result: ScalingResult = {
+    machine: {
+      cpus: total,
+      cpu: /^model name\s*:\s*(.*)$/m.exec(cpuinfo)?.[1] ?? "unknown",
+      memoryGiB: Math.round(memKb / 1024 / 1024),
+      deno: Deno.version.deno,
+      date: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
+      commit: values.commit ?? (git("rev-parse", "--short", "HEAD") || "unknown"),
+    },
+    durationS,
+    warmupS,
+    loaders: cores.map((n) => {
+      const { cpus } = loaders(n, total);
+      return { cores: n, processes: cpus.length, pinned: cpus[0] !== undefined };
+    }),
+    points: [],
+  };
+  const simpleRepo = await tritonSimpleRepository();
+  try {
+    const expected = await expectedLogits();
+    for (const n of cores) {
+      result.points.push(
+        ...await measureCores(n, total, { durationS, warmupS, simpleRepo, expected }, (p) =>
+          console.log(
+            `N=${p.cores} ${p.workload} ${p.server}(${p.threads}) ${fmt(p.rate)}/s p50 ${fmt(p.p50Us)} µs, ` +
+              `${fmt(p.serverCores, 1)} cores busy${p.batch ? `, batch ${fmt(p.batch, 1)}` : ""}${
+                p.errors + p.mismatches ? `, ${p.errors + p.mismatches} errors: ${p.firstError}` : ""
+              }`,
+          )),
+      );
+      if (values.json) await Deno.writeTextFile(values.json, JSON.stringify(result, null, 1));
+    }
+  } finally {
+    await Deno.remove(simpleRepo, { recursive: true });
+  }
+  if (values.json) await Deno.writeTextFile(values.json, JSON.stringify(result, null, 1));
+  if (!values["no-write"]) await writeSection(render(result));
+}
+
+if (import.meta.main) await main();
