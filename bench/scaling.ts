@@ -4,11 +4,12 @@
  *
  * Workloads:
  * - `simple` with Triton's own config (max_batch_size 8, no dynamic batching), JSON, 16·N connections: dinfer
- *   with `--http-thread-count=N` and with half as many HTTP threads (the `auto` rule); the hand-written peer
+ *   with `--http-thread-count=N`, with half as many HTTP threads (the `auto` rule) and with one (the default);
+ *   the same with the bundled config (dynamic batching) and N/2 HTTP threads; the hand-written peer
  *   (bench/peer_onnx_server.ts: one JavaScript thread); and the peer run as N processes on one port
  *   (SO_REUSEPORT, one ONNX Runtime intra-op thread each), as a user would run it on N cores.
  * - The MLP 784-1024-1024-10 (bench/models/mlp, dynamic batching), single-sample binary requests, 32·N
- *   connections (at least 64): dinfer with N and with half as many HTTP threads; ONNX Runtime in-process at batch
+ *   connections (at least 64): dinfer with N, half as many and one HTTP thread; ONNX Runtime in-process at batch
  *   64 on the same cores, the model's own limit.
  *
  * The load comes from up to 8 load-generator processes (bench/loadgen.ts), each pinned to a core the server does
@@ -59,7 +60,10 @@ export interface ScalingPoint {
   /** Cores the server was pinned to. */
   cores: number;
   workload: "simple" | "mlp";
-  /** Who served: `dinfer`, `dinfer-half` (half the HTTP threads), `peer`, `peer-xN`, `ort` (in-process). */
+  /**
+   * Who served: `dinfer` (N HTTP threads), `dinfer-half` (N/2), `dinfer-1` (one), `dinfer-batching` (the
+   * bundled config, N/2), `peer`, `peer-xN`, `ort` (in-process).
+   */
   server: string;
   /** HTTP threads (dinfer), processes (peer-xN). */
   threads: number;
@@ -279,21 +283,39 @@ async function rawProcess(seconds: number): Promise<{ rate: number; cpuCores: nu
   return { rate: best.rate, cpuCores: (best.cpuUsPerInference * best.rate) / 1e6 };
 }
 
+/** The HTTP thread counts measured at n cores: n, half as many (the `auto` rule), and one (the default). */
+function threadCounts(n: number): number[] {
+  return [...new Set([n, Math.max(1, Math.floor(n / 2)), 1])];
+}
+
+/** The name of a dinfer point by its HTTP threads at n cores. */
+function dinferName(threads: number, n: number): string {
+  return threads === n ? "dinfer" : threads === 1 ? "dinfer-1" : "dinfer-half";
+}
+
+/** A repository holding `simple` with its bundled config (dynamic batching, one intra-op thread). */
+async function bundledSimpleRepository(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-simple-batching-" });
+  await Deno.mkdir(`${dir}/simple/1`, { recursive: true });
+  await Deno.copyFile(`${ROOT}examples/models/simple/1/model.onnx`, `${dir}/simple/1/model.onnx`);
+  await Deno.copyFile(`${ROOT}examples/models/simple/config.pbtxt`, `${dir}/simple/config.pbtxt`);
+  return dir;
+}
+
 async function measureCores(
   n: number,
   total: number,
-  opts: { durationS: number; warmupS: number; simpleRepo: string; expected: number[] },
+  opts: { durationS: number; warmupS: number; simpleRepo: string; batchingRepo: string; expected: number[] },
   log: (p: ScalingPoint) => void,
 ): Promise<ScalingPoint[]> {
   const points: ScalingPoint[] = [];
   const prefix = ["taskset", "-c", coreList(0, n)];
-  const half = Math.max(1, Math.floor(n / 2));
   const add = (p: ScalingPoint) => (points.push(p), log(p));
   const common = { durationS: opts.durationS, warmupS: opts.warmupS };
   const simpleConns = Math.max(16, 16 * n);
   const mlpConns = Math.max(64, 32 * n);
 
-  for (const threads of half === n ? [n] : [n, half]) {
+  for (const threads of threadCounts(n)) {
     const s = await startChildServer([], [
       `--model-repository=${opts.simpleRepo}`,
       `--http-thread-count=${threads}`,
@@ -306,7 +328,24 @@ async function measureCores(
         workload: "simple",
         connections: simpleConns,
       });
-      add({ cores: n, workload: "simple", server: threads === n ? "dinfer" : "dinfer-half", threads, ...p });
+      add({ cores: n, workload: "simple", server: dinferName(threads, n), threads, ...p });
+    });
+  }
+  {
+    const threads = Math.max(1, Math.floor(n / 2));
+    const s = await startChildServer([], [
+      `--model-repository=${opts.batchingRepo}`,
+      `--http-thread-count=${threads}`,
+    ], {
+      prefix,
+    });
+    await withServers([s], async () => {
+      const p = await drive(s.port, [s.pid], n, total, {
+        ...common,
+        workload: "simple",
+        connections: simpleConns,
+      });
+      add({ cores: n, workload: "simple", server: "dinfer-batching", threads, ...p });
     });
   }
   {
@@ -347,7 +386,7 @@ async function measureCores(
       add({ cores: n, workload: "simple", server: `peer-x${n}`, threads: n, ...p });
     });
   }
-  for (const threads of half === n ? [n] : [n, half]) {
+  for (const threads of threadCounts(n)) {
     const s = await startChildServer([], [`--model-repository=${MODELS}`, `--http-thread-count=${threads}`], {
       prefix,
     });
@@ -358,7 +397,7 @@ async function measureCores(
         connections: mlpConns,
         expected: opts.expected,
       }, "mlp");
-      add({ cores: n, workload: "mlp", server: threads === n ? "dinfer" : "dinfer-half", threads, ...p });
+      add({ cores: n, workload: "mlp", server: dinferName(threads, n), threads, ...p });
     });
   }
   add(await inProcess(n, opts.durationS));
@@ -394,8 +433,9 @@ export function render(result: ScalingResult): string {
       }. "cores busy" is the server's CPU time over the window divided by its length.`,
     "",
   );
-  const scaled = (workload: string, server: string) => {
-    const base = at(workload, server, cores[0]!)?.rate;
+  /** Each point's rate, its ratio to `base` (default: the same server) at the fewest cores, and cores busy. */
+  const scaled = (workload: string, server: string, baseServer = server) => {
+    const base = at(workload, baseServer, cores[0]!)?.rate;
     return cores.map((n) => {
       const p = at(workload, server, n);
       if (!p) return "-";
@@ -410,7 +450,13 @@ export function render(result: ScalingResult): string {
     `|---|${cores.map(() => "---:").join("|")}|`,
   );
   lines.push(`| dinfer, N HTTP threads | ${scaled("simple", "dinfer").join(" | ")} |`);
-  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("simple", "dinfer-half").join(" | ")} |`);
+  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("simple", "dinfer-half", "dinfer").join(" | ")} |`);
+  lines.push(`| dinfer, 1 HTTP thread | ${scaled("simple", "dinfer-1", "dinfer").join(" | ")} |`);
+  lines.push(
+    `| dinfer, bundled config (dynamic batching), N/2 HTTP threads | ${
+      scaled("simple", "dinfer-batching", "dinfer").join(" | ")
+    } |`,
+  );
   lines.push(`| hand-written peer, one process | ${scaled("simple", "peer").join(" | ")} |`);
   lines.push(
     `| hand-written peer, N processes | ${
@@ -443,7 +489,8 @@ export function render(result: ScalingResult): string {
     `|---|${cores.map(() => "---:").join("|")}|`,
   );
   lines.push(`| dinfer, N HTTP threads | ${scaled("mlp", "dinfer").join(" | ")} |`);
-  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("mlp", "dinfer-half").join(" | ")} |`);
+  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("mlp", "dinfer-half", "dinfer").join(" | ")} |`);
+  lines.push(`| dinfer, 1 HTTP thread | ${scaled("mlp", "dinfer-1", "dinfer").join(" | ")} |`);
   lines.push(`| ONNX Runtime in-process, batch 64 | ${scaled("mlp", "ort").join(" | ")} |`);
   lines.push(
     `| dinfer / in-process | ${
@@ -542,22 +589,38 @@ async function main(): Promise<void> {
     points: [],
   };
   const simpleRepo = await tritonSimpleRepository();
+  const batchingRepo = await bundledSimpleRepository();
   try {
     const expected = await expectedLogits();
+    // A first server start and load, not recorded: the first point of a run on a fresh machine came out low.
+    await measureCores(
+      cores[0]!,
+      total,
+      { durationS: 1, warmupS: 0.5, simpleRepo, batchingRepo, expected },
+      () => {},
+    );
     for (const n of cores) {
       result.points.push(
-        ...await measureCores(n, total, { durationS, warmupS, simpleRepo, expected }, (p) =>
-          console.log(
-            `N=${p.cores} ${p.workload} ${p.server}(${p.threads}) ${fmt(p.rate)}/s p50 ${fmt(p.p50Us)} µs, ` +
-              `${fmt(p.serverCores, 1)} cores busy${p.batch ? `, batch ${fmt(p.batch, 1)}` : ""}${
-                p.errors + p.mismatches ? `, ${p.errors + p.mismatches} errors: ${p.firstError}` : ""
-              }`,
-          )),
+        ...await measureCores(
+          n,
+          total,
+          { durationS, warmupS, simpleRepo, batchingRepo, expected },
+          (p) =>
+            console.log(
+              `N=${p.cores} ${p.workload} ${p.server}(${p.threads}) ${fmt(p.rate)}/s p50 ${
+                fmt(p.p50Us)
+              } µs, ` +
+                `${fmt(p.serverCores, 1)} cores busy${p.batch ? `, batch ${fmt(p.batch, 1)}` : ""}${
+                  p.errors + p.mismatches ? `, ${p.errors + p.mismatches} errors: ${p.firstError}` : ""
+                }`,
+            ),
+        ),
       );
       if (values.json) await Deno.writeTextFile(values.json, JSON.stringify(result, null, 1));
     }
   } finally {
     await Deno.remove(simpleRepo, { recursive: true });
+    await Deno.remove(batchingRepo, { recursive: true });
   }
   if (values.json) await Deno.writeTextFile(values.json, JSON.stringify(result, null, 1));
   if (!values["no-write"]) await writeSection(render(result));
