@@ -103,7 +103,7 @@ export const FLAGS: Record<string, FlagSpec> = {
   "http-thread-count": {
     kind: "string",
     to: ["http", "threadCount"],
-    default: "1",
+    default: "auto",
     parse: threadCount,
     help:
       "Threads that accept, read and answer HTTP requests (the main thread and listener threads): a number " +

@@ -52,7 +52,7 @@ export interface HttpSection {
   address: string;
   /** The port; 0 picks a free one (`--http-port`). @default 8000 */
   port: number;
-  /** Threads that accept and answer requests, 0 for auto (`--http-thread-count`; see httpListenerCount). @default 1 */
+  /** Threads that accept and answer requests, 0 for auto (`--http-thread-count`; see httpListenerCount). @default 0 */
   threadCount: number;
   /** The largest request body in bytes (`--http-max-input-size`). @default 67108864 */
   maxInputSize: number;

@@ -30,7 +30,7 @@ const DEFAULTS: ServerConfig = {
     enabled: true,
     address: "0.0.0.0",
     port: 8000,
-    threadCount: 1,
+    threadCount: 0,
     maxInputSize: 67108864,
     maxConnections: 10000,
     headerTimeoutSecs: 30,
