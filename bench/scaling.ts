@@ -17,8 +17,8 @@
  * (the report says so). Every point records the server's CPU time over the measured window, so a saturated
  * server shows as busy cores, and checks a sample of the answers.
  *
- * Usage: `deno run -A bench/scaling.ts [--cores=1,2,4,8,16] [--duration=2] [--warmup=1] [--json=FILE]
- * [--no-write]`; `deno run -A bench/scaling.ts --render=FILE` writes the section of bench/RESULTS.md from a
+ * Usage: `deno run -A bench/scaling.ts [--cores=1,2,4,8,16] [--workloads=simple,mlp] [--duration=2] [--warmup=1]
+ * [--json=FILE] [--no-write]`; `deno run -A bench/scaling.ts --render=FILE` writes the section of bench/RESULTS.md from a
  * JSON result written elsewhere (for example on a bigger machine).
  * @module
  */
@@ -305,7 +305,15 @@ async function bundledSimpleRepository(): Promise<string> {
 async function measureCores(
   n: number,
   total: number,
-  opts: { durationS: number; warmupS: number; simpleRepo: string; batchingRepo: string; expected: number[] },
+  opts: {
+    durationS: number;
+    warmupS: number;
+    simpleRepo: string;
+    batchingRepo: string;
+    expected: number[];
+    /** Which workloads: `simple`, `mlp`. */
+    workloads: string[];
+  },
   log: (p: ScalingPoint) => void,
 ): Promise<ScalingPoint[]> {
   const points: ScalingPoint[] = [];
@@ -315,92 +323,100 @@ async function measureCores(
   const simpleConns = Math.max(16, 16 * n);
   const mlpConns = Math.max(64, 32 * n);
 
-  for (const threads of threadCounts(n)) {
-    const s = await startChildServer([], [
-      `--model-repository=${opts.simpleRepo}`,
-      `--http-thread-count=${threads}`,
-    ], {
-      prefix,
-    });
-    await withServers([s], async () => {
-      const p = await drive(s.port, [s.pid], n, total, {
-        ...common,
-        workload: "simple",
-        connections: simpleConns,
+  if (opts.workloads.includes("simple")) {
+    for (const threads of threadCounts(n)) {
+      const s = await startChildServer([], [
+        `--model-repository=${opts.simpleRepo}`,
+        `--http-thread-count=${threads}`,
+      ], {
+        prefix,
       });
-      add({ cores: n, workload: "simple", server: dinferName(threads, n), threads, ...p });
-    });
-  }
-  {
-    const threads = Math.max(1, Math.floor(n / 2));
-    const s = await startChildServer([], [
-      `--model-repository=${opts.batchingRepo}`,
-      `--http-thread-count=${threads}`,
-    ], {
-      prefix,
-    });
-    await withServers([s], async () => {
-      const p = await drive(s.port, [s.pid], n, total, {
-        ...common,
-        workload: "simple",
-        connections: simpleConns,
+      await withServers([s], async () => {
+        const p = await drive(s.port, [s.pid], n, total, {
+          ...common,
+          workload: "simple",
+          connections: simpleConns,
+        });
+        add({ cores: n, workload: "simple", server: dinferName(threads, n), threads, ...p });
       });
-      add({ cores: n, workload: "simple", server: "dinfer-batching", threads, ...p });
-    });
-  }
-  {
-    const s = await startChildServer([], [], { script: "bench/peer_onnx_server.ts", prefix });
-    await withServers([s], async () => {
-      const p = await drive(s.port, [s.pid], n, total, {
-        ...common,
-        workload: "simple",
-        connections: simpleConns,
-      });
-      add({ cores: n, workload: "simple", server: "peer", threads: 1, ...p });
-    });
-  }
-  if (n > 1) {
-    const port = freePort();
-    const peers: ChildServer[] = [];
-    try {
-      for (let i = 0; i < n; i++) {
-        peers.push(
-          await startChildServer([], ["--reuse-port", "--intra-op-threads=1"], {
-            script: "bench/peer_onnx_server.ts",
-            prefix: ["taskset", "-c", String(i)],
-            port,
-            readyLine: "listening",
-          }),
-        );
-      }
-    } catch (err) {
-      await Promise.all(peers.map((s) => s.stop()));
-      throw err;
     }
-    await withServers(peers, async () => {
-      const p = await drive(port, peers.map((s) => s.pid), n, total, {
-        ...common,
-        workload: "simple",
-        connections: simpleConns,
+    {
+      const threads = Math.max(1, Math.floor(n / 2));
+      const s = await startChildServer([], [
+        `--model-repository=${opts.batchingRepo}`,
+        `--http-thread-count=${threads}`,
+      ], {
+        prefix,
       });
-      add({ cores: n, workload: "simple", server: `peer-x${n}`, threads: n, ...p });
-    });
+      await withServers([s], async () => {
+        const p = await drive(s.port, [s.pid], n, total, {
+          ...common,
+          workload: "simple",
+          connections: simpleConns,
+        });
+        add({ cores: n, workload: "simple", server: "dinfer-batching", threads, ...p });
+      });
+    }
+    {
+      const s = await startChildServer([], [], { script: "bench/peer_onnx_server.ts", prefix });
+      await withServers([s], async () => {
+        const p = await drive(s.port, [s.pid], n, total, {
+          ...common,
+          workload: "simple",
+          connections: simpleConns,
+        });
+        add({ cores: n, workload: "simple", server: "peer", threads: 1, ...p });
+      });
+    }
+    if (n > 1) {
+      const port = freePort();
+      const peers: ChildServer[] = [];
+      try {
+        for (let i = 0; i < n; i++) {
+          peers.push(
+            await startChildServer([], ["--reuse-port", "--intra-op-threads=1"], {
+              script: "bench/peer_onnx_server.ts",
+              prefix: ["taskset", "-c", String(i)],
+              port,
+              readyLine: "listening",
+            }),
+          );
+        }
+      } catch (err) {
+        await Promise.all(peers.map((s) => s.stop()));
+        throw err;
+      }
+      await withServers(peers, async () => {
+        const p = await drive(port, peers.map((s) => s.pid), n, total, {
+          ...common,
+          workload: "simple",
+          connections: simpleConns,
+        });
+        add({ cores: n, workload: "simple", server: `peer-x${n}`, threads: n, ...p });
+      });
+    }
   }
-  for (const threads of threadCounts(n)) {
-    const s = await startChildServer([], [`--model-repository=${MODELS}`, `--http-thread-count=${threads}`], {
-      prefix,
-    });
-    await withServers([s], async () => {
-      const p = await drive(s.port, [s.pid], n, total, {
-        ...common,
-        workload: "mlp",
-        connections: mlpConns,
-        expected: opts.expected,
-      }, "mlp");
-      add({ cores: n, workload: "mlp", server: dinferName(threads, n), threads, ...p });
-    });
+  if (opts.workloads.includes("mlp")) {
+    for (const threads of threadCounts(n)) {
+      const s = await startChildServer(
+        [],
+        [`--model-repository=${MODELS}`, `--http-thread-count=${threads}`],
+        {
+          prefix,
+        },
+      );
+      await withServers([s], async () => {
+        const p = await drive(s.port, [s.pid], n, total, {
+          ...common,
+          workload: "mlp",
+          connections: mlpConns,
+          expected: opts.expected,
+        }, "mlp");
+        add({ cores: n, workload: "mlp", server: dinferName(threads, n), threads, ...p });
+      });
+    }
+    add(await inProcess(n, opts.durationS));
   }
-  add(await inProcess(n, opts.durationS));
   return points;
 }
 
@@ -552,6 +568,7 @@ async function main(): Promise<void> {
       commit: { type: "string" },
       load: { type: "string" },
       raw: { type: "string" },
+      workloads: { type: "string", default: "simple,mlp" },
     },
   });
   if (values.load) {
@@ -588,6 +605,7 @@ async function main(): Promise<void> {
     }),
     points: [],
   };
+  const workloads = values.workloads.split(",");
   const simpleRepo = await tritonSimpleRepository();
   const batchingRepo = await bundledSimpleRepository();
   try {
@@ -596,7 +614,7 @@ async function main(): Promise<void> {
     await measureCores(
       cores[0]!,
       total,
-      { durationS: 1, warmupS: 0.5, simpleRepo, batchingRepo, expected },
+      { durationS: 1, warmupS: 0.5, simpleRepo, batchingRepo, expected, workloads },
       () => {},
     );
     for (const n of cores) {
@@ -604,7 +622,7 @@ async function main(): Promise<void> {
         ...await measureCores(
           n,
           total,
-          { durationS, warmupS, simpleRepo, batchingRepo, expected },
+          { durationS, warmupS, simpleRepo, batchingRepo, expected, workloads },
           (p) =>
             console.log(
               `N=${p.cores} ${p.workload} ${p.server}(${p.threads}) ${fmt(p.rate)}/s p50 ${
