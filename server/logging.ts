@@ -51,6 +51,9 @@ export class Logger {
     return { ...this.#settings };
   }
 
+  /** Called after every `update` (the HTTP listener threads' copies of models follow the verbose level). */
+  afterUpdate: (() => void) | undefined;
+
   /** The verbose level (cheap to read on every request). */
   get verboseLevel(): number {
     return this.#settings.verbose;
@@ -106,6 +109,7 @@ export class Logger {
       }
     }
     this.#settings = next;
+    this.afterUpdate?.();
     return this.toJson();
   }
 

@@ -12,6 +12,7 @@ import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/server.ts";
 import { createHttpFrontend } from "./frontends/http/handler.ts";
 import { HttpWorkers } from "./frontends/http/workers.ts";
+import { ListenerReplicas } from "./frontends/http/replicas.ts";
 import {
   type ConnectionLimits,
   type ResilientServeOptions,
@@ -413,6 +414,19 @@ async function serveHttp(
       group: ENDPOINTS,
       force: () => workers.terminate(),
     });
+    // Small models that run one request per execution run on every listener thread too (see replicas.ts).
+    const replicas = new ListenerReplicas(
+      pipeline.registry,
+      workers.count,
+      (thread, msg) => workers.post(thread, msg),
+      (model) => s.log.verboseLevel < 1 && !pipeline.mayTrace(model),
+    );
+    workers.attach(replicas);
+    s.log.afterUpdate = () => replicas.changed();
+    if (frontend.traces) frontend.traces.afterUpdate = () => replicas.changed();
+    pipeline.registry.setReplicaHost(replicas);
+    const copied = replicas.serving();
+    if (copied.length > 0) s.log.info(`HTTP listener threads run ${copied.join(", ")} themselves`);
     s.log.info(`HTTPService serves on ${listeners} threads`);
   }
   s.log.info(`Started HTTPService at ${addr.hostname}:${addr.port}`);

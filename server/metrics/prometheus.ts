@@ -147,6 +147,7 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
       this.reset();
       for (const v of models.readyVersions()) {
         const labels: Labels = { model: v.name, version: String(v.version) };
+        v.stats.absorb();
         const value = each(v.stats);
         if (this instanceof client.Counter) this.inc(labels, value);
         else this.set(labels, value);
@@ -169,6 +170,7 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
     collect() {
       this.reset();
       for (const v of models.readyVersions()) {
+        v.stats.absorb();
         for (const reason of Object.keys(v.stats.failures) as FailureReason[]) {
           this.inc({ model: v.name, version: String(v.version), reason }, v.stats.failures[reason]);
         }

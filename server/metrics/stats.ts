@@ -88,10 +88,48 @@ export function setResponseObserver(observer: ResponseObserver | undefined): voi
 }
 
 /** Statistics of one model version. */
+/** Whether the latency observer is set (summaries or histograms are on): every request must reach it. */
+export function observesLatencies(): boolean {
+  return latencyObserver !== undefined || responseObserver !== undefined;
+}
+
+/**
+ * The layout of the cells in which another thread keeps its own statistics of a model version (cumulative
+ * values, one writer; see SharedVersionStats), which the version's VersionStats folds into its own.
+ */
+const CELL = {
+  inference: 0,
+  execution: 1,
+  last: 2,
+  /** count, ns pairs */
+  success: 3,
+  fail: 5,
+  queue: 7,
+  computeInput: 9,
+  computeInfer: 11,
+  computeOutput: 13,
+  failures: 15,
+  /** Per batch size b ≥ 1, 6 cells from BATCHES + 6·(b − 1): compute input, infer, output (count, ns). */
+  batches: 19,
+} as const;
+const REASONS: readonly FailureReason[] = ["REJECTED", "CANCELED", "BACKEND", "OTHER"];
+const DURATIONS = ["success", "fail", "queue", "computeInput", "computeInfer", "computeOutput"] as const;
+const BATCH_DURATIONS = ["compute_input", "compute_infer", "compute_output"] as const;
+
+/**
+ * The number of cells for a model version's shared statistics.
+ * @param maxBatchSize the config's max_batch_size (0: batches of 1)
+ */
+export function statsCellCount(maxBatchSize: number): number {
+  return CELL.batches + 6 * Math.max(1, maxBatchSize);
+}
+
 export class VersionStats {
   /** The model name and version, for the latency observer ("" when unnamed). */
   readonly model: string;
   readonly version: string;
+  /** Cells other threads record into, with the values already folded in. */
+  #shared: { cells: Float64Array; seen: Float64Array }[] = [];
 
   /**
    * Creates empty statistics.
@@ -220,6 +258,112 @@ export class VersionStats {
     this.failures[reason]++;
     this.lastInference = Date.now();
   }
+
+  /**
+   * Counts what another thread records into `cells` (a SharedVersionStats over them) as this version's
+   * statistics, from the next `absorb` on.
+   * @param cells statsCellCount cells
+   */
+  share(cells: Float64Array): void {
+    this.#shared.push({ cells, seen: new Float64Array(cells.length) });
+  }
+
+  /**
+   * Folds what the other thread recorded into `cells` in, and stops reading them.
+   * @param cells cells given to `share`
+   */
+  unshare(cells: Float64Array): void {
+    this.absorb();
+    this.#shared = this.#shared.filter((s) => s.cells !== cells);
+  }
+
+  /** Folds in what other threads recorded since the last call (see `share`); readers call it first. */
+  absorb(): void {
+    for (const { cells, seen } of this.#shared) {
+      const delta = (i: number) => {
+        const v = cells[i]!;
+        const d = v - seen[i]!;
+        seen[i] = v;
+        return d;
+      };
+      this.inferenceCount += delta(CELL.inference);
+      this.executionCount += delta(CELL.execution);
+      this.lastInference = Math.max(this.lastInference, cells[CELL.last]!);
+      for (const name of DURATIONS) {
+        const d = this[name];
+        d.count += delta(CELL[name]);
+        d.ns += delta(CELL[name] + 1);
+      }
+      REASONS.forEach((r, k) => (this.failures[r] += delta(CELL.failures + k)));
+      for (let b = 1, at = CELL.batches; at + 6 <= cells.length; b++, at += 6) {
+        if (
+          cells[at]! === seen[at]! && cells[at + 2]! === seen[at + 2]! && cells[at + 4]! === seen[at + 4]!
+        ) continue;
+        let stats = this.batches.get(b);
+        if (!stats) {
+          stats = { batch_size: b, compute_input: zero(), compute_infer: zero(), compute_output: zero() };
+          this.batches.set(b, stats);
+        }
+        BATCH_DURATIONS.forEach((name, k) => {
+          stats[name].count += delta(at + 2 * k);
+          stats[name].ns += delta(at + 2 * k + 1);
+        });
+      }
+    }
+  }
+}
+
+/**
+ * Statistics recorded on another thread (an HTTP listener thread running its own copy of a model): as
+ * VersionStats, and written through to shared cells that the version's statistics on the main thread fold in.
+ */
+export class SharedVersionStats extends VersionStats {
+  readonly #cells: Float64Array;
+
+  /**
+   * @param cells statsCellCount cells, written by this object alone
+   * @param model the model name
+   * @param version the version
+   */
+  constructor(cells: Float64Array, model: string, version: string) {
+    super(model, version);
+    this.#cells = cells;
+  }
+
+  override recordExecution(t: ExecutionTimes): void {
+    super.recordExecution(t);
+    const c = this.#cells;
+    c[CELL.execution] = this.executionCount;
+    const b = this.batches.get(t.batchSize);
+    const at = CELL.batches + 6 * (t.batchSize - 1);
+    if (b && t.batchSize >= 1 && at + 6 <= c.length) {
+      BATCH_DURATIONS.forEach((name, k) => {
+        c[at + 2 * k] = b[name].count;
+        c[at + 2 * k + 1] = b[name].ns;
+      });
+    }
+  }
+
+  override recordSuccess(batchSize: number, received: number, t: ExecutionTimes, end?: number): void {
+    super.recordSuccess(batchSize, received, t, end);
+    this.#write();
+  }
+
+  override recordFailure(received: number, reason: FailureReason): void {
+    super.recordFailure(received, reason);
+    this.#write();
+  }
+
+  #write(): void {
+    const c = this.#cells;
+    c[CELL.inference] = this.inferenceCount;
+    c[CELL.last] = this.lastInference;
+    for (const name of DURATIONS) {
+      c[CELL[name]] = this[name].count;
+      c[CELL[name] + 1] = this[name].ns;
+    }
+    REASONS.forEach((r, k) => (c[CELL.failures + k] = this.failures[r]));
+  }
 }
 
 function add(d: Duration, ns: number): void {
@@ -259,6 +403,7 @@ export interface ModelStatistics {
  * @param s its statistics
  */
 export function modelStatistics(name: string, version: string, s: VersionStats): ModelStatistics {
+  s.absorb();
   const copy = (d: Duration): Duration => ({ count: d.count, ns: d.ns });
   return {
     name,

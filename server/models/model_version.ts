@@ -10,7 +10,7 @@ import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
 import { type ModelSignature, type ValidatedRequest, validateRequest } from "../core/validate.ts";
-import type { Backend, BackendInstance } from "../backends/backend.ts";
+import type { Backend, BackendInstance, InstanceContext } from "../backends/backend.ts";
 import { readLabels } from "../repository/config.ts";
 import { warmup } from "./warmup.ts";
 import { nowNs } from "../core/clock.ts";
@@ -44,6 +44,25 @@ export interface TensorMetadata {
   shape: number[];
 }
 
+/** What a loaded version's instances were made from: another thread makes its own copy from the same. */
+export interface VersionSource {
+  /** The backend's name. */
+  backend: string;
+  /** The instance context, less what is particular to one instance. */
+  context: Pick<InstanceContext, "modelDir" | "versionDir" | "version" | "modelPath" | "backendConfig">;
+}
+
+/** Keeps copies of model versions on other threads (the HTTP listener threads), which must drop them first. */
+export interface ReplicaHost {
+  /**
+   * Called before a version unloads: resolves once no other thread runs requests on a copy of it any more.
+   * @param version the version about to unload
+   */
+  withdraw(version: ModelVersion): Promise<void>;
+  /** Called after the registry's models changed (loads, unloads): the copies follow. */
+  changed(): void;
+}
+
 /** Counts the ModelVersion objects made, so that each load has its own response cache entries. */
 let loads = 0;
 
@@ -74,6 +93,10 @@ export class ModelVersion {
   rateLimiter: RateLimiter | undefined;
   /** The server's count of arriving requests, which the dynamic batcher asks whether requests come together. */
   arrivals: ArrivalCounter | undefined;
+  /** What the instances were made from, once the version loaded (not for ensembles). */
+  source: VersionSource | undefined;
+  /** Told before the version unloads, where other threads may run copies of it. */
+  replicaHost: ReplicaHost | undefined;
   #limited: LimitedInstance[] = [];
 
   /**
@@ -176,6 +199,10 @@ export class ModelVersion {
           { ...batchingOptions(this.config), arrivals: this.arrivals },
           this.stats,
         );
+      this.source = {
+        backend: backend.name,
+        context: { modelDir, versionDir, version: this.version, modelPath, backendConfig },
+      };
       this.#loaded(started);
     } catch (err) {
       await this.#closeInstances();
@@ -291,6 +318,7 @@ export class ModelVersion {
 
   /** Stops accepting requests, waits for queued and executing ones, then frees the instances. */
   async unload(): Promise<void> {
+    await this.replicaHost?.withdraw(this);
     this.unloaded = true;
     this.state = "UNLOADING";
     await this.#scheduler?.stop();

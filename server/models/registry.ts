@@ -30,7 +30,7 @@ import {
 import { type ModelStatistics, modelStatistics } from "../metrics/stats.ts";
 import { ensembleSteps, type StepModel } from "../scheduler/ensemble.ts";
 import type { Logger } from "../logging.ts";
-import { ModelVersion, type TensorMetadata, type VersionState } from "./model_version.ts";
+import { ModelVersion, type ReplicaHost, type TensorMetadata, type VersionState } from "./model_version.ts";
 import type { ResponseCache } from "../cache/response_cache.ts";
 import type { RateLimiter } from "../scheduler/rate_limiter.ts";
 
@@ -263,6 +263,8 @@ export class ModelRegistry {
   #implicit = new Set<string>();
   /** Where models' own requests go (see connect). */
   #requests: ModelRequests = UNCONNECTED;
+  /** Keeps copies of versions on the HTTP listener threads, when there are such threads. */
+  #replicaHost: ReplicaHost | undefined;
   /** The count of arriving requests the dynamic batchers of this registry's models read. */
   readonly arrivals: ArrivalCounter;
 
@@ -529,10 +531,21 @@ export class ModelRegistry {
     }
   }
 
-  /** Runs model operations one at a time per model. */
+  /**
+   * Lets `host` keep copies of versions on other threads from now on: every version is told of it (they
+   * tell it before they unload), and it hears of every change of the models.
+   * @param host the host, or undefined for none
+   */
+  setReplicaHost(host: ReplicaHost | undefined): void {
+    this.#replicaHost = host;
+    for (const e of this.#models.values()) for (const v of e.versions.values()) v.replicaHost = host;
+    host?.changed();
+  }
+
+  /** Runs model operations one at a time per model (the replica host hears of each once it is done). */
   #serialized<T>(name: string, op: () => Promise<T>): Promise<T> {
     const prior = this.#locks.get(name) ?? Promise.resolve();
-    const next = prior.then(op, op);
+    const next = prior.then(op, op).finally(() => this.#replicaHost?.changed());
     const settled = next.then(() => {}, () => {});
     this.#locks.set(name, settled);
     settled.then(() => {
@@ -628,6 +641,7 @@ export class ModelRegistry {
         const mv = new ModelVersion(config, v);
         mv.responseCache = cacheFor(config, this.#options.responseCache);
         mv.rateLimiter = this.#options.rateLimiter;
+        mv.replicaHost = this.#replicaHost;
         mv.arrivals = this.arrivals;
         entry.versions.set(v, mv);
         if (!available.includes(v)) {

@@ -550,8 +550,12 @@ export class TraceManager {
       else this.#models.delete(model);
       if (values.count !== undefined || clear.has("trace_count")) this.#remaining.delete(model);
     }
+    this.afterUpdate?.();
     return this.settings(model);
   }
+
+  /** Called after every `update` (the HTTP listener threads' copies of models follow the trace levels). */
+  afterUpdate: (() => void) | undefined;
 
   /**
    * Whether requests to a model may be traced at all (its trace level is not OFF): where not, a frontend need

@@ -28,6 +28,7 @@ import { readDeclaredBody, readUpTo } from "./_body.ts";
 import { handlerFailed, receiveBody, type ResilientServer, serveResilient } from "./listener.ts";
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
+import { ReplicaRunner } from "./_replica_runner.ts";
 import {
   type Answer,
   Channel,
@@ -54,6 +55,10 @@ let maxInputSize = 0;
 let inference: Restriction | undefined;
 let channel: Channel | undefined;
 const freeSlots: number[] = [];
+/** This thread's copies of small models (see replicas.ts). */
+const replicas = new ReplicaRunner((message) =>
+  self.postMessage({ op: "log", id: -1, level: "error", message } satisfies FromWorker)
+);
 
 /** The slot of an answer too large for its slot, which comes by postMessage with id `-2 - slot` (workers.ts). */
 function slotOf(id: number): number {
@@ -235,7 +240,8 @@ async function infer(request: Request, model: string, version: string): Promise<
   if (!here) return forward(request, body);
   const { decoded } = here;
   const outputs = decoded.request.outputs;
-  let answer = await viaChannel({ request: decoded.request, recvStart, recvEnd });
+  const local = replicas.infer(decoded.request);
+  let answer = local ? await local : await viaChannel({ request: decoded.request, recvStart, recvEnd });
   if (!answer) {
     const id = nextId++;
     const reply = await ask(
@@ -292,8 +298,16 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       self.postMessage({ op: "listening", id: -1 } satisfies FromWorker);
       return;
     case "stop":
-      void (server?.shutdown() ?? Promise.resolve()).then(() =>
+      void (server?.shutdown() ?? Promise.resolve()).then(() => replicas.closeAll()).then(() =>
         self.postMessage({ op: "stopped", id: -1 } satisfies FromWorker)
+      );
+      return;
+    case "routes":
+    case "replica-open":
+    case "replica-close":
+      replicas.handle(
+        msg,
+        (replica) => self.postMessage({ op: "replica-closed", id: -1, replica } satisfies FromWorker),
       );
       return;
     default: {

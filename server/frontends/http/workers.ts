@@ -12,6 +12,7 @@ import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { HttpFrontend } from "./handler.ts";
 import type { Restriction } from "../restricted.ts";
 import { type ConnectionLimits, NO_LIMITS } from "./listener.ts";
+import type { ListenerReplicas, ReplicaMessage } from "./replicas.ts";
 import {
   type Answer,
   Channel,
@@ -40,13 +41,16 @@ export type ToWorker =
   | { op: "stop"; id: -1 }
   | { op: "inferred"; id: number; response: InferResponse }
   | { op: "error"; id: number; code: ErrorCode; message: string }
-  | { op: "http"; id: number; status: number; headers: [string, string][]; body: Uint8Array | null };
+  | { op: "http"; id: number; status: number; headers: [string, string][]; body: Uint8Array | null }
+  | ReplicaMessage;
 
 /** Messages from a listener thread to the main thread. */
 export type FromWorker =
   | { op: "listening"; id: -1 }
   | { op: "stopped"; id: -1 }
   | { op: "log"; id: -1; level: "info" | "error"; message: string }
+  /** The thread has closed its copy of a model version (see replicas.ts). */
+  | { op: "replica-closed"; id: -1; replica: number }
   | { op: "infer"; id: number; request: InferRequest; recvStart: number; recvEnd: number }
   | {
     op: "http";
@@ -130,6 +134,7 @@ export class HttpWorkers {
   #workers: Worker[] = [];
   #channels: Channel[] = [];
   #stopped = false;
+  #replicas: ListenerReplicas | undefined;
 
   private constructor() {}
 
@@ -174,7 +179,8 @@ export class HttpWorkers {
             } else if (msg.op === "log") {
               if (msg.level === "error") options.onError?.(msg.message);
               else options.onInfo?.(msg.message);
-            } else void pool.#serve(worker, msg, frontend, options);
+            } else if (msg.op === "replica-closed") pool.#replicas?.closed(i, msg.replica);
+            else void pool.#serve(worker, msg, frontend, options);
           };
         }),
       );
@@ -198,6 +204,28 @@ export class HttpWorkers {
       throw err;
     }
     return pool;
+  }
+
+  /** How many listener threads. */
+  get count(): number {
+    return this.#workers.length;
+  }
+
+  /**
+   * Posts a message of the replica protocol to one listener thread.
+   * @param thread the thread's index
+   * @param msg the message
+   */
+  post(thread: number, msg: ReplicaMessage): void {
+    this.#workers[thread]?.postMessage(msg satisfies ToWorker);
+  }
+
+  /**
+   * Lets the threads run copies of small models (see replicas.ts); the replicas hear the threads' answers.
+   * @param replicas the main thread's side of the copies
+   */
+  attach(replicas: ListenerReplicas): void {
+    this.#replicas = replicas;
   }
 
   /** Takes the requests a listener thread writes into its channel, as long as the pool runs. */
@@ -296,6 +324,7 @@ export class HttpWorkers {
    * @returns when every thread has stopped
    */
   async shutdown(): Promise<void> {
+    this.#replicas?.stop();
     await Promise.all(this.#workers.map((worker) =>
       new Promise<void>((resolve) => {
         const previous = worker.onmessage;
@@ -314,6 +343,7 @@ export class HttpWorkers {
 
   /** Ends the threads at once (requests they are answering are dropped). */
   terminate(): void {
+    this.#replicas?.stop();
     this.#stopPolling();
     for (const w of this.#workers) w.terminate();
     this.#workers = [];

@@ -1,0 +1,126 @@
+/**
+ * The listener thread's side of the copies of small models (see replicas.ts): opens and closes its copies as
+ * the main thread says, keeps the route table, and runs a decoded request on its own copy where the table
+ * routes it to one that is open, through the same validation and scheduler as the main thread.
+ * @module
+ */
+
+import { nowNs } from "../../core/clock.ts";
+import { toServerError } from "../../core/errors.ts";
+import type { InferRequest, InferResponse } from "../../core/types.ts";
+import { validateRequest } from "../../core/validate.ts";
+import { SharedVersionStats } from "../../metrics/stats.ts";
+import type { BackendInstance } from "../../backends/backend.ts";
+import { PoolScheduler } from "../../scheduler/scheduler.ts";
+import type { ReplicaMessage, ReplicaSpec } from "./replicas.ts";
+import type { Answer } from "./_channel.ts";
+
+interface Replica {
+  spec: ReplicaSpec;
+  instance: BackendInstance;
+  scheduler: PoolScheduler;
+}
+
+/** The copies of one listener thread. */
+export class ReplicaRunner {
+  #routes: Record<string, number> = {};
+  readonly #open = new Map<number, Replica>();
+  /** Opening (or failed) copies, settled when the copy is open or has failed. */
+  readonly #pending = new Map<number, Promise<void>>();
+  readonly #report: (message: string) => void;
+
+  /** @param report logs a copy that cannot open */
+  constructor(report: (message: string) => void) {
+    this.#report = report;
+  }
+
+  /**
+   * Takes a message of the replica protocol.
+   * @param msg the message
+   * @param closed called once a copy is closed (for `replica-close`)
+   */
+  handle(msg: ReplicaMessage, closed: (replica: number) => void): void {
+    if (msg.op === "routes") this.#routes = msg.routes;
+    else if (msg.op === "replica-open") {
+      this.#pending.set(msg.replica, this.#openCopy(msg.replica, msg.spec, msg.cells));
+    } else {
+      const opening = this.#pending.get(msg.replica) ?? Promise.resolve();
+      void opening.then(() => this.#close(msg.replica)).finally(() => closed(msg.replica));
+    }
+  }
+
+  async #openCopy(id: number, spec: ReplicaSpec, cells: SharedArrayBuffer): Promise<void> {
+    const { config, context } = spec;
+    try {
+      // Loaded with the first copy: a listener thread that runs no model does not hold ONNX Runtime.
+      const { onnxRuntimeBackend } = await import("../../backends/onnxruntime.ts");
+      const instance = await onnxRuntimeBackend.createInstance(config, {
+        ...context,
+        instanceName: `${config.name}_http`,
+        kind: "KIND_CPU",
+        deviceId: 0,
+      });
+      const stats = new SharedVersionStats(new Float64Array(cells), config.name, String(context.version));
+      const scheduler = new PoolScheduler(
+        {
+          name: config.name,
+          version: String(context.version),
+          batched: config.max_batch_size > 0,
+          outputs: new Map(spec.signature.outputs.map((o) => [o.name, o])),
+        },
+        [instance],
+        {},
+        stats,
+      );
+      this.#open.set(id, { spec, instance, scheduler });
+    } catch (err) {
+      this.#report(
+        `An HTTP listener thread cannot run '${config.name}' version ${context.version} itself (its requests go to the main thread): ${
+          (err as Error).message
+        }`,
+      );
+    }
+  }
+
+  async #close(id: number): Promise<void> {
+    this.#pending.delete(id);
+    const r = this.#open.get(id);
+    if (!r) return;
+    this.#open.delete(id);
+    await r.scheduler.stop();
+    await r.instance.close();
+  }
+
+  /** Closes every copy (the thread is stopping). */
+  async closeAll(): Promise<void> {
+    this.#routes = {};
+    await Promise.allSettled([...this.#pending.values()]);
+    await Promise.allSettled([...this.#open.keys()].map((id) => this.#close(id)));
+  }
+
+  /**
+   * Runs a request on this thread's copy of the version it names, if the route table sends it to an open one.
+   * @param request the decoded request
+   * @returns the answer, or undefined when the main thread must run it
+   */
+  infer(request: InferRequest): Promise<Answer> | undefined {
+    const id = this.#routes[`${request.model}/${request.version}`];
+    if (id === undefined) return undefined;
+    const r = this.#open.get(id);
+    if (!r) return undefined;
+    const received = nowNs();
+    let response: Promise<InferResponse>;
+    try {
+      // As on the main thread (ModelVersion.infer): a request refused at validation is not counted.
+      response = r.scheduler.enqueue(validateRequest(request, r.spec.signature), received);
+    } catch (err) {
+      return Promise.resolve(failed(err));
+    }
+    return response.then((res) => ({ response: res }), failed);
+  }
+}
+
+function failed(err: unknown): Answer {
+  const e = toServerError(err);
+  return { error: { code: e.code, message: e.message } };
+}

@@ -1,0 +1,212 @@
+/**
+ * Copies of small models on the HTTP listener threads, the main thread's side. A model version that runs one
+ * request per execution on the main thread (an ONNX model file under 1 MiB, no dynamic or sequence batching,
+ * no response cache, no rate limiter, not decoupled, no BYTES tensors) would have every request of every
+ * listener thread wait for that one thread; instead each listener thread opens its own copy of the version
+ * and runs the requests it reads itself, through the same validation and scheduler code, recording the
+ * statistics into shared cells that the version's statistics fold in (see SharedVersionStats).
+ *
+ * The main thread publishes a route table (`model/version` and `model/` for the version a request without
+ * one gets) to every listener thread whenever the models change; a request whose route the thread has no open
+ * copy for goes to the main thread as before, so a late table costs speed, never a wrong answer. A version
+ * about to unload is first taken out of the tables, and its copies closed, on every thread (ModelVersion
+ * awaits `withdraw`), so that no thread runs a request on it after it has unloaded. Requests that the server
+ * traces, logs verbosely or times in latency summaries keep going to the main thread.
+ * @module
+ */
+
+import type { ModelConfig } from "../../core/model_config.ts";
+import type { ModelSignature } from "../../core/validate.ts";
+import { observesLatencies, statsCellCount } from "../../metrics/stats.ts";
+import { delayFromEnvironment } from "../../scheduler/scheduler.ts";
+import { instanceThread, WORKER_MIN_MODEL_BYTES } from "../../backends/onnxruntime.ts";
+import type { ModelRegistry } from "../../models/registry.ts";
+import type { ModelVersion, ReplicaHost, VersionSource } from "../../models/model_version.ts";
+
+/** What a listener thread needs to open its copy of a version. */
+export interface ReplicaSpec {
+  /** The version's config. */
+  config: ModelConfig;
+  /** The signature its requests are validated against. */
+  signature: ModelSignature;
+  /** Where its files are. */
+  context: VersionSource["context"];
+}
+
+/** The messages of the replica protocol, main thread to listener thread. */
+export type ReplicaMessage =
+  | { op: "replica-open"; id: -1; replica: number; spec: ReplicaSpec; cells: SharedArrayBuffer }
+  | { op: "replica-close"; id: -1; replica: number }
+  | { op: "routes"; id: -1; routes: Record<string, number> };
+
+/** How long a withdrawal waits for a listener thread's answer before it goes on without it. */
+const WITHDRAW_WAIT_MS = 10_000;
+
+/**
+ * Whether a version may run on the listener threads (see the module's documentation).
+ * @param mv the version
+ */
+export function replicable(mv: ModelVersion): boolean {
+  const source = mv.source;
+  if (mv.state !== "READY" || source?.backend !== "onnxruntime") return false;
+  const c = mv.config;
+  if (mv.decoupled || mv.responseCache || mv.rateLimiter) return false;
+  if (c.dynamic_batching !== undefined || c.sequence_batching !== undefined) return false;
+  if (c.instance_group.some((g) => g.kind !== "KIND_CPU")) return false;
+  const sig = mv.signature;
+  if ([...sig.inputs, ...sig.outputs].some((t) => t.datatype === "BYTES")) return false;
+  let bytes: number;
+  try {
+    const st = Deno.statSync(source.context.modelPath);
+    if (!st.isFile) return false;
+    bytes = st.size;
+  } catch {
+    return false;
+  }
+  if (bytes >= WORKER_MIN_MODEL_BYTES) return false;
+  try {
+    return instanceThread(c, source.context.backendConfig, bytes) === "main";
+  } catch {
+    return false;
+  }
+}
+
+interface Live {
+  version: ModelVersion;
+  /** The statistics cells of each listener thread. */
+  cells: Float64Array[];
+}
+
+/** The main thread's side of the listener threads' copies. */
+export class ListenerReplicas implements ReplicaHost {
+  readonly #registry: ModelRegistry;
+  readonly #threads: number;
+  readonly #send: (thread: number, msg: ReplicaMessage) => void;
+  readonly #allowed: (model: string) => boolean;
+  #nextId = 1;
+  readonly #ids = new WeakMap<ModelVersion, number>();
+  readonly #live = new Map<number, Live>();
+  readonly #withdrawn = new WeakSet<ModelVersion>();
+  /** Closings awaited, by `thread:replica`. */
+  readonly #closing = new Map<string, () => void>();
+  #stopped = false;
+
+  /**
+   * @param registry the models
+   * @param threads how many listener threads
+   * @param send posts a message to a listener thread
+   * @param allowed whether a model's requests may run away from the main thread now (not traced or logged
+   *   request by request)
+   */
+  constructor(
+    registry: ModelRegistry,
+    threads: number,
+    send: (thread: number, msg: ReplicaMessage) => void,
+    allowed: (model: string) => boolean,
+  ) {
+    this.#registry = registry;
+    this.#threads = threads;
+    this.#send = send;
+    this.#allowed = (model) => !observesLatencies() && delayFromEnvironment() === 0 && allowed(model);
+  }
+
+  /** The versions with copies on the listener threads, as `model/version`. */
+  serving(): string[] {
+    return [...this.#live.values()].map((l) => `${l.version.name}/${l.version.version}`).sort();
+  }
+
+  /** Publishes the route table (opening copies of versions that became eligible). */
+  changed(): void {
+    if (this.#stopped) return;
+    const routes: Record<string, number> = {};
+    for (const name of this.#registry.names()) {
+      if (!this.#allowed(name)) continue;
+      const entry = this.#registry.entry(name);
+      if (!entry) continue;
+      for (const mv of entry.versions.values()) {
+        const id = this.#offer(mv);
+        if (id !== undefined) routes[`${name}/${mv.version}`] = id;
+      }
+      try {
+        const d = this.#registry.resolve(name, "");
+        const id = this.#ids.get(d);
+        if (id !== undefined && routes[`${name}/${d.version}`] === id) routes[`${name}/`] = id;
+      } catch { /* no version serves: the main thread answers */ }
+    }
+    for (let t = 0; t < this.#threads; t++) this.#send(t, { op: "routes", id: -1, routes });
+  }
+
+  /** The id of a version's copies, opening them first where it is eligible and has none yet. */
+  #offer(mv: ModelVersion): number | undefined {
+    if (this.#withdrawn.has(mv) || mv.state !== "READY") return undefined;
+    const known = this.#ids.get(mv);
+    if (known !== undefined) return known;
+    if (!replicable(mv)) return undefined;
+    const id = this.#nextId++;
+    const spec: ReplicaSpec = { config: mv.config, signature: mv.signature, context: mv.source!.context };
+    const cells: Float64Array[] = [];
+    for (let t = 0; t < this.#threads; t++) {
+      const sab = new SharedArrayBuffer(
+        Float64Array.BYTES_PER_ELEMENT * statsCellCount(mv.config.max_batch_size),
+      );
+      const c = new Float64Array(sab);
+      mv.stats.share(c);
+      cells.push(c);
+      this.#send(t, { op: "replica-open", id: -1, replica: id, spec, cells: sab });
+    }
+    this.#ids.set(mv, id);
+    this.#live.set(id, { version: mv, cells });
+    return id;
+  }
+
+  /** Takes a version out of every thread's routes and closes its copies; resolves once every thread has. */
+  async withdraw(mv: ModelVersion): Promise<void> {
+    const id = this.#ids.get(mv);
+    this.#withdrawn.add(mv);
+    if (id === undefined || !this.#live.has(id)) return;
+    if (this.#stopped) {
+      // The listener threads have stopped: no copy runs any more.
+      for (const c of this.#live.get(id)!.cells) mv.stats.unshare(c);
+      this.#live.delete(id);
+      return;
+    }
+    this.changed();
+    const closed: Promise<void>[] = [];
+    for (let t = 0; t < this.#threads; t++) {
+      const key = `${t}:${id}`;
+      closed.push(
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(() => {
+            this.#closing.delete(key);
+            resolve();
+          }, WITHDRAW_WAIT_MS);
+          this.#closing.set(key, () => {
+            clearTimeout(timer);
+            this.#closing.delete(key);
+            resolve();
+          });
+        }),
+      );
+      this.#send(t, { op: "replica-close", id: -1, replica: id });
+    }
+    await Promise.all(closed);
+    const live = this.#live.get(id)!;
+    for (const c of live.cells) mv.stats.unshare(c);
+    this.#live.delete(id);
+  }
+
+  /**
+   * A listener thread has closed its copy (or never had it open).
+   * @param thread the thread's index
+   * @param replica the copy's id
+   */
+  closed(thread: number, replica: number): void {
+    this.#closing.get(`${thread}:${replica}`)?.();
+  }
+
+  /** Stops publishing (the listener threads are stopping); waiting withdrawals end at once. */
+  stop(): void {
+    this.#stopped = true;
+    for (const done of [...this.#closing.values()]) done();
+  }
+}

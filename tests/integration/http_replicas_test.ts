@@ -1,0 +1,169 @@
+/**
+ * Small models on the HTTP listener threads (server/frontends/http/replicas.ts): with two HTTP threads,
+ * `simple` with Triton's own config (no dynamic batching) runs on the listener thread as well as on the main
+ * thread; answers, errors and statistics are those of a server with one thread, unloading the model stops
+ * every thread from running it, and verbose logging sends its requests back to the main thread. Each request
+ * goes on a fresh connection, so that the kernel spreads them over both threads (SO_REUSEPORT).
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { Logger } from "../../server/logging.ts";
+import { EXAMPLES, startTestServer } from "../helpers.ts";
+import { rawRequest, SIMPLE_DIFF, SIMPLE_REQUEST, SIMPLE_SUM } from "./_http.ts";
+
+const ROUNDS = 32;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** A repository with `simple` as Triton's example configures it: no dynamic batching. */
+async function tritonSimple(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
+  await Deno.mkdir(`${dir}/simple/1`, { recursive: true });
+  await Deno.copyFile(`${EXAMPLES}/simple/1/model.onnx`, `${dir}/simple/1/model.onnx`);
+  const config = (await Deno.readTextFile(`${EXAMPLES}/simple/config.pbtxt`)).split("\n")
+    .filter((l) => !l.startsWith("dynamic_batching")).join("\n");
+  await Deno.writeTextFile(`${dir}/simple/config.pbtxt`, config);
+  return dir;
+}
+
+/** A logger writing info and verbose lines to a file. */
+function fileLogger(file: string): Logger {
+  return new Logger({ info: true, warning: false, error: true, verbose: 0, format: "default", file });
+}
+
+async function infer(
+  base: string,
+  body: unknown = SIMPLE_REQUEST,
+): Promise<{ status: number; body: string }> {
+  const a = await rawRequest(base, {
+    method: "POST",
+    path: "/v2/models/simple/infer",
+    headers: { "content-type": "application/json" },
+    body: encoder.encode(JSON.stringify(body)),
+  });
+  return { status: a.status, body: decoder.decode(a.body) };
+}
+
+async function post(base: string, path: string, body: unknown = {}): Promise<number> {
+  const res = await fetch(`${base}${path}`, { method: "POST", body: JSON.stringify(body) });
+  await res.body?.cancel();
+  return res.status;
+}
+
+function assertSimple(answer: { status: number; body: string }): void {
+  assert.equal(answer.status, 200, answer.body);
+  const outputs = (JSON.parse(answer.body) as { outputs: { name: string; data: number[] }[] }).outputs;
+  assert.deepEqual(outputs.map((o) => o.name), ["OUTPUT0", "OUTPUT1"]);
+  assert.deepEqual(outputs[0]!.data, SIMPLE_SUM);
+  assert.deepEqual(outputs[1]!.data, SIMPLE_DIFF);
+}
+
+interface Stats {
+  inference_count: number;
+  execution_count: number;
+  inference_stats: Record<string, { count: number }>;
+  batch_stats: { batch_size: number; compute_infer: { count: number } }[];
+}
+
+async function stats(base: string): Promise<Stats> {
+  const res = await fetch(`${base}/v2/models/simple/versions/1/stats`);
+  return ((await res.json()) as { model_stats: Stats[] }).model_stats[0]!;
+}
+
+const WRONG_SHAPE = {
+  inputs: [
+    { name: "INPUT0", datatype: "INT32", shape: [1, 15], data: Array(15).fill(1) },
+    { name: "INPUT1", datatype: "INT32", shape: [1, 16], data: Array(16).fill(1) },
+  ],
+};
+
+Deno.test("a listener thread runs a small model itself, with the answers, errors and statistics of one thread", async () => {
+  const repo = await tritonSimple();
+  const log = await Deno.makeTempFile();
+  try {
+    await using one = await startTestServer([`--model-repository=${repo}`, "--http-thread-count=1"]);
+    await using two = await startTestServer(
+      [`--model-repository=${repo}`, "--http-thread-count=2"],
+      fileLogger(log),
+    );
+    assert.match(await Deno.readTextFile(log), /HTTP listener threads run simple\/1 themselves/);
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    const refused = await infer(one.url, WRONG_SHAPE);
+    assert.equal(refused.status, 400);
+    for (let i = 0; i < ROUNDS; i++) assert.deepEqual(await infer(two.url, WRONG_SHAPE), refused);
+    // Both threads' requests are counted, once each; refusals at validation are not.
+    const s = await stats(two.url);
+    assert.equal(s.inference_count, ROUNDS);
+    assert.equal(s.execution_count, ROUNDS);
+    assert.equal(s.inference_stats.success!.count, ROUNDS);
+    assert.equal(s.inference_stats.fail!.count, 0);
+    assert.equal(s.inference_stats.compute_infer!.count, ROUNDS);
+    assert.deepEqual(s.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[1, ROUNDS]]);
+    // The Prometheus counters read the same.
+    const metrics = await (await fetch(`http://127.0.0.1:${two.server.metricsAddr!.port}/metrics`)).text();
+    assert.match(metrics, new RegExp(`^nv_inference_count\\{model="simple",version="1"\\} ${ROUNDS}$`, "m"));
+    assert.match(
+      metrics,
+      new RegExp(`^nv_inference_exec_count\\{model="simple",version="1"\\} ${ROUNDS}$`, "m"),
+    );
+    assert.match(
+      metrics,
+      new RegExp(`^nv_inference_request_success\\{model="simple",version="1"\\} ${ROUNDS}$`, "m"),
+    );
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+    await Deno.remove(log);
+  }
+});
+
+Deno.test("unloading a model stops the listener threads running it; loading it again starts them anew", async () => {
+  const repo = await tritonSimple();
+  const log = await Deno.makeTempFile();
+  const flags = [`--model-repository=${repo}`, "--model-control-mode=explicit", "--load-model=simple"];
+  try {
+    await using one = await startTestServer([...flags, "--http-thread-count=1"]);
+    await using two = await startTestServer([...flags, "--http-thread-count=2"], fileLogger(log));
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    assert.equal(await post(one.url, "/v2/repository/models/simple/unload"), 200);
+    assert.equal(await post(two.url, "/v2/repository/models/simple/unload"), 200);
+    const gone = await infer(one.url);
+    assert.notEqual(gone.status, 200);
+    for (let i = 0; i < ROUNDS; i++) assert.deepEqual(await infer(two.url), gone);
+    assert.equal(await post(two.url, "/v2/repository/models/simple/load"), 200);
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    // The version loaded again counts from zero.
+    assert.equal((await stats(two.url)).inference_count, ROUNDS);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+    await Deno.remove(log);
+  }
+});
+
+Deno.test("with verbose logging on, every request of a copied model goes to the main thread, which logs it", async () => {
+  const repo = await tritonSimple();
+  const log = await Deno.makeTempFile();
+  try {
+    await using two = await startTestServer(
+      [`--model-repository=${repo}`, "--http-thread-count=2"],
+      fileLogger(log),
+    );
+    const lines = async () =>
+      (await Deno.readTextFile(log)).split("\n").filter((l) =>
+        l.includes("HTTP request: POST /v2/models/simple/infer")
+      )
+        .length;
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    assert.equal(await lines(), 0);
+    assert.equal(await post(two.url, "/v2/logging", { log_verbose_level: 1 }), 200);
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    assert.equal(await lines(), ROUNDS);
+    assert.equal(await post(two.url, "/v2/logging", { log_verbose_level: 0 }), 200);
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    assert.equal(await lines(), ROUNDS);
+    assert.equal((await stats(two.url)).inference_count, 3 * ROUNDS);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+    await Deno.remove(log);
+  }
+});
