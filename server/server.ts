@@ -426,7 +426,9 @@ async function serveHttp(
     if (frontend.traces) frontend.traces.afterUpdate = () => replicas.changed();
     pipeline.registry.setReplicaHost(replicas);
     const copied = replicas.serving();
-    if (copied.length > 0) s.log.info(`HTTP listener threads run ${copied.join(", ")} themselves`);
+    if (copied.length > 0) {
+      s.log.info(`HTTP listener threads run requests of ${copied.join(", ")} themselves`);
+    }
     s.log.info(`HTTPService serves on ${listeners} threads`);
   }
   s.log.info(`Started HTTPService at ${addr.hostname}:${addr.port}`);

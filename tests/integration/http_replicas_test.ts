@@ -87,7 +87,7 @@ Deno.test("a listener thread runs a small model itself, with the answers, errors
       [`--model-repository=${repo}`, "--http-thread-count=2"],
       fileLogger(log),
     );
-    assert.match(await Deno.readTextFile(log), /HTTP listener threads run simple\/1 themselves/);
+    assert.match(await Deno.readTextFile(log), /HTTP listener threads run requests of simple\/1 themselves/);
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     const refused = await infer(one.url, WRONG_SHAPE);
     assert.equal(refused.status, 400);

@@ -24,6 +24,8 @@ interface Replica {
 /** The copies of one listener thread. */
 export class ReplicaRunner {
   #routes: Record<string, number> = {};
+  /** What each copy is opened from, with its statistics cells, from `replica-open` until it is closed. */
+  readonly #specs = new Map<number, { spec: ReplicaSpec; cells: SharedArrayBuffer }>();
   readonly #open = new Map<number, Replica>();
   /** Opening (or failed) copies, settled when the copy is open or has failed. */
   readonly #pending = new Map<number, Promise<void>>();
@@ -42,8 +44,10 @@ export class ReplicaRunner {
   handle(msg: ReplicaMessage, closed: (replica: number) => void): void {
     if (msg.op === "routes") this.#routes = msg.routes;
     else if (msg.op === "replica-open") {
-      this.#pending.set(msg.replica, this.#openCopy(msg.replica, msg.spec, msg.cells));
+      // Opened when the first request for it reaches this thread: a thread holds only the models it serves.
+      this.#specs.set(msg.replica, { spec: msg.spec, cells: msg.cells });
     } else {
+      this.#specs.delete(msg.replica);
       const opening = this.#pending.get(msg.replica) ?? Promise.resolve();
       void opening.then(() => this.#close(msg.replica)).finally(() => closed(msg.replica));
     }
@@ -72,7 +76,8 @@ export class ReplicaRunner {
         {},
         stats,
       );
-      this.#open.set(id, { spec, instance, scheduler });
+      if (this.#specs.has(id)) this.#open.set(id, { spec, instance, scheduler });
+      else await instance.close(); // closed while it opened
     } catch (err) {
       this.#report(
         `An HTTP listener thread cannot run '${config.name}' version ${context.version} itself (its requests go to the main thread): ${
@@ -94,6 +99,7 @@ export class ReplicaRunner {
   /** Closes every copy (the thread is stopping). */
   async closeAll(): Promise<void> {
     this.#routes = {};
+    this.#specs.clear();
     await Promise.allSettled([...this.#pending.values()]);
     await Promise.allSettled([...this.#open.keys()].map((id) => this.#close(id)));
   }
@@ -107,7 +113,12 @@ export class ReplicaRunner {
     const id = this.#routes[`${request.model}/${request.version}`];
     if (id === undefined) return undefined;
     const r = this.#open.get(id);
-    if (!r) return undefined;
+    if (!r) {
+      // The first request: it goes to the main thread while the copy opens.
+      const from = this.#specs.get(id);
+      if (from && !this.#pending.has(id)) this.#pending.set(id, this.#openCopy(id, from.spec, from.cells));
+      return undefined;
+    }
     const received = nowNs();
     let response: Promise<InferResponse>;
     try {
