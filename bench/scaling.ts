@@ -27,7 +27,7 @@ import { fileURLToPath } from "node:url";
 import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { type ChildServer, startChildServer } from "./child_server.ts";
-import { cpuSeconds, machineBusySeconds } from "./cpu_usage.ts";
+import { cpuSeconds, machineBusySeconds, threadCpuSeconds } from "./cpu_usage.ts";
 import { checkJson, tritonSimpleRepository } from "./http_bench.ts";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { expectedLogits, inProcessOnce, mlpConfigOptions, ORT_DEFAULTS } from "./mlp_bench.ts";
@@ -76,6 +76,8 @@ export interface ScalingPoint {
   p99Us: number;
   /** The server's CPU over the window, in cores (1 = one core busy). */
   serverCores: number;
+  /** The server's main thread (of the first process) over the window, in cores; NaN where not read. */
+  mainCores?: number;
   /** The whole machine's busy CPU over the window, in cores. */
   machineCores: number;
   /** Mean batch size the server formed (MLP). */
@@ -179,7 +181,8 @@ async function drive(
     return new Deno.Command(cmd!, { args, stdout: "piped", stderr: "piped" }).output();
   });
   const serverCpu = () => pids.reduce((s, pid) => s + cpuSeconds(pid), 0);
-  let s0 = 0, s1 = 0, m0 = 0, m1 = 0;
+  const mainCpu = () => threadCpuSeconds(pids[0]!).get(pids[0]!)?.seconds ?? NaN;
+  let s0 = 0, s1 = 0, m0 = 0, m1 = 0, t0 = 0, t1 = 0;
   let c0: Promise<{ inferences: number; executions: number }> | undefined;
   let c1: typeof c0;
   const from = startAt + job.warmupS * 1000;
@@ -187,14 +190,14 @@ async function drive(
   const edges = [
     new Promise<void>((r) =>
       setTimeout(() => {
-        [s0, m0] = [serverCpu(), machineBusySeconds()];
+        [s0, m0, t0] = [serverCpu(), machineBusySeconds(), mainCpu()];
         if (statsModel) c0 = modelCounts(port, statsModel);
         r();
       }, from - Date.now())
     ),
     new Promise<void>((r) =>
       setTimeout(() => {
-        [s1, m1] = [serverCpu(), machineBusySeconds()];
+        [s1, m1, t1] = [serverCpu(), machineBusySeconds(), mainCpu()];
         if (statsModel) c1 = modelCounts(port, statsModel);
         r();
       }, to - Date.now())
@@ -212,6 +215,7 @@ async function drive(
     p50Us: median(results.map((r) => r.p50Us)),
     p99Us: Math.max(...results.map((r) => r.p99Us)),
     serverCores: (s1 - s0) / job.durationS,
+    mainCores: (t1 - t0) / job.durationS,
     machineCores: (m1 - m0) / job.durationS,
     errors: results.reduce((s, r) => s + r.errors, 0),
     mismatches: results.reduce((s, r) => s + r.mismatches, 0),
@@ -518,16 +522,16 @@ export function render(result: ScalingResult): string {
   );
   lines.push("", "Every point (p50/p99 in µs; connections in total):", "");
   lines.push(
-    "| N | workload | server | threads | conns | rate | p50 | p99 | cores busy | machine busy | batch | errors |",
+    "| N | workload | server | threads | conns | rate | p50 | p99 | cores busy | main thread | machine busy | batch | errors |",
   );
-  lines.push("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+  lines.push("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const p of result.points) {
     lines.push(
       `| ${p.cores} | ${p.workload} | ${p.server} | ${p.threads} | ${p.connections || "-"} | ${
         fmt(p.rate)
-      } | ${fmt(p.p50Us)} | ${fmt(p.p99Us)} | ${fmt(p.serverCores, 1)} | ${fmt(p.machineCores, 1)} | ${
-        fmt(p.batch, 1)
-      } | ${p.errors + p.mismatches}${
+      } | ${fmt(p.p50Us)} | ${fmt(p.p99Us)} | ${fmt(p.serverCores, 1)} | ${fmt(p.mainCores, 2)} | ${
+        fmt(p.machineCores, 1)
+      } | ${fmt(p.batch, 1)} | ${p.errors + p.mismatches}${
         p.firstError ? ` (${p.firstError.slice(0, 80).replaceAll("|", "/")})` : ""
       } |`,
     );
@@ -628,9 +632,9 @@ async function main(): Promise<void> {
               `N=${p.cores} ${p.workload} ${p.server}(${p.threads}) ${fmt(p.rate)}/s p50 ${
                 fmt(p.p50Us)
               } µs, ` +
-                `${fmt(p.serverCores, 1)} cores busy${p.batch ? `, batch ${fmt(p.batch, 1)}` : ""}${
-                  p.errors + p.mismatches ? `, ${p.errors + p.mismatches} errors: ${p.firstError}` : ""
-                }`,
+                `${fmt(p.serverCores, 1)} cores busy (main thread ${fmt(p.mainCores, 2)})${
+                  p.batch ? `, batch ${fmt(p.batch, 1)}` : ""
+                }${p.errors + p.mismatches ? `, ${p.errors + p.mismatches} errors: ${p.firstError}` : ""}`,
             ),
         ),
       );
