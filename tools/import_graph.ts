@@ -43,8 +43,13 @@ export const LAYERS: readonly { name: string; paths: readonly string[] }[] = [
   { name: "server", paths: ["server/config.ts", "server/cli.ts", "server/server.ts", "main.ts", "mod.ts"] },
 ];
 
-/** The modules the graph starts from: the entry points and the worker started by URL. */
-export const ROOTS = ["main.ts", "mod.ts", "server/backends/onnxruntime_worker.ts"];
+/** The modules the graph starts from: the entry points and the workers started by URL. */
+export const ROOTS = [
+  "main.ts",
+  "mod.ts",
+  "server/backends/onnxruntime_worker.ts",
+  "server/frontends/http/http_worker.ts",
+];
 
 /** One import between two files of the project. */
 export interface Edge {

@@ -35,10 +35,11 @@ function fileLogger(file: string): Logger {
 async function infer(
   base: string,
   body: unknown = SIMPLE_REQUEST,
+  model = "simple",
 ): Promise<{ status: number; body: string }> {
   const a = await rawRequest(base, {
     method: "POST",
-    path: "/v2/models/simple/infer",
+    path: `/v2/models/${model}/infer`,
     headers: { "content-type": "application/json" },
     body: encoder.encode(JSON.stringify(body)),
   });
@@ -66,8 +67,8 @@ interface Stats {
   batch_stats: { batch_size: number; compute_infer: { count: number } }[];
 }
 
-async function stats(base: string): Promise<Stats> {
-  const res = await fetch(`${base}/v2/models/simple/versions/1/stats`);
+async function stats(base: string, model = "simple"): Promise<Stats> {
+  const res = await fetch(`${base}/v2/models/${model}/versions/1/stats`);
   return ((await res.json()) as { model_stats: Stats[] }).model_stats[0]!;
 }
 
@@ -162,6 +163,52 @@ Deno.test("with verbose logging on, every request of a copied model goes to the 
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     assert.equal(await lines(), ROUNDS);
     assert.equal((await stats(two.url)).inference_count, 3 * ROUNDS);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+    await Deno.remove(log);
+  }
+});
+
+Deno.test("a small model with dynamic batching runs on the listener threads too, unless it has priority levels", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
+  const log = await Deno.makeTempFile();
+  try {
+    const bundled = await Deno.readTextFile(`${EXAMPLES}/simple/config.pbtxt`);
+    assert.match(bundled, /^dynamic_batching \{ \}$/m);
+    for (
+      const [name, config] of [
+        ["simple", bundled],
+        [
+          "simple_prio",
+          bundled.replace('name: "simple"', 'name: "simple_prio"')
+            .replace(
+              /^dynamic_batching \{ \}$/m,
+              "dynamic_batching { priority_levels: 2 default_priority_level: 1 }",
+            ),
+        ],
+      ]
+    ) {
+      await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
+      await Deno.copyFile(`${EXAMPLES}/simple/1/model.onnx`, `${repo}/${name}/1/model.onnx`);
+      await Deno.writeTextFile(`${repo}/${name}/config.pbtxt`, config!);
+    }
+    await using two = await startTestServer(
+      [`--model-repository=${repo}`, "--http-thread-count=2"],
+      fileLogger(log),
+    );
+    assert.match(
+      await Deno.readTextFile(log),
+      /HTTP listener threads run requests of simple\/1 themselves\n/,
+    );
+    for (let i = 0; i < ROUNDS; i++) {
+      assertSimple(await infer(two.url));
+      assertSimple(await infer(two.url, SIMPLE_REQUEST, "simple_prio"));
+    }
+    for (const model of ["simple", "simple_prio"]) {
+      const s = await stats(two.url, model);
+      assert.equal(s.inference_count, ROUNDS, model);
+      assert.equal(s.inference_stats.success!.count, ROUNDS, model);
+    }
   } finally {
     await Deno.remove(repo, { recursive: true });
     await Deno.remove(log);

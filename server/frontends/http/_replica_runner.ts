@@ -12,6 +12,8 @@ import { validateRequest } from "../../core/validate.ts";
 import { SharedVersionStats } from "../../metrics/stats.ts";
 import type { BackendInstance } from "../../backends/backend.ts";
 import { PoolScheduler } from "../../scheduler/scheduler.ts";
+import { batchingOptions } from "../../models/model_version.ts";
+import { ArrivalCounter } from "../../core/arrivals.ts";
 import type { ReplicaMessage, ReplicaSpec } from "./replicas.ts";
 import type { Answer } from "./_channel.ts";
 
@@ -30,6 +32,8 @@ export class ReplicaRunner {
   /** Opening (or failed) copies, settled when the copy is open or has failed. */
   readonly #pending = new Map<number, Promise<void>>();
   readonly #report: (message: string) => void;
+  /** This thread's inference requests, which its dynamic batchers ask whether requests come together. */
+  readonly #arrivals = new ArrivalCounter();
 
   /** @param report logs a copy that cannot open */
   constructor(report: (message: string) => void) {
@@ -73,7 +77,7 @@ export class ReplicaRunner {
           outputs: new Map(spec.signature.outputs.map((o) => [o.name, o])),
         },
         [instance],
-        {},
+        { ...batchingOptions(config), arrivals: this.#arrivals },
         stats,
       );
       if (this.#specs.has(id)) this.#open.set(id, { spec, instance, scheduler });
@@ -110,6 +114,7 @@ export class ReplicaRunner {
    * @returns the answer, or undefined when the main thread must run it
    */
   infer(request: InferRequest): Promise<Answer> | undefined {
+    this.#arrivals.arrived();
     const id = this.#routes[`${request.model}/${request.version}`];
     if (id === undefined) return undefined;
     const r = this.#open.get(id);

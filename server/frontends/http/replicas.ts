@@ -1,10 +1,11 @@
 /**
- * Copies of small models on the HTTP listener threads, the main thread's side. A model version that runs one
- * request per execution on the main thread (an ONNX model file under 1 MiB, no dynamic or sequence batching,
- * no response cache, no rate limiter, not decoupled, no BYTES tensors) would have every request of every
- * listener thread wait for that one thread; instead each listener thread opens its own copy of the version
- * and runs the requests it reads itself, through the same validation and scheduler code, recording the
- * statistics into shared cells that the version's statistics fold in (see SharedVersionStats).
+ * Copies of small models on the HTTP listener threads, the main thread's side. A model version whose instances
+ * run on the main thread (an ONNX model file under 1 MiB; no sequence batching, response cache, rate limiter or
+ * BYTES tensors; not decoupled; dynamic batching without priority levels, a queue size or response
+ * ordering) would have every request of every listener thread wait for that one thread; instead each listener
+ * thread opens its own copy of the version and runs the requests it reads itself, through the same validation
+ * and scheduler code (a dynamic batcher of its own, which batches the requests that thread reads), recording
+ * the statistics into shared cells that the version's statistics fold in (see SharedVersionStats).
  *
  * The main thread publishes a route table (`model/version` and `model/` for the version a request without
  * one gets) to every listener thread whenever the models change; a request whose route the thread has no open
@@ -51,7 +52,7 @@ export function replicable(mv: ModelVersion): boolean {
   if (mv.state !== "READY" || source?.backend !== "onnxruntime") return false;
   const c = mv.config;
   if (mv.decoupled || mv.responseCache || mv.rateLimiter) return false;
-  if (c.dynamic_batching !== undefined || c.sequence_batching !== undefined) return false;
+  if (c.sequence_batching !== undefined || !threadLocalBatching(c)) return false;
   if (c.instance_group.some((g) => g.kind !== "KIND_CPU")) return false;
   const sig = mv.signature;
   if ([...sig.inputs, ...sig.outputs].some((t) => t.datatype === "BYTES")) return false;
@@ -69,6 +70,25 @@ export function replicable(mv: ModelVersion): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * Whether a model's dynamic batching, if any, means the same when each thread batches its own requests: no
+ * priority levels, queue size (it would hold per thread) or response ordering.
+ * @param c the config
+ */
+function threadLocalBatching(c: ModelConfig): boolean {
+  const db = c.dynamic_batching as
+    | {
+      preserve_ordering?: boolean;
+      priority_levels?: number;
+      default_queue_policy?: { max_queue_size?: number };
+      priority_queue_policy?: Record<string, unknown>;
+    }
+    | undefined;
+  if (db === undefined) return true;
+  return !db.preserve_ordering && !db.priority_levels && !db.default_queue_policy?.max_queue_size &&
+    Object.keys(db.priority_queue_policy ?? {}).length === 0;
 }
 
 interface Live {
