@@ -38,7 +38,20 @@ export class ArrivalCounter {
 
   /** How many inference requests have arrived since the counter was made (it only grows). */
   get total(): number {
-    return this.#total;
+    let n = this.#total;
+    for (const source of this.#sources) n += source();
+    return n;
+  }
+
+  /** Requests counted elsewhere (other threads), which `total` adds. */
+  #sources: (() => number)[] = [];
+
+  /**
+   * Adds requests counted elsewhere to `total` (not to `together`, which is about this thread's turns).
+   * @param source the count so far (it only grows)
+   */
+  addSource(source: () => number): void {
+    this.#sources.push(source);
   }
 
   /** Whether requests are arriving together: more than one in this turn or in the last turn that had arrivals. */

@@ -87,7 +87,6 @@ export function setResponseObserver(observer: ResponseObserver | undefined): voi
   responseObserver = observer;
 }
 
-/** Statistics of one model version. */
 /** Whether the latency observer is set (summaries or histograms are on): every request must reach it. */
 export function observesLatencies(): boolean {
   return latencyObserver !== undefined || responseObserver !== undefined;
@@ -124,6 +123,7 @@ export function statsCellCount(maxBatchSize: number): number {
   return CELL.batches + 6 * Math.max(1, maxBatchSize);
 }
 
+/** Statistics of one model version. */
 export class VersionStats {
   /** The model name and version, for the latency observer ("" when unnamed). */
   readonly model: string;

@@ -50,6 +50,8 @@ export interface VersionSource {
   backend: string;
   /** The instance context, less what is particular to one instance. */
   context: Pick<InstanceContext, "modelDir" | "versionDir" | "version" | "modelPath" | "backendConfig">;
+  /** The model file's size and modification time (ms) once the instances had loaded, where it is a file. */
+  file: { size: number; mtime: number } | undefined;
 }
 
 /** Keeps copies of model versions on other threads (the HTTP listener threads), which must drop them first. */
@@ -202,6 +204,7 @@ export class ModelVersion {
       this.source = {
         backend: backend.name,
         context: { modelDir, versionDir, version: this.version, modelPath, backendConfig },
+        file: await fileStamp(modelPath),
       };
       this.#loaded(started);
     } catch (err) {
@@ -333,6 +336,16 @@ export class ModelVersion {
     const instances = this.#instances;
     this.#instances = [];
     await Promise.allSettled(instances.map((i) => i.close()));
+  }
+}
+
+/** A file's size and modification time; undefined for a folder or what cannot be read. */
+async function fileStamp(path: string): Promise<{ size: number; mtime: number } | undefined> {
+  try {
+    const st = await Deno.stat(path);
+    return st.isFile ? { size: st.size, mtime: st.mtime?.getTime() ?? -1 } : undefined;
+  } catch {
+    return undefined;
   }
 }
 

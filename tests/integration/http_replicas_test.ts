@@ -214,3 +214,26 @@ Deno.test("a small model with dynamic batching runs on the listener threads too,
     await Deno.remove(log);
   }
 });
+
+Deno.test("a listener thread does not copy a model whose file changed after the version loaded", async () => {
+  const repo = await tritonSimple();
+  const log = await Deno.makeTempFile();
+  try {
+    await using two = await startTestServer(
+      [`--model-repository=${repo}`, "--http-thread-count=2"],
+      fileLogger(log),
+    );
+    // The same bytes, written again: a new modification time is enough to refuse the copy.
+    const file = `${repo}/simple/1/model.onnx`;
+    await Deno.utime(file, new Date(), new Date(Date.now() + 60_000));
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    assert.match(
+      await Deno.readTextFile(log),
+      /An HTTP listener thread cannot run 'simple' version 1 itself \(its requests go to the main thread\): '.*model\.onnx' has changed since the version loaded/,
+    );
+    assert.equal((await stats(two.url)).inference_count, ROUNDS);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+    await Deno.remove(log);
+  }
+});

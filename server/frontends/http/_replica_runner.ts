@@ -34,6 +34,8 @@ export class ReplicaRunner {
   readonly #report: (message: string) => void;
   /** This thread's inference requests, which its dynamic batchers ask whether requests come together. */
   readonly #arrivals = new ArrivalCounter();
+  /** The requests this thread ran itself, counted where the main thread reads them (idle detection). */
+  #served: { cells: Int32Array; index: number } | undefined;
 
   /** @param report logs a copy that cannot open */
   constructor(report: (message: string) => void) {
@@ -47,27 +49,36 @@ export class ReplicaRunner {
    */
   handle(msg: ReplicaMessage, closed: (replica: number) => void): void {
     if (msg.op === "routes") this.#routes = msg.routes;
-    else if (msg.op === "replica-open") {
+    else if (msg.op === "replica-served") {
+      this.#served = { cells: new Int32Array(msg.cells), index: msg.index };
+    } else if (msg.op === "replica-open") {
       // Opened when the first request for it reaches this thread: a thread holds only the models it serves.
       this.#specs.set(msg.replica, { spec: msg.spec, cells: msg.cells });
     } else {
       this.#specs.delete(msg.replica);
       const opening = this.#pending.get(msg.replica) ?? Promise.resolve();
-      void opening.then(() => this.#close(msg.replica)).finally(() => closed(msg.replica));
+      void opening.then(() => this.#close(msg.replica)).catch((err) =>
+        this.#report(`An HTTP listener thread failed to close its copy of a model: ${(err as Error).message}`)
+      ).finally(() => closed(msg.replica));
     }
   }
 
   async #openCopy(id: number, spec: ReplicaSpec, cells: SharedArrayBuffer): Promise<void> {
     const { config, context } = spec;
+    let instance: BackendInstance | undefined;
     try {
+      // The copy must be of the file the main thread loaded: one replaced since is not opened.
+      const same = () => sameFile(context.modelPath, spec.file);
+      if (!same()) throw new Error(`'${context.modelPath}' has changed since the version loaded`);
       // Loaded with the first copy: a listener thread that runs no model does not hold ONNX Runtime.
       const { onnxRuntimeBackend } = await import("../../backends/onnxruntime.ts");
-      const instance = await onnxRuntimeBackend.createInstance(config, {
+      instance = await onnxRuntimeBackend.createInstance(config, {
         ...context,
         instanceName: `${config.name}_http`,
         kind: "KIND_CPU",
         deviceId: 0,
       });
+      if (!same()) throw new Error(`'${context.modelPath}' changed while the copy opened`);
       const stats = new SharedVersionStats(new Float64Array(cells), config.name, String(context.version));
       const scheduler = new PoolScheduler(
         {
@@ -83,6 +94,7 @@ export class ReplicaRunner {
       if (this.#specs.has(id)) this.#open.set(id, { spec, instance, scheduler });
       else await instance.close(); // closed while it opened
     } catch (err) {
+      await instance?.close().catch(() => {});
       this.#report(
         `An HTTP listener thread cannot run '${config.name}' version ${context.version} itself (its requests go to the main thread): ${
           (err as Error).message
@@ -125,6 +137,7 @@ export class ReplicaRunner {
       return undefined;
     }
     const received = nowNs();
+    if (this.#served) Atomics.add(this.#served.cells, this.#served.index, 1);
     let response: Promise<InferResponse>;
     try {
       // As on the main thread (ModelVersion.infer): a request refused at validation is not counted.
@@ -133,6 +146,16 @@ export class ReplicaRunner {
       return Promise.resolve(failed(err));
     }
     return response.then((res) => ({ response: res }), failed);
+  }
+}
+
+/** Whether a file still has the size and modification time it had (a file that cannot be read has not). */
+function sameFile(path: string, was: { size: number; mtime: number }): boolean {
+  try {
+    const st = Deno.statSync(path);
+    return st.size === was.size && (st.mtime?.getTime() ?? -1) === was.mtime;
+  } catch {
+    return false;
   }
 }
 

@@ -1,8 +1,8 @@
 /**
  * Copies of small models on the HTTP listener threads, the main thread's side. A model version whose instances
  * run on the main thread (an ONNX model file under 1 MiB; no sequence batching, response cache, rate limiter or
- * BYTES tensors; not decoupled; dynamic batching without priority levels, a queue size or response
- * ordering) would have every request of every listener thread wait for that one thread; instead each listener
+ * BYTES tensors; not decoupled; dynamic batching without priority levels, a queue size, a queue delay or
+ * response ordering) would have every request of every listener thread wait for that one thread; instead each listener
  * thread opens its own copy of the version and runs the requests it reads itself, through the same validation
  * and scheduler code (a dynamic batcher of its own, which batches the requests that thread reads), recording
  * the statistics into shared cells that the version's statistics fold in (see SharedVersionStats).
@@ -32,16 +32,20 @@ export interface ReplicaSpec {
   signature: ModelSignature;
   /** Where its files are. */
   context: VersionSource["context"];
+  /** The model file as the version loaded it: a copy opens only while the file is unchanged. */
+  file: { size: number; mtime: number };
 }
 
 /** The messages of the replica protocol, main thread to listener thread. */
 export type ReplicaMessage =
   | { op: "replica-open"; id: -1; replica: number; spec: ReplicaSpec; cells: SharedArrayBuffer }
   | { op: "replica-close"; id: -1; replica: number }
-  | { op: "routes"; id: -1; routes: Record<string, number> };
+  | { op: "routes"; id: -1; routes: Record<string, number> }
+  /** Where the thread counts the requests it runs itself (cell `index` of an Int32Array). */
+  | { op: "replica-served"; id: -1; cells: SharedArrayBuffer; index: number };
 
-/** How long a withdrawal waits for a listener thread's answer before it goes on without it. */
-const WITHDRAW_WAIT_MS = 10_000;
+/** The most bytes a version folder may hold for the listener threads to copy the version. */
+const MAX_COPY_BYTES = 1 << 20;
 
 /**
  * Whether a version may run on the listener threads (see the module's documentation).
@@ -49,32 +53,48 @@ const WITHDRAW_WAIT_MS = 10_000;
  */
 export function replicable(mv: ModelVersion): boolean {
   const source = mv.source;
-  if (mv.state !== "READY" || source?.backend !== "onnxruntime") return false;
+  if (mv.state !== "READY" || source?.backend !== "onnxruntime" || !source.file) return false;
   const c = mv.config;
   if (mv.decoupled || mv.responseCache || mv.rateLimiter) return false;
   if (c.sequence_batching !== undefined || !threadLocalBatching(c)) return false;
   if (c.instance_group.some((g) => g.kind !== "KIND_CPU")) return false;
   const sig = mv.signature;
   if ([...sig.inputs, ...sig.outputs].some((t) => t.datatype === "BYTES")) return false;
-  let bytes: number;
+  // The whole version folder counts: ONNX Runtime reads external data files beside the model file, and each
+  // thread would hold its own copy of them.
+  const bytes = folderBytes(source.context.versionDir, MAX_COPY_BYTES);
+  if (bytes >= MAX_COPY_BYTES || source.file.size >= WORKER_MIN_MODEL_BYTES) return false;
   try {
-    const st = Deno.statSync(source.context.modelPath);
-    if (!st.isFile) return false;
-    bytes = st.size;
-  } catch {
-    return false;
-  }
-  if (bytes >= WORKER_MIN_MODEL_BYTES) return false;
-  try {
-    return instanceThread(c, source.context.backendConfig, bytes) === "main";
+    return instanceThread(c, source.context.backendConfig, source.file.size) === "main";
   } catch {
     return false;
   }
 }
 
+/** The bytes of the files under a folder, counting no further than `limit` (Infinity when unreadable). */
+function folderBytes(dir: string, limit: number): number {
+  let total = 0;
+  const walk = (d: string, depth: number) => {
+    if (depth > 8) throw new Error("too deep");
+    for (const e of Deno.readDirSync(d)) {
+      if (total >= limit) return;
+      const path = `${d}/${e.name}`;
+      if (e.isDirectory) walk(path, depth + 1);
+      else total += Deno.statSync(path).size;
+    }
+  };
+  try {
+    walk(dir, 0);
+  } catch {
+    return Infinity;
+  }
+  return total;
+}
+
 /**
  * Whether a model's dynamic batching, if any, means the same when each thread batches its own requests: no
- * priority levels, queue size (it would hold per thread) or response ordering.
+ * priority levels, queue size (it would hold per thread), response ordering or queue delay (each thread sees a
+ * share of the requests, so its batches would fill more slowly and more requests would wait the whole delay).
  * @param c the config
  */
 function threadLocalBatching(c: ModelConfig): boolean {
@@ -82,13 +102,14 @@ function threadLocalBatching(c: ModelConfig): boolean {
     | {
       preserve_ordering?: boolean;
       priority_levels?: number;
+      max_queue_delay_microseconds?: number;
       default_queue_policy?: { max_queue_size?: number };
       priority_queue_policy?: Record<string, unknown>;
     }
     | undefined;
   if (db === undefined) return true;
   return !db.preserve_ordering && !db.priority_levels && !db.default_queue_policy?.max_queue_size &&
-    Object.keys(db.priority_queue_policy ?? {}).length === 0;
+    Object.keys(db.priority_queue_policy ?? {}).length === 0 && !db.max_queue_delay_microseconds;
 }
 
 interface Live {
@@ -107,8 +128,16 @@ export class ListenerReplicas implements ReplicaHost {
   readonly #ids = new WeakMap<ModelVersion, number>();
   readonly #live = new Map<number, Live>();
   readonly #withdrawn = new WeakSet<ModelVersion>();
+  /** Withdrawals under way, so that a second call waits for the first. */
+  readonly #withdrawing = new WeakMap<ModelVersion, Promise<void>>();
+  /** Whether each version could be copied, once decided (it does not change while the version is loaded). */
+  readonly #eligible = new WeakMap<ModelVersion, boolean>();
   /** Closings awaited, by `thread:replica`. */
   readonly #closing = new Map<string, () => void>();
+  /** Threads that failed after they started: no answer will come from them. */
+  readonly #dead = new Set<number>();
+  /** The requests each thread ran itself. */
+  readonly #served: Int32Array;
   #stopped = false;
 
   /**
@@ -128,6 +157,11 @@ export class ListenerReplicas implements ReplicaHost {
     this.#threads = threads;
     this.#send = send;
     this.#allowed = (model) => !observesLatencies() && delayFromEnvironment() === 0 && allowed(model);
+    const served = new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT * Math.max(1, threads));
+    this.#served = new Int32Array(served);
+    for (let t = 0; t < threads; t++) send(t, { op: "replica-served", id: -1, cells: served, index: t });
+    // The memory reclaimer and anything else that asks whether requests arrive count these too.
+    registry.arrivals.addSource(() => this.#served.reduce((a, b) => a + b, 0));
   }
 
   /** The versions with copies on the listener threads, as `model/version`. */
@@ -161,9 +195,19 @@ export class ListenerReplicas implements ReplicaHost {
     if (this.#withdrawn.has(mv) || mv.state !== "READY") return undefined;
     const known = this.#ids.get(mv);
     if (known !== undefined) return known;
-    if (!replicable(mv)) return undefined;
+    let eligible = this.#eligible.get(mv);
+    if (eligible === undefined) this.#eligible.set(mv, eligible = replicable(mv));
+    if (!eligible) return undefined;
     const id = this.#nextId++;
-    const spec: ReplicaSpec = { config: mv.config, signature: mv.signature, context: mv.source!.context };
+    const source = mv.source!;
+    const spec: ReplicaSpec = {
+      config: mv.config,
+      signature: mv.signature,
+      context: source.context,
+      file: source.file!,
+    };
+    // Versions the registry made while the host was being set must tell it too before they unload.
+    mv.replicaHost = this;
     const cells: Float64Array[] = [];
     for (let t = 0; t < this.#threads; t++) {
       const sab = new SharedArrayBuffer(
@@ -180,7 +224,13 @@ export class ListenerReplicas implements ReplicaHost {
   }
 
   /** Takes a version out of every thread's routes and closes its copies; resolves once every thread has. */
-  async withdraw(mv: ModelVersion): Promise<void> {
+  withdraw(mv: ModelVersion): Promise<void> {
+    let w = this.#withdrawing.get(mv);
+    if (!w) this.#withdrawing.set(mv, w = this.#withdraw(mv));
+    return w;
+  }
+
+  async #withdraw(mv: ModelVersion): Promise<void> {
     const id = this.#ids.get(mv);
     this.#withdrawn.add(mv);
     if (id === undefined || !this.#live.has(id)) return;
@@ -193,15 +243,12 @@ export class ListenerReplicas implements ReplicaHost {
     this.changed();
     const closed: Promise<void>[] = [];
     for (let t = 0; t < this.#threads; t++) {
+      if (this.#dead.has(t)) continue;
       const key = `${t}:${id}`;
+      // As the main thread's own scheduler: the unload waits for the requests the thread has taken.
       closed.push(
         new Promise<void>((resolve) => {
-          const timer = setTimeout(() => {
-            this.#closing.delete(key);
-            resolve();
-          }, WITHDRAW_WAIT_MS);
           this.#closing.set(key, () => {
-            clearTimeout(timer);
             this.#closing.delete(key);
             resolve();
           });
@@ -224,7 +271,16 @@ export class ListenerReplicas implements ReplicaHost {
     this.#closing.get(`${thread}:${replica}`)?.();
   }
 
-  /** Stops publishing (the listener threads are stopping); waiting withdrawals end at once. */
+  /**
+   * A listener thread failed after it started: nothing is waited for from it any more.
+   * @param thread the thread's index
+   */
+  failed(thread: number): void {
+    this.#dead.add(thread);
+    for (const [key, done] of [...this.#closing]) if (key.startsWith(`${thread}:`)) done();
+  }
+
+  /** Stops publishing (the listener threads have stopped); waiting withdrawals end at once. */
   stop(): void {
     this.#stopped = true;
     for (const done of [...this.#closing.values()]) done();

@@ -167,8 +167,10 @@ export class HttpWorkers {
           worker.onerror = (e) => {
             e.preventDefault();
             // After the start, a thread that fails is reported and left out; the other threads keep serving.
-            if (listening) options.onError?.(`HTTP listener thread ${i + 1} failed: ${e.message}`);
-            else reject(new Error(e.message));
+            if (listening) {
+              options.onError?.(`HTTP listener thread ${i + 1} failed: ${e.message}`);
+              pool.#replicas?.failed(i);
+            } else reject(new Error(e.message));
           };
           worker.onmessage = (e: MessageEvent<FromWorker>) => {
             const msg = e.data;
@@ -324,7 +326,6 @@ export class HttpWorkers {
    * @returns when every thread has stopped
    */
   async shutdown(): Promise<void> {
-    this.#replicas?.stop();
     await Promise.all(this.#workers.map((worker) =>
       new Promise<void>((resolve) => {
         const previous = worker.onmessage;
@@ -337,6 +338,7 @@ export class HttpWorkers {
         worker.postMessage({ op: "stop", id: -1 } satisfies ToWorker);
       })
     ));
+    this.#replicas?.stop();
     this.#stopPolling();
     this.#workers = [];
   }
