@@ -422,8 +422,15 @@ async function serveHttp(
       (model) => s.log.verboseLevel < 1 && !pipeline.mayTrace(model),
     );
     workers.attach(replicas);
-    s.log.afterUpdate = () => replicas.changed();
-    if (frontend.traces) frontend.traces.afterUpdate = () => replicas.changed();
+    // A logger an embedder shares between servers keeps telling the others too, and forgets this one at the end.
+    const log = s.log, traces = frontend.traces;
+    const logBefore = log.afterUpdate, tracesBefore = traces?.afterUpdate;
+    log.afterUpdate = () => (logBefore?.(), replicas.changed());
+    if (traces) traces.afterUpdate = () => (tracesBefore?.(), replicas.changed());
+    s.stack.defer("listener-thread copies", () => {
+      log.afterUpdate = logBefore;
+      if (traces) traces.afterUpdate = tracesBefore;
+    });
     pipeline.registry.setReplicaHost(replicas);
     const copied = replicas.serving();
     if (copied.length > 0) {
