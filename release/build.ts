@@ -70,9 +70,15 @@ interface Entry {
   target?: string;
 }
 
+/**
+ * Deno's lock files in node_modules/.deno (`.deno.lock`, and `.deno.lock.poll`, which comes and goes while
+ * another Deno process holds the lock): they belong to the Deno processes of this checkout, not to the release.
+ */
+const DENO_LOCKS = "node_modules/.deno/.deno.lock";
+
 function isExcluded(rel: string): boolean {
   return EXCLUDED.some((e) => rel === e || rel.startsWith(e + "/")) || rel.endsWith(".pyc") ||
-    rel.split("/").includes("__pycache__");
+    rel.split("/").includes("__pycache__") || rel.startsWith(DENO_LOCKS);
 }
 
 /** Lists a path under the repository root (directories before their contents, in a stable order). */
