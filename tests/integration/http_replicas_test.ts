@@ -169,7 +169,7 @@ Deno.test("with verbose logging on, every request of a copied model goes to the 
   }
 });
 
-Deno.test("a small model with dynamic batching runs on the listener threads too, unless it has priority levels", async () => {
+Deno.test("a small model with dynamic batching runs on the listener threads too, unless it has priority levels, a queue delay or big files", async () => {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
   const log = await Deno.makeTempFile();
   try {
@@ -186,12 +186,20 @@ Deno.test("a small model with dynamic batching runs on the listener threads too,
               "dynamic_batching { priority_levels: 2 default_priority_level: 1 }",
             ),
         ],
+        [
+          "simple_delay",
+          bundled.replace('name: "simple"', 'name: "simple_delay"')
+            .replace(/^dynamic_batching \{ \}$/m, "dynamic_batching { max_queue_delay_microseconds: 100 }"),
+        ],
+        ["simple_big", bundled.replace('name: "simple"', 'name: "simple_big"')],
       ]
     ) {
       await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
       await Deno.copyFile(`${EXAMPLES}/simple/1/model.onnx`, `${repo}/${name}/1/model.onnx`);
       await Deno.writeTextFile(`${repo}/${name}/config.pbtxt`, config!);
     }
+    // Another file beside the model (as ONNX external data would be) takes the folder past 1 MiB.
+    await Deno.writeFile(`${repo}/simple_big/1/weights.bin`, new Uint8Array(1 << 20));
     await using two = await startTestServer(
       [`--model-repository=${repo}`, "--http-thread-count=2"],
       fileLogger(log),
@@ -200,11 +208,11 @@ Deno.test("a small model with dynamic batching runs on the listener threads too,
       await Deno.readTextFile(log),
       /HTTP listener threads run requests of simple\/1 themselves\n/,
     );
+    const models = ["simple", "simple_prio", "simple_delay", "simple_big"];
     for (let i = 0; i < ROUNDS; i++) {
-      assertSimple(await infer(two.url));
-      assertSimple(await infer(two.url, SIMPLE_REQUEST, "simple_prio"));
+      for (const model of models) assertSimple(await infer(two.url, SIMPLE_REQUEST, model));
     }
-    for (const model of ["simple", "simple_prio"]) {
+    for (const model of models) {
       const s = await stats(two.url, model);
       assert.equal(s.inference_count, ROUNDS, model);
       assert.equal(s.inference_stats.success!.count, ROUNDS, model);
