@@ -1,0 +1,93 @@
+/**
+ * Packs what the benchmarks need to run on a machine with no network and no Deno (a bigger machine lent for a
+ * scaling run, say): the pinned Deno binary, `node_modules` as the launcher installed it, and the shims that
+ * `./dinfer` built, into one folder of compressed files. The cloud-storage SDKs, the OpenAI client and the
+ * OpenTelemetry exporters keep only their `package.json` files (Deno checks that every package of the lock file
+ * is there; the benchmarks never load them), and ONNX Runtime keeps only its Linux x86-64 libraries.
+ *
+ * Usage: `deno run -A bench/offline_bundle.ts [--out=.dev]`, then on the other machine, in a copy of the
+ * repository with that folder:
+ *
+ * ```sh
+ * mkdir -p /tmp/deno && xz -dc .dev/deno.xz > /tmp/deno/deno && chmod +x /tmp/deno/deno
+ * tar -xJf .dev/node_modules.tar.xz && mkdir -p build/shim && cp .dev/shim/*.so build/shim/
+ * DENO_DIR=/tmp/deno/cache /tmp/deno/deno run -A bench/scaling.ts --json=scaling.json --no-write
+ * ```
+ * @module
+ */
+
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const DENO_STORE = "node_modules/.deno";
+/** Packages whose files are left out (their package.json files stay). */
+const SKELETONS = [
+  /^openai@/,
+  /^apache-arrow@/,
+  /^web-streams-polyfill@/,
+  /^@azure\+/,
+  /^@aws-sdk\+/,
+  /^@smithy\+/,
+  /^@google-cloud\+/,
+  /^@typespec\+/,
+  /^@types\+node@/,
+  /^@opentelemetry\+(?!api@)/,
+];
+/** ONNX Runtime's libraries for other systems. */
+const OTHER_SYSTEMS = /\/onnxruntime-node\/bin\/napi-v\d+\/(darwin|win32|linux\/arm64)\//;
+
+function run(cmd: string, args: string[], stdin?: Uint8Array): Promise<void> {
+  return (async () => {
+    const child = new Deno.Command(cmd, { args, cwd: ROOT, stdin: stdin ? "piped" : "null", stderr: "piped" })
+      .spawn();
+    if (stdin) {
+      const w = child.stdin.getWriter();
+      await w.write(stdin);
+      await w.close();
+    }
+    const out = await child.output();
+    if (!out.success) {
+      throw new Error(`${cmd} ${args.join(" ")} failed: ${new TextDecoder().decode(out.stderr)}`);
+    }
+  })();
+}
+
+/** The files (and links) under node_modules to pack, relative to the repository root. */
+function nodeModulesFiles(): string[] {
+  const files: string[] = [];
+  const walk = (rel: string) => {
+    for (const e of Deno.readDirSync(`${ROOT}${rel}`)) {
+      const path = `${rel}/${e.name}`;
+      if (e.isDirectory) walk(path);
+      else files.push(path);
+    }
+  };
+  walk("node_modules");
+  return files.filter((f) => {
+    if (OTHER_SYSTEMS.test(f) || f.startsWith(`${DENO_STORE}/.deno.lock`)) return false;
+    const m = /^node_modules\/\.deno\/([^/]+)\/node_modules\/(.+)$/.exec(f);
+    if (!m || !SKELETONS.some((s) => s.test(m[1]!))) return true;
+    // In a skeleton package only the package.json files of its packages stay.
+    return /^(@[^/]+\/)?[^/]+\/package\.json$/.test(m[2]!);
+  });
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ args: Deno.args, options: { out: { type: "string", default: ".dev" } } });
+  const out = values.out!;
+  await Deno.mkdir(`${ROOT}${out}/shim`, { recursive: true });
+  for (const so of ["libortshim.so", "libtrtshim.so", "libtrtshim_mock.so"]) {
+    await Deno.copyFile(`${ROOT}build/shim/${so}`, `${ROOT}${out}/shim/${so}`);
+  }
+  await run("sh", ["-c", `xz -9 -T0 -c "$0" > "${out}/deno.xz"`, Deno.execPath()]);
+  const list = new TextEncoder().encode(nodeModulesFiles().join("\n") + "\n");
+  await run("sh", ["-c", `tar -c --no-recursion -T - | xz -9 -T0 > "${out}/node_modules.tar.xz"`], list);
+  for (const e of Deno.readDirSync(`${ROOT}${out}`)) {
+    if (e.isFile) {
+      console.log(`${out}/${e.name}: ${(Deno.statSync(`${ROOT}${out}/${e.name}`).size / 1e6).toFixed(1)} MB`);
+    }
+  }
+}
+
+if (import.meta.main) await main();
