@@ -339,8 +339,11 @@ export class ModelVersion {
   }
 }
 
-/** A file's size and modification time; undefined for a folder or what cannot be read. */
-async function fileStamp(path: string): Promise<{ size: number; mtime: number } | undefined> {
+/**
+ * A file's size and modification time (ms); undefined for a folder or what cannot be read.
+ * @param path the file
+ */
+export async function fileStamp(path: string): Promise<{ size: number; mtime: number } | undefined> {
   try {
     const st = await Deno.stat(path);
     return st.isFile ? { size: st.size, mtime: st.mtime?.getTime() ?? -1 } : undefined;

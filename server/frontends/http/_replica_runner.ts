@@ -12,7 +12,7 @@ import { validateRequest } from "../../core/validate.ts";
 import { SharedVersionStats } from "../../metrics/stats.ts";
 import type { BackendInstance } from "../../backends/backend.ts";
 import { PoolScheduler } from "../../scheduler/scheduler.ts";
-import { batchingOptions } from "../../models/model_version.ts";
+import { batchingOptions, fileStamp } from "../../models/model_version.ts";
 import { ArrivalCounter } from "../../core/arrivals.ts";
 import type { ReplicaMessage, ReplicaSpec } from "./replicas.ts";
 import type { Answer } from "./_channel.ts";
@@ -68,8 +68,11 @@ export class ReplicaRunner {
     let instance: BackendInstance | undefined;
     try {
       // The copy must be of the file the main thread loaded: one replaced since is not opened.
-      const same = () => sameFile(context.modelPath, spec.file);
-      if (!same()) throw new Error(`'${context.modelPath}' has changed since the version loaded`);
+      const same = async () => {
+        const now = await fileStamp(context.modelPath);
+        return now?.size === spec.file.size && now.mtime === spec.file.mtime;
+      };
+      if (!await same()) throw new Error(`'${context.modelPath}' has changed since the version loaded`);
       // Loaded with the first copy: a listener thread that runs no model does not hold ONNX Runtime.
       const { onnxRuntimeBackend } = await import("../../backends/onnxruntime.ts");
       instance = await onnxRuntimeBackend.createInstance(config, {
@@ -78,7 +81,7 @@ export class ReplicaRunner {
         kind: "KIND_CPU",
         deviceId: 0,
       });
-      if (!same()) throw new Error(`'${context.modelPath}' changed while the copy opened`);
+      if (!await same()) throw new Error(`'${context.modelPath}' changed while the copy opened`);
       const stats = new SharedVersionStats(new Float64Array(cells), config.name, String(context.version));
       const scheduler = new PoolScheduler(
         {
@@ -146,16 +149,6 @@ export class ReplicaRunner {
       return Promise.resolve(failed(err));
     }
     return response.then((res) => ({ response: res }), failed);
-  }
-}
-
-/** Whether a file still has the size and modification time it had (a file that cannot be read has not). */
-function sameFile(path: string, was: { size: number; mtime: number }): boolean {
-  try {
-    const st = Deno.statSync(path);
-    return st.size === was.size && (st.mtime?.getTime() ?? -1) === was.mtime;
-  } catch {
-    return false;
   }
 }
 
