@@ -127,8 +127,7 @@ export class ListenerReplicas implements ReplicaHost {
   #nextId = 1;
   readonly #ids = new WeakMap<ModelVersion, number>();
   readonly #live = new Map<number, Live>();
-  readonly #withdrawn = new WeakSet<ModelVersion>();
-  /** Withdrawals under way, so that a second call waits for the first. */
+  /** Versions withdrawn (or being withdrawn), with the withdrawal, so that a second call waits for the first. */
   readonly #withdrawing = new WeakMap<ModelVersion, Promise<void>>();
   /** Whether each version could be copied, once decided (it does not change while the version is loaded). */
   readonly #eligible = new WeakMap<ModelVersion, boolean>();
@@ -192,7 +191,7 @@ export class ListenerReplicas implements ReplicaHost {
 
   /** The id of a version's copies, opening them first where it is eligible and has none yet. */
   #offer(mv: ModelVersion): number | undefined {
-    if (this.#withdrawn.has(mv) || mv.state !== "READY") return undefined;
+    if (this.#withdrawing.has(mv) || mv.state !== "READY") return undefined;
     const known = this.#ids.get(mv);
     if (known !== undefined) return known;
     let eligible = this.#eligible.get(mv);
@@ -226,13 +225,16 @@ export class ListenerReplicas implements ReplicaHost {
   /** Takes a version out of every thread's routes and closes its copies; resolves once every thread has. */
   withdraw(mv: ModelVersion): Promise<void> {
     let w = this.#withdrawing.get(mv);
-    if (!w) this.#withdrawing.set(mv, w = this.#withdraw(mv));
+    if (!w) {
+      // Recorded before it starts: the route table it publishes must leave the version out.
+      w = Promise.resolve().then(() => this.#withdraw(mv));
+      this.#withdrawing.set(mv, w);
+    }
     return w;
   }
 
   async #withdraw(mv: ModelVersion): Promise<void> {
     const id = this.#ids.get(mv);
-    this.#withdrawn.add(mv);
     if (id === undefined || !this.#live.has(id)) return;
     if (this.#stopped) {
       // The listener threads have stopped: no copy runs any more.
