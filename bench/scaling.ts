@@ -327,51 +327,38 @@ async function measureCores(
   const simpleConns = Math.max(16, 16 * n);
   const mlpConns = Math.max(64, 32 * n);
 
+  /** Loads servers already started (all on one port) with a workload, records the point, and stops them. */
+  const measure = async (
+    servers: ChildServer[],
+    workload: "simple" | "mlp",
+    server: string,
+    threads: number,
+  ) => {
+    await withServers(servers, async () => {
+      const p = await drive(
+        servers[0]!.port,
+        servers.map((s) => s.pid),
+        n,
+        total,
+        workload === "simple"
+          ? { ...common, workload, connections: simpleConns }
+          : { ...common, workload, connections: mlpConns, expected: opts.expected },
+        workload === "mlp" ? "mlp" : undefined,
+      );
+      add({ cores: n, workload, server, threads, ...p });
+    });
+  };
+  const dinfer = (repo: string, threads: number) =>
+    startChildServer([], [`--model-repository=${repo}`, `--http-thread-count=${threads}`], { prefix });
+
   if (opts.workloads.includes("simple")) {
     for (const threads of threadCounts(n)) {
-      const s = await startChildServer([], [
-        `--model-repository=${opts.simpleRepo}`,
-        `--http-thread-count=${threads}`,
-      ], {
-        prefix,
-      });
-      await withServers([s], async () => {
-        const p = await drive(s.port, [s.pid], n, total, {
-          ...common,
-          workload: "simple",
-          connections: simpleConns,
-        });
-        add({ cores: n, workload: "simple", server: dinferName(threads, n), threads, ...p });
-      });
+      await measure([await dinfer(opts.simpleRepo, threads)], "simple", dinferName(threads, n), threads);
     }
-    {
-      const threads = Math.max(1, Math.floor(n / 2));
-      const s = await startChildServer([], [
-        `--model-repository=${opts.batchingRepo}`,
-        `--http-thread-count=${threads}`,
-      ], {
-        prefix,
-      });
-      await withServers([s], async () => {
-        const p = await drive(s.port, [s.pid], n, total, {
-          ...common,
-          workload: "simple",
-          connections: simpleConns,
-        });
-        add({ cores: n, workload: "simple", server: "dinfer-batching", threads, ...p });
-      });
-    }
-    {
-      const s = await startChildServer([], [], { script: "bench/peer_onnx_server.ts", prefix });
-      await withServers([s], async () => {
-        const p = await drive(s.port, [s.pid], n, total, {
-          ...common,
-          workload: "simple",
-          connections: simpleConns,
-        });
-        add({ cores: n, workload: "simple", server: "peer", threads: 1, ...p });
-      });
-    }
+    const half = Math.max(1, Math.floor(n / 2));
+    await measure([await dinfer(opts.batchingRepo, half)], "simple", "dinfer-batching", half);
+    const peer = await startChildServer([], [], { script: "bench/peer_onnx_server.ts", prefix });
+    await measure([peer], "simple", "peer", 1);
     if (n > 1) {
       const port = freePort();
       const peers: ChildServer[] = [];
@@ -390,34 +377,12 @@ async function measureCores(
         await Promise.all(peers.map((s) => s.stop()));
         throw err;
       }
-      await withServers(peers, async () => {
-        const p = await drive(port, peers.map((s) => s.pid), n, total, {
-          ...common,
-          workload: "simple",
-          connections: simpleConns,
-        });
-        add({ cores: n, workload: "simple", server: `peer-x${n}`, threads: n, ...p });
-      });
+      await measure(peers, "simple", `peer-x${n}`, n);
     }
   }
   if (opts.workloads.includes("mlp")) {
     for (const threads of threadCounts(n)) {
-      const s = await startChildServer(
-        [],
-        [`--model-repository=${MODELS}`, `--http-thread-count=${threads}`],
-        {
-          prefix,
-        },
-      );
-      await withServers([s], async () => {
-        const p = await drive(s.port, [s.pid], n, total, {
-          ...common,
-          workload: "mlp",
-          connections: mlpConns,
-          expected: opts.expected,
-        }, "mlp");
-        add({ cores: n, workload: "mlp", server: dinferName(threads, n), threads, ...p });
-      });
+      await measure([await dinfer(MODELS, threads)], "mlp", dinferName(threads, n), threads);
     }
     add(await inProcess(n, opts.durationS));
   }
