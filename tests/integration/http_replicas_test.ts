@@ -81,64 +81,64 @@ const WRONG_SHAPE = {
   ],
 };
 
-Deno.test(
-  "a listener thread runs a small model itself, with the answers, errors and statistics of one thread",
-  { ignore: ONE_CORE },
-  async () => {
-    const repo = await tritonSimple();
+/**
+ * A test (skipped on one core) with a repository, `simple` with Triton's config unless `makeRepo` says
+ * otherwise, and a log file for the server under test; both are removed afterwards.
+ */
+function replicaTest(
+  name: string,
+  body: (repo: string, log: string) => Promise<void>,
+  makeRepo: () => Promise<string> = tritonSimple,
+): void {
+  Deno.test(name, { ignore: ONE_CORE }, async () => {
+    const repo = await makeRepo();
     const log = await Deno.makeTempFile();
     try {
-      await using one = await startTestServer([`--model-repository=${repo}`, "--http-thread-count=1"]);
-      await using two = await startTestServer(
-        [`--model-repository=${repo}`, "--http-thread-count=2"],
-        fileLogger(log),
-      );
-      assert.match(
-        await Deno.readTextFile(log),
-        /HTTP listener threads run requests of simple\/1 themselves/,
-      );
-      for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
-      const refused = await infer(one.url, WRONG_SHAPE);
-      assert.equal(refused.status, 400);
-      for (let i = 0; i < ROUNDS; i++) assert.deepEqual(await infer(two.url, WRONG_SHAPE), refused);
-      // Both threads' requests are counted, once each; refusals at validation are not.
-      const s = await stats(two.url);
-      assert.equal(s.inference_count, ROUNDS);
-      assert.equal(s.execution_count, ROUNDS);
-      assert.equal(s.inference_stats.success!.count, ROUNDS);
-      assert.equal(s.inference_stats.fail!.count, 0);
-      assert.equal(s.inference_stats.compute_infer!.count, ROUNDS);
-      assert.deepEqual(s.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[1, ROUNDS]]);
-      // The Prometheus counters read the same.
-      const metrics = await (await fetch(`http://127.0.0.1:${two.server.metricsAddr!.port}/metrics`)).text();
-      assert.match(
-        metrics,
-        new RegExp(`^nv_inference_count\\{model="simple",version="1"\\} ${ROUNDS}$`, "m"),
-      );
-      assert.match(
-        metrics,
-        new RegExp(`^nv_inference_exec_count\\{model="simple",version="1"\\} ${ROUNDS}$`, "m"),
-      );
-      assert.match(
-        metrics,
-        new RegExp(`^nv_inference_request_success\\{model="simple",version="1"\\} ${ROUNDS}$`, "m"),
-      );
+      await body(repo, log);
     } finally {
       await Deno.remove(repo, { recursive: true });
       await Deno.remove(log);
     }
+  });
+}
+
+/** The server under test: two HTTP threads, its log in `log`. */
+function twoThreads(log: string, flags: string[]) {
+  return startTestServer([...flags, "--http-thread-count=2"], fileLogger(log));
+}
+
+replicaTest(
+  "a listener thread runs a small model itself, with the answers, errors and statistics of one thread",
+  async (repo, log) => {
+    await using one = await startTestServer([`--model-repository=${repo}`, "--http-thread-count=1"]);
+    await using two = await twoThreads(log, [`--model-repository=${repo}`]);
+    assert.match(await Deno.readTextFile(log), /HTTP listener threads run requests of simple\/1 themselves/);
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    const refused = await infer(one.url, WRONG_SHAPE);
+    assert.equal(refused.status, 400);
+    for (let i = 0; i < ROUNDS; i++) assert.deepEqual(await infer(two.url, WRONG_SHAPE), refused);
+    // Both threads' requests are counted, once each; refusals at validation are not.
+    const s = await stats(two.url);
+    assert.equal(s.inference_count, ROUNDS);
+    assert.equal(s.execution_count, ROUNDS);
+    assert.equal(s.inference_stats.success!.count, ROUNDS);
+    assert.equal(s.inference_stats.fail!.count, 0);
+    assert.equal(s.inference_stats.compute_infer!.count, ROUNDS);
+    assert.deepEqual(s.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[1, ROUNDS]]);
+    // The Prometheus counters read the same.
+    const metrics = await (await fetch(`http://127.0.0.1:${two.server.metricsAddr!.port}/metrics`)).text();
+    for (const counter of ["nv_inference_count", "nv_inference_exec_count", "nv_inference_request_success"]) {
+      assert.match(metrics, new RegExp(`^${counter}\\{model="simple",version="1"\\} ${ROUNDS}$`, "m"));
+    }
   },
 );
 
-Deno.test("unloading a model stops the listener threads running it; loading it again starts them anew", {
-  ignore: ONE_CORE,
-}, async () => {
-  const repo = await tritonSimple();
-  const log = await Deno.makeTempFile();
-  const flags = [`--model-repository=${repo}`, "--model-control-mode=explicit", "--load-model=simple"];
-  try {
+replicaTest(
+  "unloading a model stops the listener threads running it; loading it again starts them anew",
+  async (repo, log) => {
+    const flags = [`--model-repository=${repo}`, "--model-control-mode=explicit", "--load-model=simple"];
     await using one = await startTestServer([...flags, "--http-thread-count=1"]);
-    await using two = await startTestServer([...flags, "--http-thread-count=2"], fileLogger(log));
+    await using two = await twoThreads(log, flags);
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     assert.equal(await post(one.url, "/v2/repository/models/simple/unload"), 200);
     assert.equal(await post(two.url, "/v2/repository/models/simple/unload"), 200);
@@ -149,27 +149,16 @@ Deno.test("unloading a model stops the listener threads running it; loading it a
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     // The version loaded again counts from zero.
     assert.equal((await stats(two.url)).inference_count, ROUNDS);
-  } finally {
-    await Deno.remove(repo, { recursive: true });
-    await Deno.remove(log);
-  }
-});
+  },
+);
 
-Deno.test("with verbose logging on, every request of a copied model goes to the main thread, which logs it", {
-  ignore: ONE_CORE,
-}, async () => {
-  const repo = await tritonSimple();
-  const log = await Deno.makeTempFile();
-  try {
-    await using two = await startTestServer(
-      [`--model-repository=${repo}`, "--http-thread-count=2"],
-      fileLogger(log),
-    );
+replicaTest(
+  "with verbose logging on, every request of a copied model goes to the main thread, which logs it",
+  async (repo, log) => {
+    await using two = await twoThreads(log, [`--model-repository=${repo}`]);
     const lines = async () =>
-      (await Deno.readTextFile(log)).split("\n").filter((l) =>
-        l.includes("HTTP request: POST /v2/models/simple/infer")
-      )
-        .length;
+      (await Deno.readTextFile(log)).split("\n")
+        .filter((l) => l.includes("HTTP request: POST /v2/models/simple/infer")).length;
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     assert.equal(await lines(), 0);
     assert.equal(await post(two.url, "/v2/logging", { log_verbose_level: 1 }), 200);
@@ -179,91 +168,64 @@ Deno.test("with verbose logging on, every request of a copied model goes to the 
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     assert.equal(await lines(), ROUNDS);
     assert.equal((await stats(two.url)).inference_count, 3 * ROUNDS);
-  } finally {
-    await Deno.remove(repo, { recursive: true });
-    await Deno.remove(log);
-  }
-});
-
-Deno.test(
-  "a small model with dynamic batching runs on the listener threads too, unless it has priority levels, a queue delay or big files",
-  { ignore: ONE_CORE },
-  async () => {
-    const repo = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
-    const log = await Deno.makeTempFile();
-    try {
-      const bundled = await Deno.readTextFile(`${EXAMPLES}/simple/config.pbtxt`);
-      assert.match(bundled, /^dynamic_batching \{ \}$/m);
-      for (
-        const [name, config] of [
-          ["simple", bundled],
-          [
-            "simple_prio",
-            bundled.replace('name: "simple"', 'name: "simple_prio"')
-              .replace(
-                /^dynamic_batching \{ \}$/m,
-                "dynamic_batching { priority_levels: 2 default_priority_level: 1 }",
-              ),
-          ],
-          [
-            "simple_delay",
-            bundled.replace('name: "simple"', 'name: "simple_delay"')
-              .replace(/^dynamic_batching \{ \}$/m, "dynamic_batching { max_queue_delay_microseconds: 100 }"),
-          ],
-          ["simple_big", bundled.replace('name: "simple"', 'name: "simple_big"')],
-        ]
-      ) {
-        await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
-        await Deno.copyFile(`${EXAMPLES}/simple/1/model.onnx`, `${repo}/${name}/1/model.onnx`);
-        await Deno.writeTextFile(`${repo}/${name}/config.pbtxt`, config!);
-      }
-      // Another file beside the model (as ONNX external data would be) takes the folder past 1 MiB.
-      await Deno.writeFile(`${repo}/simple_big/1/weights.bin`, new Uint8Array(1 << 20));
-      await using two = await startTestServer(
-        [`--model-repository=${repo}`, "--http-thread-count=2"],
-        fileLogger(log),
-      );
-      assert.match(
-        await Deno.readTextFile(log),
-        /HTTP listener threads run requests of simple\/1 themselves\n/,
-      );
-      const models = ["simple", "simple_prio", "simple_delay", "simple_big"];
-      for (let i = 0; i < ROUNDS; i++) {
-        for (const model of models) assertSimple(await infer(two.url, SIMPLE_REQUEST, model));
-      }
-      for (const model of models) {
-        const s = await stats(two.url, model);
-        assert.equal(s.inference_count, ROUNDS, model);
-        assert.equal(s.inference_stats.success!.count, ROUNDS, model);
-      }
-    } finally {
-      await Deno.remove(repo, { recursive: true });
-      await Deno.remove(log);
-    }
   },
 );
 
-Deno.test("a listener thread does not copy a model whose file changed after the version loaded", {
-  ignore: ONE_CORE,
-}, async () => {
-  const repo = await tritonSimple();
-  const log = await Deno.makeTempFile();
-  try {
-    await using two = await startTestServer(
-      [`--model-repository=${repo}`, "--http-thread-count=2"],
-      fileLogger(log),
+/** `simple` with the bundled config, and copies with priority levels, a queue delay and a big version folder. */
+async function batchingRepo(): Promise<string> {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
+  const bundled = await Deno.readTextFile(`${EXAMPLES}/simple/config.pbtxt`);
+  assert.match(bundled, /^dynamic_batching \{ \}$/m);
+  const variant = (name: string, batching: string) =>
+    bundled.replace('name: "simple"', `name: "${name}"`).replace(/^dynamic_batching \{ \}$/m, batching);
+  const configs = {
+    simple: bundled,
+    simple_prio: variant("simple_prio", "dynamic_batching { priority_levels: 2 default_priority_level: 1 }"),
+    simple_delay: variant("simple_delay", "dynamic_batching { max_queue_delay_microseconds: 100 }"),
+    simple_big: variant("simple_big", "dynamic_batching { }"),
+  };
+  for (const [name, config] of Object.entries(configs)) {
+    await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
+    await Deno.copyFile(`${EXAMPLES}/simple/1/model.onnx`, `${repo}/${name}/1/model.onnx`);
+    await Deno.writeTextFile(`${repo}/${name}/config.pbtxt`, config);
+  }
+  // Another file beside the model (as ONNX external data would be) takes the folder past 1 MiB.
+  await Deno.writeFile(`${repo}/simple_big/1/weights.bin`, new Uint8Array(1 << 20));
+  return repo;
+}
+
+replicaTest(
+  "a small model with dynamic batching runs on the listener threads too, unless it has priority levels, a queue delay or big files",
+  async (repo, log) => {
+    await using two = await twoThreads(log, [`--model-repository=${repo}`]);
+    assert.match(
+      await Deno.readTextFile(log),
+      /HTTP listener threads run requests of simple\/1 themselves\n/,
     );
+    const models = ["simple", "simple_prio", "simple_delay", "simple_big"];
+    for (let i = 0; i < ROUNDS; i++) {
+      for (const model of models) assertSimple(await infer(two.url, SIMPLE_REQUEST, model));
+    }
+    for (const model of models) {
+      const s = await stats(two.url, model);
+      assert.equal(s.inference_count, ROUNDS, model);
+      assert.equal(s.inference_stats.success!.count, ROUNDS, model);
+    }
+  },
+  batchingRepo,
+);
+
+replicaTest(
+  "a listener thread does not copy a model whose file changed after the version loaded",
+  async (repo, log) => {
+    await using two = await twoThreads(log, [`--model-repository=${repo}`]);
     // The same bytes, written again: a new modification time is enough to refuse the copy.
-    const file = `${repo}/simple/1/model.onnx`;
-    await Deno.utime(file, new Date(), new Date(Date.now() + 60_000));
+    await Deno.utime(`${repo}/simple/1/model.onnx`, new Date(), new Date(Date.now() + 60_000));
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     assert.match(
       await Deno.readTextFile(log),
       /An HTTP listener thread cannot run 'simple' version 1 itself \(its requests go to the main thread\): '.*model\.onnx' has changed since the version loaded/,
     );
     assert.equal((await stats(two.url)).inference_count, ROUNDS);
-  } finally {
-    await Deno.remove(repo, { recursive: true });
-    await Deno.remove(log);
-  }
-});
+  },
+);
