@@ -108,7 +108,7 @@ const CELL = {
   computeInfer: 11,
   computeOutput: 13,
   failures: 15,
-  /** Per batch size b ≥ 1, 6 cells from BATCHES + 6·(b − 1): compute input, infer, output (count, ns). */
+  /** Per batch size b ≥ 1, 6 cells from `batches` + 6·(b − 1): compute input, infer, output (count, ns). */
   batches: 19,
 } as const;
 const REASONS: readonly FailureReason[] = ["REJECTED", "CANCELED", "BACKEND", "OTHER"];
