@@ -10,7 +10,7 @@ import type { ModelRegistry } from "../models/registry.ts";
 import { invalidArg } from "../core/errors.ts";
 import type { GpuSample } from "./gpu.ts";
 import type { SystemSampler } from "./sampler.ts";
-import { type FailureReason, setLatencyObserver, setResponseObserver, type VersionStats } from "./stats.ts";
+import { FAILURE_REASONS, setLatencyObserver, setResponseObserver, type VersionStats } from "./stats.ts";
 
 /** What the metrics endpoint reports. */
 export interface MetricsOptions {
@@ -171,7 +171,7 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
       this.reset();
       for (const v of models.readyVersions()) {
         v.stats.absorb();
-        for (const reason of Object.keys(v.stats.failures) as FailureReason[]) {
+        for (const reason of FAILURE_REASONS) {
           this.inc({ model: v.name, version: String(v.version), reason }, v.stats.failures[reason]);
         }
       }

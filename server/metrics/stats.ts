@@ -13,8 +13,11 @@ export interface Duration {
   ns: number;
 }
 
-/** Why a request failed, as the `reason` label of nv_inference_request_failure. */
-export type FailureReason = "REJECTED" | "CANCELED" | "BACKEND" | "OTHER";
+/** Why a request failed, as the `reason` label of nv_inference_request_failure, in the order of the shared
+ * statistics cells (see CELL.failures). */
+export const FAILURE_REASONS = ["REJECTED", "CANCELED", "BACKEND", "OTHER"] as const;
+/** One of FAILURE_REASONS. */
+export type FailureReason = typeof FAILURE_REASONS[number];
 
 /** Per-batch-size execution statistics. */
 export interface BatchStats {
@@ -111,7 +114,6 @@ const CELL = {
   /** Per batch size b ≥ 1, 6 cells from `batches` + 6·(b − 1): compute input, infer, output (count, ns). */
   batches: 19,
 } as const;
-const REASONS: readonly FailureReason[] = ["REJECTED", "CANCELED", "BACKEND", "OTHER"];
 const DURATIONS = ["success", "fail", "queue", "computeInput", "computeInfer", "computeOutput"] as const;
 const BATCH_DURATIONS = ["compute_input", "compute_infer", "compute_output"] as const;
 
@@ -155,7 +157,7 @@ export class VersionStats {
   readonly computeInfer: Duration = zero();
   readonly computeOutput: Duration = zero();
   /** Failures by reason. */
-  readonly failures: Record<FailureReason, number> = { REJECTED: 0, CANCELED: 0, BACKEND: 0, OTHER: 0 };
+  readonly failures = Object.fromEntries(FAILURE_REASONS.map((r) => [r, 0])) as Record<FailureReason, number>;
   /** Execution statistics by batch size. */
   readonly batches: Map<number, BatchStats> = new Map();
   /** Seconds the version took to load. */
@@ -294,7 +296,7 @@ export class VersionStats {
         d.count += delta(CELL[name]);
         d.ns += delta(CELL[name] + 1);
       }
-      REASONS.forEach((r, k) => (this.failures[r] += delta(CELL.failures + k)));
+      FAILURE_REASONS.forEach((r, k) => (this.failures[r] += delta(CELL.failures + k)));
       for (let b = 1, at = CELL.batches; at + 6 <= cells.length; b++, at += 6) {
         if (
           cells[at]! === seen[at]! && cells[at + 2]! === seen[at + 2]! && cells[at + 4]! === seen[at + 4]!
@@ -362,7 +364,7 @@ export class SharedVersionStats extends VersionStats {
       c[CELL[name]] = this[name].count;
       c[CELL[name] + 1] = this[name].ns;
     }
-    REASONS.forEach((r, k) => (c[CELL.failures + k] = this.failures[r]));
+    FAILURE_REASONS.forEach((r, k) => (c[CELL.failures + k] = this.failures[r]));
   }
 }
 
