@@ -171,7 +171,10 @@ replicaTest(
   },
 );
 
-/** `simple` with the bundled config, and copies with priority levels, a queue delay and a big version folder. */
+/**
+ * `simple` with the bundled config, and copies with priority levels, a queue delay, a big version folder and one
+ * of many files.
+ */
 async function batchingRepo(): Promise<string> {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
   const bundled = await Deno.readTextFile(`${EXAMPLES}/simple/config.pbtxt`);
@@ -183,6 +186,7 @@ async function batchingRepo(): Promise<string> {
     simple_prio: variant("simple_prio", "dynamic_batching { priority_levels: 2 default_priority_level: 1 }"),
     simple_delay: variant("simple_delay", "dynamic_batching { max_queue_delay_microseconds: 100 }"),
     simple_big: variant("simple_big", "dynamic_batching { }"),
+    simple_many: variant("simple_many", "dynamic_batching { }"),
   };
   for (const [name, config] of Object.entries(configs)) {
     await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
@@ -191,18 +195,23 @@ async function batchingRepo(): Promise<string> {
   }
   // Another file beside the model (as ONNX external data would be) takes the folder past 1 MiB.
   await Deno.writeFile(`${repo}/simple_big/1/weights.bin`, new Uint8Array(1 << 20));
+  // Small files, but more than the listener threads walk through (256 entries).
+  await Deno.mkdir(`${repo}/simple_many/1/extra`);
+  for (let i = 0; i < 300; i++) {
+    await Deno.writeFile(`${repo}/simple_many/1/extra/${i}.txt`, new Uint8Array(1));
+  }
   return repo;
 }
 
 replicaTest(
-  "a small model with dynamic batching runs on the listener threads too, unless it has priority levels, a queue delay or big files",
+  "a small model with dynamic batching runs on the listener threads too, unless it has priority levels, a queue delay, big files or too many",
   async (repo, log) => {
     await using two = await twoThreads(log, [`--model-repository=${repo}`]);
     assert.match(
       await Deno.readTextFile(log),
       /HTTP listener threads run requests of simple\/1 themselves\n/,
     );
-    const models = ["simple", "simple_prio", "simple_delay", "simple_big"];
+    const models = ["simple", "simple_prio", "simple_delay", "simple_big", "simple_many"];
     for (let i = 0; i < ROUNDS; i++) {
       for (const model of models) assertSimple(await infer(two.url, SIMPLE_REQUEST, model));
     }

@@ -71,13 +71,21 @@ export function replicable(mv: ModelVersion): boolean {
   }
 }
 
-/** The bytes of the files under a folder, counting no further than `limit` (Infinity when unreadable). */
+/** Entries a version folder may hold for the listener threads to copy the version (see folderBytes). */
+const MAX_COPY_ENTRIES = 256;
+
+/**
+ * The bytes of the files under a folder, counting no further than `limit` (Infinity when unreadable, deeper than
+ * 8 levels or holding more than MAX_COPY_ENTRIES entries). The walk is synchronous, once per version and only
+ * where there are listener threads; the entry bound keeps it short whatever the folder holds.
+ */
 function folderBytes(dir: string, limit: number): number {
-  let total = 0;
+  let total = 0, entries = 0;
   const walk = (d: string, depth: number) => {
     if (depth > 8) throw new Error("too deep");
     for (const e of Deno.readDirSync(d)) {
       if (total >= limit) return;
+      if (++entries > MAX_COPY_ENTRIES) throw new Error("too many entries");
       const path = `${d}/${e.name}`;
       if (e.isDirectory) walk(path, depth + 1);
       else total += Deno.statSync(path).size;
