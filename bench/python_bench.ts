@@ -78,6 +78,18 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   the socket: per request 2.03 epoll_wait, 3.16 instead of 3.73 context switches (server and stub), stub
   1 switch. Server + stub CPU per inference against the previous code, fresh servers, alternating rounds:
   -12 to -16 % at 1 connection, -4 to -8 % at 8 (HTTP JSON); gRPC -7 % and -10 %.
+- *Placement* (2026-11-27, add_sub_py, HTTP JSON, 1 connection, \`perf\`): at one connection both cores are
+  two-thirds idle and each request passes four hand-offs (load generator → server → stub → server → load
+  generator). \`perf sched timehist\`: a task woken on the other, idle vCPU waits 26–30 µs before it runs,
+  one woken on the waker's own CPU 3–4 µs; the kernel had put the floor's echo process beside its server,
+  dinfer's stub beside the load generator. With the server and its Python process pinned to one core and the
+  load generator to the other (taskset), three alternating rounds: dinfer 3,682–3,880 → 4,004–4,452 req/s
+  (1.09–1.16×), the floor 5,883–6,703 → 7,684–7,825 (1.16–1.33×). dinfer stays at 0.57–0.58 of the floor
+  either way, so its gap to the floor is work, not placement: per request about 43 µs of JavaScript on the
+  server's main thread (a CPU profile: JSON decoding 14 %, the pipe write 15 %, the backend's frames and
+  answers 20 %) and 49 µs of stub CPU (half of it in the interpreter, a third in the kernel), where the
+  floor's echo takes 14 µs. Not pursued further: the floor itself is 1.58–1.64× Triton at one connection,
+  so 1.5× would leave dinfer about 14 µs per request beyond fixed bytes and one echo.
 - *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
   the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
   \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
