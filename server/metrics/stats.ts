@@ -13,8 +13,10 @@ export interface Duration {
   ns: number;
 }
 
-/** Why a request failed, as the `reason` label of nv_inference_request_failure, in the order of the shared
- * statistics cells (see CELL.failures). */
+/**
+ * Why a request fails, as the `reason` label of nv_inference_request_failure, in the order of the shared
+ * statistics cells (see CELL.failures).
+ */
 export const FAILURE_REASONS = ["REJECTED", "CANCELED", "BACKEND", "OTHER"] as const;
 /** One of FAILURE_REASONS. */
 export type FailureReason = typeof FAILURE_REASONS[number];
