@@ -5,14 +5,18 @@
  * OpenTelemetry exporters keep only their `package.json` files (Deno checks that every package of the lock file
  * is there; the benchmarks never load them), and ONNX Runtime keeps only its Linux x86-64 libraries.
  *
- * Usage: `deno run -A bench/offline_bundle.ts [--out=.dev]`, then on the other machine, in a copy of the
- * repository with that folder:
+ * It packs Deno's copies of the registry documents of the import map's packages too: Deno reads them before it
+ * uses node_modules, and without them it waits for the registry.
+ *
+ * Usage: `deno run -A bench/offline_bundle.ts [--out=.dev]` (the folder is relative to the repository root), then
+ * on the other machine, in a copy of the repository with that folder, `bench/offline_run.sh` unpacks what is
+ * missing and runs a script, for example:
  *
  * ```sh
- * mkdir -p /tmp/deno && xz -dc .dev/deno.xz > /tmp/deno/deno && chmod +x /tmp/deno/deno
- * tar -xJf .dev/node_modules.tar.xz && mkdir -p build/shim && cp .dev/shim/*.so build/shim/
- * DENO_DIR=/tmp/deno/cache /tmp/deno/deno run -A bench/scaling.ts --json=scaling.json --no-write
+ * bench/offline_run.sh bench/scaling.ts --json="$OUT/scaling.json" --no-write --commit=<sha>
  * ```
+ *
+ * Tried on a bare clone under `unshare -n` (with the loopback interface up: `ip link set lo up`).
  * @module
  */
 
@@ -73,6 +77,29 @@ function nodeModulesFiles(): string[] {
   });
 }
 
+/**
+ * The registry documents (`registry.json`) in Deno's npm cache, as paths under the cache's parent (`npm/...`): one
+ * per package folder, `<registry>/<name>/` or `<registry>/@<scope>/<name>/`.
+ */
+function registryDocuments(cache: string): string[] {
+  const found: string[] = [];
+  const dirs = (path: string) => [...Deno.readDirSync(path)].filter((e) => e.isDirectory).map((e) => e.name);
+  const add = (rel: string) => {
+    try {
+      if (Deno.statSync(`${cache}/${rel}/registry.json`).isFile) found.push(`npm/${rel}/registry.json`);
+    } catch {
+      // None: a package Deno resolved without asking the registry for its document.
+    }
+  };
+  for (const registry of dirs(cache)) {
+    for (const name of dirs(`${cache}/${registry}`)) {
+      if (!name.startsWith("@")) add(`${registry}/${name}`);
+      else for (const scoped of dirs(`${cache}/${registry}/${name}`)) add(`${registry}/${name}/${scoped}`);
+    }
+  }
+  return found;
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({ args: Deno.args, options: { out: { type: "string", default: ".dev" } } });
   const out = values.out!;
@@ -83,6 +110,20 @@ async function main(): Promise<void> {
   await run("sh", ["-c", `xz -9 -T0 -c "$0" > "${out}/deno.xz"`, Deno.execPath()]);
   const list = new TextEncoder().encode(nodeModulesFiles().join("\n") + "\n");
   await run("sh", ["-c", `tar -c --no-recursion -T - | xz -9 -T0 > "${out}/node_modules.tar.xz"`], list);
+  // Deno reads the registry's package documents of the import map's packages from its cache before it uses
+  // node_modules: without them a machine with no network waits for the registry.
+  const cache = JSON.parse(
+    new TextDecoder().decode(
+      new Deno.Command(Deno.execPath(), { args: ["info", "--json"], cwd: ROOT, stdout: "piped" }).outputSync()
+        .stdout,
+    ),
+  ).npmCache as string;
+  const documents = registryDocuments(cache).join("\n") + "\n";
+  await run("sh", [
+    "-c",
+    `tar -c --no-recursion -C "$0/.." -T - | xz -9 -T0 > "${out}/deno_dir.tar.xz"`,
+    cache,
+  ], new TextEncoder().encode(documents));
   for (const e of Deno.readDirSync(`${ROOT}${out}`)) {
     if (e.isFile) {
       console.log(`${out}/${e.name}: ${(Deno.statSync(`${ROOT}${out}/${e.name}`).size / 1e6).toFixed(1)} MB`);
