@@ -452,6 +452,13 @@ Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.
 - One event loop: the server's main thread serves every request, so its ${
     f(mainRest)
   } µs per request alone cap it at ${x(1e6 / Math.max(1, mainRest))}, on any number of cores.
+- Why a core idles at saturation (\`perf sched timehist\` of one run by hand, 2026-11-27, not this run): the
+  main thread and the load generator take turns on one core, about 27 µs per request, and the instance's worker
+  runs ONNX Runtime on the other. While every request is inside the instance (one batch running, the next one
+  waiting), the main thread has nothing to do and its core idles, in gaps of up to about 750 µs. Two intra-op
+  threads for the worker (config parameter \`intra_op_thread_count: 2\`) let ONNX Runtime use those gaps: six
+  alternating pairs (\`bench/mlp_rounds.ts --only=worker\`) gave 0.91–1.29× the default, median 1.06×, at
+  42–46 µs of worker CPU per inference instead of 37–38; a queue delay of 500 µs gave nothing in three pairs.
 `;
 }
 
