@@ -631,6 +631,14 @@ const PROTOCOL_NAMES: Record<Protocol, string> = {
   "grpc-h2load": "gRPC, h2load (mean µs)",
 };
 
+/** dinfer's rate over Triton's in each round of a point, as text (rounds where either has none are left out). */
+function perRound(d: Point[], t: Point[]): string[] {
+  return d.flatMap((p) => {
+    const q = t.find((x) => x.round === p.round);
+    return q ? [fmt(p.rate / q.rate, 2)] : [];
+  });
+}
+
 function markdown(
   points: Point[],
   flags: Flags,
@@ -665,7 +673,9 @@ function markdown(
         } | ${f.length ? fmt(fr) : "-"} | ${f.length ? fmt(median(f.map((p) => p.cpuUs))) : "-"} | ${
           Number.isFinite(floorRatio) ? fmt(floorRatio, 2) : "-"
         } | ${
-          Number.isFinite(ratio) ? `${fmt(ratio, 2)}${ratio >= TARGET_RATIO ? "" : " (below 1.5)"}` : "-"
+          Number.isFinite(ratio)
+            ? `${fmt(ratio, 2)}${ratio >= TARGET_RATIO ? "" : " (below 1.5)"} [${perRound(d, t).join(" ")}]`
+            : "-"
         }${wrong ? " **errors**" : ""} |`,
       );
     }
@@ -691,9 +701,9 @@ one Python process per model instance) can do per request. Its rate over Triton'
 server can reach.
 
 **Method**: the three servers run at once (idle while another is measured). ${flags.rounds} round(s); in each,
-every server is measured at every point (${rounds} points: HTTP JSON, HTTP binary as tritonclient sends it,
-gRPC with raw contents; ${flags.connections.join(" and ")} connections), the servers' order alternating from
-one round to the next. HTTP load: \`bench/loadgen.ts\` (closed loop, one request in flight per keep-alive
+every point (${rounds} points: HTTP JSON, HTTP binary as tritonclient sends it, gRPC with raw contents;
+${flags.connections.join(" and ")} connections) is measured on the three servers one after the other, the
+servers' order alternating from one round to the next. HTTP load: \`bench/loadgen.ts\` (closed loop, one request in flight per keep-alive
 connection); gRPC: \`bench/grpc_load.ts\` (@grpc/grpc-js, N calls in flight on one channel, in a Deno process
 of its own on the same cores) and, when h2load is installed, h2load (a C client: one HTTP/2 connection, N
 streams; its rows give the mean latency, as h2load prints no percentiles; each such point is checked by the
@@ -702,10 +712,10 @@ with the same bytes). ${flags.warmupS} s
 warm-up and ${flags.durationS} s measured per point; every 500th answer is checked against the expected
 values. CPU per inference: user + system time of the server process and its descendants (the Python stubs)
 over the whole point, warm-up included, divided by the measured rate times the point's length (an
-estimate). The table shows medians over the rounds; the ratio is dinfer's rate over Triton's (target ≥
-${TARGET_RATIO}).${info.skipped ? `\n\n**Triton skipped**: ${info.skipped}` : ""}${
-    info.notes.map((n) => `\n\n**Note**: ${n}.`).join("")
-  }
+estimate). The table shows medians over the rounds; the ratio is dinfer's median rate over Triton's (target ≥
+${TARGET_RATIO}), followed by each round's own ratio in brackets.${
+    info.skipped ? `\n\n**Triton skipped**: ${info.skipped}` : ""
+  }${info.notes.map((n) => `\n\n**Note**: ${n}.`).join("")}
 
 | protocol | connections | dinfer infer/s | dinfer p50 µs | dinfer CPU µs/infer | Triton infer/s | Triton p50 µs | Triton CPU µs/infer | floor infer/s | floor CPU µs/infer | floor / Triton | dinfer / Triton |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
@@ -830,21 +840,25 @@ async function main(args: string[]): Promise<void> {
     if (!h2load) {
       console.log("h2load is not on PATH (Debian package nghttp2-client): no gRPC points through it");
     }
+    // Each point is measured on every server back to back, so that the servers of one point are compared
+    // within seconds of each other (this machine's speed drifts over a run).
     for (let round = 1; round <= flags.rounds; round++) {
       const order = round % 2 ? servers : [...servers].reverse();
-      for (const s of order) {
-        const gone = s.exited();
-        if (gone) {
-          // A server that ended (or was ended) between points: its remaining points are not measured.
-          const note = `${s.name} ${gone} before round ${round}; its later points were not measured`;
-          if (!notes.includes(note)) {
-            notes.push(note);
-            console.log(`\n${note}. Its last output:\n${s.log().slice(-3000)}\n`);
+      for (const protocol of protocols) {
+        for (const c of flags.connections) {
+          for (const s of order) {
+            const gone = s.exited();
+            if (gone) {
+              // A server that ended (or was ended) between points: its remaining points are not measured.
+              const note = `${s.name} ${gone} before round ${round}; its later points were not measured`;
+              if (!notes.includes(note)) {
+                notes.push(note);
+                console.log(`\n${note}. Its last output:\n${s.log().slice(-3000)}\n`);
+              }
+              continue;
+            }
+            points.push(await measurePoint(s, protocol, c, round, flags));
           }
-          continue;
-        }
-        for (const protocol of protocols) {
-          for (const c of flags.connections) points.push(await measurePoint(s, protocol, c, round, flags));
         }
       }
     }
