@@ -429,14 +429,15 @@ export function render(result: ScalingResult): string {
       return `${fmt(p.rate)}${x}, ${fmt(p.serverCores, 1)} busy${bad}`;
     });
   };
-  lines.push("### simple (Triton's config, JSON), requests/s, ×N=1, cores busy", "");
-  lines.push(
+  /** A table's heading and the rows of dinfer at its three HTTP thread counts. */
+  const dinferRows = (workload: string) => [
     `| server | ${cores.map((n) => `N=${n}`).join(" | ")} |`,
     `|---|${cores.map(() => "---:").join("|")}|`,
-  );
-  lines.push(`| dinfer, N HTTP threads | ${scaled("simple", "dinfer").join(" | ")} |`);
-  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("simple", "dinfer-half", "dinfer").join(" | ")} |`);
-  lines.push(`| dinfer, 1 HTTP thread | ${scaled("simple", "dinfer-1", "dinfer").join(" | ")} |`);
+    `| dinfer, N HTTP threads | ${scaled(workload, "dinfer").join(" | ")} |`,
+    `| dinfer, N/2 HTTP threads | ${scaled(workload, "dinfer-half", "dinfer").join(" | ")} |`,
+    `| dinfer, 1 HTTP thread | ${scaled(workload, "dinfer-1", "dinfer").join(" | ")} |`,
+  ];
+  lines.push("### simple (Triton's config, JSON), requests/s, ×N=1, cores busy", "", ...dinferRows("simple"));
   lines.push(
     `| dinfer, bundled config (dynamic batching), N/2 HTTP threads | ${
       scaled("simple", "dinfer-batching", "dinfer").join(" | ")
@@ -446,7 +447,7 @@ export function render(result: ScalingResult): string {
   lines.push(
     `| hand-written peer, N processes | ${
       cores.map((n) => {
-        const p = result.points.find((q) => q.workload === "simple" && q.server === `peer-x${n}`);
+        const p = at("simple", `peer-x${n}`, n);
         return p ? `${fmt(p.rate)}, ${fmt(p.serverCores, 1)} busy` : "-";
       }).join(" | ")
     } |`,
@@ -462,20 +463,17 @@ export function render(result: ScalingResult): string {
       cores.map((n) =>
         ratio(
           at("simple", "dinfer", n),
-          result.points.find((q) => q.workload === "simple" && q.server === `peer-x${n}`) ??
-            at("simple", "peer", n),
+          at("simple", `peer-x${n}`, n) ?? at("simple", "peer", n),
         )
       ).join(" | ")
     } |`,
   );
-  lines.push("", "### MLP 784-1024-1024-10, dynamic batching, binary, inferences/s, ×N=1, cores busy", "");
   lines.push(
-    `| server | ${cores.map((n) => `N=${n}`).join(" | ")} |`,
-    `|---|${cores.map(() => "---:").join("|")}|`,
+    "",
+    "### MLP 784-1024-1024-10, dynamic batching, binary, inferences/s, ×N=1, cores busy",
+    "",
+    ...dinferRows("mlp"),
   );
-  lines.push(`| dinfer, N HTTP threads | ${scaled("mlp", "dinfer").join(" | ")} |`);
-  lines.push(`| dinfer, N/2 HTTP threads | ${scaled("mlp", "dinfer-half", "dinfer").join(" | ")} |`);
-  lines.push(`| dinfer, 1 HTTP thread | ${scaled("mlp", "dinfer-1", "dinfer").join(" | ")} |`);
   lines.push(`| ONNX Runtime in-process, batch 64 | ${scaled("mlp", "ort").join(" | ")} |`);
   lines.push(
     `| dinfer / in-process | ${
