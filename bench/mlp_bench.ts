@@ -28,6 +28,8 @@ const RESULTS = `${ROOT}bench/RESULTS.md`;
 const CONNECTIONS = 64;
 /** The issue's target: the server with batching reaches this share of the in-process throughput. */
 const TARGET = 0.8;
+/** Alternating rounds of dinfer and the hand-written peer (bench/mlp_peer_server.ts). */
+const PEER_ROUNDS = 3;
 /** Other processes' CPU (percent of one core) above which a point is measured again (up to 3 tries). */
 const DISTURBED_PCT = 25;
 
@@ -78,6 +80,11 @@ export interface MlpResult {
   bare: MlpPoint;
   /** The bare HTTP exchange: the same server answering empty `GET /v2/health/live` requests. */
   empty: EmptyPoint;
+  /**
+   * dinfer (default flags, dynamic batching) and the hand-written peer (bench/mlp_peer_server.ts) in alternating
+   * rounds, each on a fresh process, the order swapped every round.
+   */
+  peerRounds: { dinfer: MlpPoint; peer: MlpPoint }[];
   connections: number;
   /** Cores of the machine. */
   cores: number;
@@ -278,6 +285,20 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
   } finally {
     await bareServer.stop();
   }
+  const peerRounds: MlpResult["peerRounds"] = [];
+  for (let round = 0; round < PEER_ROUNDS; round++) {
+    const order = round % 2 === 0 ? ["dinfer", "peer"] as const : ["peer", "dinfer"] as const;
+    const got: Partial<MlpResult["peerRounds"][number]> = {};
+    for (const which of order) {
+      const s = await (which === "dinfer" ? startServer() : startServer([], "bench/mlp_peer_server.ts"));
+      try {
+        got[which] = await runOn(s, "mlp");
+      } finally {
+        await s.stop();
+      }
+    }
+    peerRounds.push(got as MlpResult["peerRounds"][number]);
+  }
   const meanBatch = Math.round(batched.inferences / Math.max(1, batched.executions));
   const inProcessAtServerBatch = meanBatch > 0 && meanBatch !== 64
     ? await inProcess(best.label, best.options, meanBatch, seconds)
@@ -293,6 +314,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     batchedMainThread,
     bare,
     empty,
+    peerRounds,
     connections: CONNECTIONS,
     cores: navigator.hardwareConcurrency,
     machine: { date: new Date().toISOString().replace(/\.\d+Z$/, "Z"), cpu, commit: gitCommit() },
@@ -306,6 +328,51 @@ function f(x: number, digits = 0): string {
 /** CPU (or other) seconds per answered request of a point, in µs. */
 function perInference(seconds: number, p: MlpPoint): number {
   return (1e6 * seconds) / Math.max(1, p.load.count);
+}
+
+const medianOf = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** The paragraph and table of dinfer beside the hand-written peer, read against the combined limit. */
+function peerMarkdown(r: MlpResult, combined: number): string {
+  const rounds = r.peerRounds;
+  if (rounds.length === 0) return "";
+  const ratios = rounds.map((p) => p.dinfer.load.rate / Math.max(1, p.peer.load.rate));
+  const dinfer = medianOf(rounds.map((p) => p.dinfer.load.rate));
+  const peer = medianOf(rounds.map((p) => p.peer.load.rate));
+  const cpu = (p: MlpPoint) => f(perInference(p.cpu.server, p));
+  const lines = rounds.map((p, i) =>
+    `| ${i + 1} | ${f(p.dinfer.load.rate)} | ${f(p.peer.load.rate)} | ${ratios[i]!.toFixed(2)} | ${
+      f(p.dinfer.inferences / Math.max(1, p.dinfer.executions), 1)
+    } / ${f(p.peer.inferences / Math.max(1, p.peer.executions), 1)} | ${cpu(p.dinfer)} / ${cpu(p.peer)} | ${
+      p.dinfer.load.errors + p.peer.load.errors
+    } |`
+  );
+  return `
+**Beside a hand-written server** (\`bench/mlp_peer_server.ts\`): what a user would write to batch this one model on
+the same stack: \`Deno.serve\` reads each request's JSON header and its 784 floats, queues them, and whenever ONNX
+Runtime is free everything queued (up to 64) runs as one batch through onnxruntime-node's public
+\`await session.run()\` (ONNX Runtime's default threads); each request gets its 10 logits back. No validation
+beyond the sizes, no statistics, no other model. onnxruntime-node's \`run\` is synchronous under its promise
+(a \`setImmediate\`), so the peer's runs block its event loop, as dinfer's did before its instances got a worker
+thread. ${PEER_ROUNDS} rounds, dinfer (default flags) and the peer each on a fresh process, the order swapped
+every round; each point as above.
+
+| round | dinfer infer/s | peer infer/s | dinfer / peer | mean batch (dinfer / peer) | server CPU µs/infer (dinfer / peer) | errors |
+|---|---:|---:|---:|---:|---:|---:|
+${lines.join("\n")}
+| median | ${f(dinfer)} | ${f(peer)} | **${medianOf(ratios).toFixed(2)}** | | | |
+
+Against the combined limit (${f(combined)} inferences/s, measured above): dinfer **${
+    (dinfer / combined).toFixed(2)
+  }**, the hand-written peer **${(peer / combined).toFixed(2)}** (medians of the rounds).${
+    peer / combined < TARGET
+      ? ` The peer, which skips all that a server adds (validation, statistics, the protocol's general form),
+stays below ${TARGET} of the combined limit too: the limit counts the HTTP side and the model as if they shared the
+cores perfectly, with no cost for handing requests between them; the hand-written peer is the measured
+reference.`
+      : ""
+  }
+`;
 }
 
 /** The MLP section of bench/RESULTS.md. */
@@ -353,9 +420,14 @@ export function mlpMarkdown(r: MlpResult): string {
     .sort((x, y) => y[1] - x[1])
     .map(([name, s]) => `${name} ${f((100 * s) / b.seconds)}% (${f(perInference(s, b))} µs/infer)`)
     .join(", ");
-  const errors = [b, r.batchedTwoThreads, r.batchedMainThread, r.unbatched, r.bare].filter((p) =>
-    p.load.firstError
-  ).map((p) => `\n${p.model}: first error: ${p.load.firstError}`).join("");
+  const errors = [
+    b,
+    r.batchedTwoThreads,
+    r.batchedMainThread,
+    r.unbatched,
+    r.bare,
+    ...r.peerRounds.flatMap((p) => [p.dinfer, p.peer]),
+  ].filter((p) => p.load.firstError).map((p) => `\n${p.model}: first error: ${p.load.firstError}`).join("");
   const x = (rate: number) => `${f(rate)} inferences/s, ${(rate / base).toFixed(2)}×`;
   const combined = 1 / (1 / base + 1 / Math.max(1, r.bare.load.rate));
   return `## Batching: MLP 784-1024-1024-10
@@ -402,7 +474,7 @@ dynamic batching: **${(b.load.rate / combined).toFixed(2)}** of it (target ≥ 0
   }**; with the instance on
 the main thread (\`--backend-config=onnxruntime,instance-thread=main\`, the default before instances of
 dynamic-batching models got a worker thread): **${(r.batchedMainThread.load.rate / combined).toFixed(2)}**.
-
+${peerMarkdown(r, combined)}
 Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.toFixed(2)}×** — ${
     ratio >= TARGET ? "met" : "**not met**"
   }. With batching ${(b.load.rate / Math.max(1, r.unbatched.load.rate)).toFixed(1)}× the throughput without.

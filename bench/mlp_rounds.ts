@@ -9,7 +9,8 @@
  * a lone request is the number to read; `--baseline` adds the default server of another checkout, DIR/main.ts,
  * as one more variant, to compare a change with what it replaces in the same run; `--only` keeps the variants
  * whose name contains one of the substrings, the bare exchange always; the server flags after `--` go to every
- * dinfer variant). Besides throughput, each variant's line gives the CPU per inference of the server's main
+ * dinfer variant; the hand-written peer, bench/mlp_peer_server.ts, runs as a variant with ONNX Runtime's
+ * default threads and with one intra-op thread). Besides throughput, each variant's line gives the CPU per inference of the server's main
  * thread, of its instance worker threads (`worker-N`, with the ONNX Runtime pool threads they start) and of
  * V8's helper threads (garbage collection), the share of the wall time the instance spent executing, and the
  * CPU other processes used meanwhile (a point where they used more than a quarter of a core is measured again,
@@ -54,6 +55,12 @@ let VARIANTS: { name: string; args: string[]; script?: string }[] = [
     args: ["--backend-config=onnxruntime,instance-thread=main"],
   },
   { name: "dinfer, 2 HTTP threads", args: ["--http-thread-count=2"] },
+  { name: "hand-written peer", args: [], script: "bench/mlp_peer_server.ts" },
+  {
+    name: "hand-written peer, 1 intra-op thread",
+    args: ["--intra-op-threads=1"],
+    script: "bench/mlp_peer_server.ts",
+  },
   { name: "bare exchange", args: [], script: "bench/mlp_bare_server.ts" },
 ];
 if (baseline) {
