@@ -531,6 +531,10 @@ Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.
   threads for the worker (config parameter \`intra_op_thread_count: 2\`) let ONNX Runtime use those gaps: six
   alternating pairs (\`bench/mlp_rounds.ts --only=worker\`) gave 0.91–1.29× the default, median 1.06×, at
   42–46 µs of worker CPU per inference instead of 37–38; a queue delay of 500 µs gave nothing in three pairs.
+- dinfer beside the hand-written peer over more rounds (\`bench/mlp_rounds.ts --rounds=8\` by hand, 2026-11-27,
+  not this run): dinfer/peer per round 0.88–1.30, median 1.10, with the machine's own speed moving 1.5× between
+  rounds; two intra-op threads on the worker, the instance on the main thread, and the main-thread instance with
+  spinning pool threads (ONNX Runtime's default, as the peer has) gave medians 1.08, 1.00 and 0.87 of the peer.
 `;
 }
 
