@@ -430,6 +430,9 @@ export function mlpMarkdown(r: MlpResult): string {
   ].filter((p) => p.load.firstError).map((p) => `\n${p.model}: first error: ${p.load.firstError}`).join("");
   const x = (rate: number) => `${f(rate)} inferences/s, ${(rate / base).toFixed(2)}×`;
   const combined = 1 / (1 / base + 1 / Math.max(1, r.bare.load.rate));
+  // The rounds beside the peer, where there are some, measure dinfer's default server more than once: their
+  // median reads the target.
+  const rounds = r.peerRounds.length > 0 ? medianOf(r.peerRounds.map((p) => p.dinfer.load.rate)) : undefined;
   return `## Batching: MLP 784-1024-1024-10
 
 Measured ${r.machine.date} on ${cores} cores (${r.machine.cpu}), server code ${r.machine.commit};
@@ -467,8 +470,10 @@ the same requests from the same load generator and answers fixed bytes, ${
     f(r.bare.load.rate)
   } req/s) share the
 same cores, so together they reach at most 1 / (1/raw + 1/bare) = **${f(combined)} inferences/s**. dinfer with
-dynamic batching: **${(b.load.rate / combined).toFixed(2)}** of it (target ≥ 0.8: ${
-    b.load.rate / combined >= 0.8 ? "met" : "**not met**"
+dynamic batching: **${(b.load.rate / combined).toFixed(2)}** of it at the point above${
+    rounds === undefined ? "" : `, **${(rounds / combined).toFixed(2)}** at the median of the rounds below`
+  } (target ≥ 0.8: ${
+    (rounds ?? b.load.rate) / combined >= 0.8 ? "met" : "**not met**"
   }); with two HTTP threads: **${
     (r.batchedTwoThreads.load.rate / combined).toFixed(2)
   }**; with the instance on
