@@ -1,0 +1,228 @@
+/**
+ * Two servers side by side in finely interleaved windows, for telling a small change from the noise of a shared
+ * machine: both servers run for the whole comparison, and short windows of the same closed-loop load alternate
+ * between them (A B, B A, A B, ...), so that the machine's speed, which moves by tens of percent within seconds
+ * here, weighs on both alike. Each round starts both servers anew, the first one started alternating: of two
+ * identical MLP servers running side by side, the one started second read 0.98-1.26 of the other, 1.10 in the
+ * median of 12 rounds (2026-11-27, 2 cores). Each pair of windows gives one ratio B/A; the report gives their median, each round's
+ * median, the ratio of the totals, and each server's CPU time per request. An A/A comparison (the same server
+ * twice) shows how far apart two identical servers read on the machine at the time: on 2026-11-27, 6 rounds of
+ * 4 pairs gave `simple-json` a median of 0.96 (totals 1.015, rounds 0.92-1.06) and `mlp` 1.07 (totals 1.05,
+ * rounds 0.94-1.18), so a change smaller than about 10% does not show in one such run here.
+ *
+ * Usage: `deno run -A bench/ab.ts [--workload=mlp|simple-json|simple-binary] [--connections=N] [--rounds=3]
+ * [--pairs=4] [--window=1] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
+ * checkout: DIR/main.ts) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
+ * flags (space-separated) to each. The workloads: `mlp` (bench/models, single-sample binary requests, 64
+ * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default).
+ * Every 200th answer is checked.
+ * @module
+ */
+
+import { fileURLToPath } from "node:url";
+import { relative } from "node:path";
+import { type ChildServer, startChildServer } from "./child_server.ts";
+import { httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { mlpRequest } from "./mlp_load.ts";
+import { binaryBody, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
+import { cpuSeconds } from "./cpu_usage.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+let workload = "mlp", connections = 0, rounds = 3, pairs = 4, windowS = 1;
+let baseline: string | undefined;
+let aFlags: string[] = [], bFlags: string[] = [];
+for (const arg of Deno.args) {
+  const at = arg.indexOf("=");
+  const k = at < 0 ? arg : arg.slice(0, at);
+  const v = at < 0 ? "" : arg.slice(at + 1);
+  if (k === "--workload") workload = v;
+  else if (k === "--connections") connections = Number(v);
+  else if (k === "--pairs") pairs = Number(v);
+  else if (k === "--rounds") rounds = Number(v);
+  else if (k === "--window") windowS = Number(v);
+  else if (k === "--baseline") baseline = v;
+  else if (k === "--a-flags") aFlags = v.split(/\s+/).filter(Boolean);
+  else if (k === "--b-flags") bFlags = v.split(/\s+/).filter(Boolean);
+  else throw new Error(`Cannot parse '${arg}': unknown flag`);
+}
+if (!["mlp", "simple-json", "simple-binary"].includes(workload)) {
+  throw new Error(`Cannot run workload '${workload}': expected mlp, simple-json or simple-binary`);
+}
+connections ||= workload === "mlp" ? 64 : 16;
+const repository = workload === "mlp" ? `${ROOT}bench/models` : `${ROOT}examples/models`;
+
+const decoder = new TextDecoder();
+
+/** The request bytes for a server on `port`. */
+function requestFor(port: number): Uint8Array {
+  const host = `127.0.0.1:${port}`;
+  if (workload === "mlp") return mlpRequest(host, "mlp");
+  const path = "/v2/models/simple/infer";
+  if (workload === "simple-json") {
+    return httpRequest(
+      { method: "POST", path, host, headers: { "content-type": "application/json" } },
+      jsonBody(),
+    );
+  }
+  const { body, headerLength } = binaryBody();
+  return httpRequest({
+    method: "POST",
+    path,
+    host,
+    headers: {
+      "content-type": "application/octet-stream",
+      "inference-header-content-length": String(headerLength),
+    },
+  }, body);
+}
+
+/** A check of the answers: status 200 and, for `simple`, the right sums (JSON) or the right bytes (binary). */
+function check(r: SampledResponse): string | undefined {
+  if (r.status !== 200) return `status ${r.status}: ${decoder.decode(r.body).slice(0, 200)}`;
+  if (workload === "simple-json") {
+    const body = JSON.parse(decoder.decode(r.body)) as { outputs: { name: string; data: number[] }[] };
+    const sum = body.outputs.find((o) => o.name === "OUTPUT0")?.data;
+    if (JSON.stringify(sum) !== JSON.stringify([...OUTPUT0])) return `OUTPUT0 is ${JSON.stringify(sum)}`;
+  } else if (workload === "simple-binary") {
+    const tail = r.body.slice(r.body.byteLength - 128);
+    const want = new Uint8Array([...new Uint8Array(OUTPUT0.buffer), ...new Uint8Array(OUTPUT1.buffer)]);
+    if (tail.some((b, i) => b !== want[i])) return "the binary outputs differ";
+  }
+  return undefined;
+}
+
+interface Side {
+  name: string;
+  server: ChildServer;
+  request: Uint8Array;
+  rates: number[];
+  count: number;
+  seconds: number;
+  cpu: number;
+  errors: number;
+  wrong: number;
+}
+
+async function start(name: string, flags: string[], script?: string): Promise<Side> {
+  const server = await startChildServer(
+    [],
+    [`--model-repository=${repository}`, ...flags],
+    script ? { script } : {},
+  );
+  return {
+    name,
+    server,
+    request: requestFor(server.port),
+    rates: [],
+    count: 0,
+    seconds: 0,
+    cpu: 0,
+    errors: 0,
+    wrong: 0,
+  };
+}
+
+async function window(side: Side): Promise<void> {
+  let c0 = 0, c1 = 0;
+  const r: LoadResult = await runLoad({ hostname: "127.0.0.1", port: side.server.port }, {
+    request: side.request,
+    connections,
+    durationS: windowS,
+    warmupS: 0.3,
+    check,
+    checkEvery: 200,
+    onWindow(edge) {
+      if (edge === "start") c0 = cpuSeconds(side.server.pid);
+      else c1 = cpuSeconds(side.server.pid);
+    },
+  });
+  side.rates.push(r.rate);
+  side.count += r.count;
+  side.seconds += r.seconds;
+  side.cpu += c1 - c0;
+  side.errors += r.errors;
+  side.wrong += r.mismatches;
+  if (r.firstError) console.error(`${side.name}: ${r.firstError}`);
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+
+const sides: Side[] = [];
+const ratios: number[] = [];
+for (let round = 0; round < rounds; round++) {
+  // Fresh processes every round: two processes of the same program can differ by 10% or more for their whole
+  // life on this machine (an A/A comparison of one pair of processes read 1.11), so each round starts both anew.
+  const startA = () =>
+    start(
+      baseline ? `A (${baseline})` : "A",
+      aFlags,
+      baseline ? relative(ROOT, `${baseline}/main.ts`) : undefined,
+    );
+  const startB = () => start("B", bFlags);
+  let a: Side | undefined, b: Side | undefined;
+  try {
+    // Which server starts first alternates too.
+    if (round % 2 === 0) {
+      a = await startA();
+      b = await startB();
+    } else {
+      b = await startB();
+      a = await startA();
+    }
+    // One window each first, not counted: both servers warm (JIT, ONNX Runtime's arenas) before any pair.
+    await window(a);
+    await window(b);
+    for (const s of [a, b]) {
+      Object.assign(s, { rates: [], count: 0, seconds: 0, cpu: 0, errors: 0, wrong: 0 });
+    }
+    for (let i = 0; i < pairs; i++) {
+      for (const s of (i + round) % 2 === 0 ? [a, b] : [b, a]) await window(s);
+    }
+    ratios.push(...a.rates.map((r, i) => b!.rates[i]! / r));
+    sides.push(a, b);
+  } finally {
+    await a?.server.stop();
+    await b?.server.stop();
+  }
+}
+const total = (name: string) => {
+  const mine = sides.filter((s) => s.name === name);
+  const sum = (k: "count" | "seconds" | "cpu" | "errors" | "wrong") => mine.reduce((n, s) => n + s[k], 0);
+  return {
+    rates: mine.flatMap((s) => s.rates),
+    count: sum("count"),
+    seconds: sum("seconds"),
+    cpu: sum("cpu"),
+    errors: sum("errors"),
+    wrong: sum("wrong"),
+  };
+};
+const f = (x: number) => x.toFixed(0);
+const aName = sides.find((s) => s.name !== "B")!.name;
+const A = total(aName), B = total("B");
+for (const [name, s] of [[aName, A], ["B", B]] as const) {
+  console.log(
+    `${name}: ${f(s.count / s.seconds)} req/s over ${rounds} x ${pairs} windows of ${windowS} s (${
+      s.rates.map(f).join(" ")
+    }), server CPU ${
+      (1e6 * s.cpu / Math.max(1, s.count)).toFixed(1)
+    } µs/req, errors ${s.errors}, wrong ${s.wrong}`,
+  );
+}
+const sorted = [...ratios].sort((x, y) => x - y);
+const perRound = Array.from({ length: rounds }, (_, r) => median(ratios.slice(r * pairs, (r + 1) * pairs)));
+console.log(
+  `B/A: median of the pairs ${median(ratios).toFixed(3)} (pairs ${
+    sorted.map((r) => r.toFixed(2)).join(" ")
+  }; ` +
+    `per round ${perRound.map((r) => r.toFixed(2)).join(" ")}), totals ${
+      ((B.count / B.seconds) / (A.count / A.seconds)).toFixed(3)
+    }, CPU per request ${
+      ((B.cpu / Math.max(1, B.count)) / (A.cpu / Math.max(1, A.count))).toFixed(3)
+    } (${workload}, ${connections} connections)`,
+);
