@@ -7,14 +7,17 @@
  * median of 12 rounds (2026-11-27, 2 cores). Each pair of windows gives one ratio B/A; the report gives their median, each round's
  * median, the ratio of the totals, and each server's CPU time per request. An A/A comparison (the same server
  * twice) shows how far apart two identical servers read on the machine at the time: on 2026-11-27, 6 rounds of
- * 4 pairs gave `simple-json` a median of 0.96 (totals 1.015, rounds 0.92-1.06) and `mlp` 1.07 (totals 1.05,
- * rounds 0.94-1.18), so a change smaller than about 10% does not show in one such run here.
+ * 4 pairs gave `simple-json` a median of 0.96 (totals 1.015, rounds 0.92-1.06), `mlp` 1.07 (totals 1.05,
+ * rounds 0.94-1.18) and `python-json` 1.04 (totals 1.03, rounds 0.97-1.08), so a change smaller than about 10%
+ * does not show in one such run here.
  *
  * Usage: `deno run -A bench/ab.ts [--workload=mlp|simple-json|simple-binary] [--connections=N] [--rounds=3]
  * [--pairs=4] [--window=1] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
  * checkout: DIR/main.ts) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
  * flags (space-separated) to each. The workloads: `mlp` (bench/models, single-sample binary requests, 64
- * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default).
+ * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
+ * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
+ * DINFER_PYTHON or .venv/bin/python runs the stub).
  * Every 200th answer is checked.
  * @module
  */
@@ -46,11 +49,25 @@ for (const arg of Deno.args) {
   else if (k === "--b-flags") bFlags = v.split(/\s+/).filter(Boolean);
   else throw new Error(`Cannot parse '${arg}': unknown flag`);
 }
-if (!["mlp", "simple-json", "simple-binary"].includes(workload)) {
-  throw new Error(`Cannot run workload '${workload}': expected mlp, simple-json or simple-binary`);
+const WORKLOADS = ["mlp", "simple-json", "simple-binary", "python-json", "python-binary"];
+if (!WORKLOADS.includes(workload)) {
+  throw new Error(`Cannot run workload '${workload}': expected one of ${WORKLOADS.join(", ")}`);
 }
-connections ||= workload === "mlp" ? 64 : 16;
-const repository = workload === "mlp" ? `${ROOT}bench/models` : `${ROOT}examples/models`;
+const python = workload.startsWith("python-");
+connections ||= workload === "mlp" ? 64 : python ? 1 : 16;
+const repository = workload === "mlp"
+  ? `${ROOT}bench/models`
+  : python
+  ? `${ROOT}bench/python_models`
+  : `${ROOT}examples/models`;
+if (python && !Deno.env.get("DINFER_PYTHON")) {
+  try {
+    Deno.statSync(`${ROOT}.venv/bin/python`);
+    Deno.env.set("DINFER_PYTHON", `${ROOT}.venv/bin/python`);
+  } catch {
+    // python3 from PATH; it needs numpy.
+  }
+}
 
 const decoder = new TextDecoder();
 
@@ -58,8 +75,8 @@ const decoder = new TextDecoder();
 function requestFor(port: number): Uint8Array {
   const host = `127.0.0.1:${port}`;
   if (workload === "mlp") return mlpRequest(host, "mlp");
-  const path = "/v2/models/simple/infer";
-  if (workload === "simple-json") {
+  const path = `/v2/models/${python ? "add_sub_py" : "simple"}/infer`;
+  if (workload.endsWith("-json")) {
     return httpRequest(
       { method: "POST", path, host, headers: { "content-type": "application/json" } },
       jsonBody(),
@@ -80,11 +97,11 @@ function requestFor(port: number): Uint8Array {
 /** A check of the answers: status 200 and, for `simple`, the right sums (JSON) or the right bytes (binary). */
 function check(r: SampledResponse): string | undefined {
   if (r.status !== 200) return `status ${r.status}: ${decoder.decode(r.body).slice(0, 200)}`;
-  if (workload === "simple-json") {
+  if (workload.endsWith("-json")) {
     const body = JSON.parse(decoder.decode(r.body)) as { outputs: { name: string; data: number[] }[] };
     const sum = body.outputs.find((o) => o.name === "OUTPUT0")?.data;
     if (JSON.stringify(sum) !== JSON.stringify([...OUTPUT0])) return `OUTPUT0 is ${JSON.stringify(sum)}`;
-  } else if (workload === "simple-binary") {
+  } else if (workload.endsWith("-binary")) {
     const tail = r.body.slice(r.body.byteLength - 128);
     const want = new Uint8Array([...new Uint8Array(OUTPUT0.buffer), ...new Uint8Array(OUTPUT1.buffer)]);
     if (tail.some((b, i) => b !== want[i])) return "the binary outputs differ";
