@@ -700,7 +700,8 @@ the request's bytes but not decoding them: the least any server on dinfer's stac
 one Python process per model instance) can do per request. Its rate over Triton's bounds the ratio any such
 server can reach.
 
-**Method**: the three servers run at once (idle while another is measured). ${flags.rounds} round(s); in each,
+**Method**: the three servers run at once (idle while another is measured), started afresh for each round in a
+rotated order (the first one started moves along each round). ${flags.rounds} round(s); in each,
 every point (${rounds} points: HTTP JSON, HTTP binary as tritonclient sends it, gRPC with raw contents;
 ${flags.connections.join(" and ")} connections) is measured on the three servers one after the other, the
 servers' order alternating from one round to the next. HTTP load: \`bench/loadgen.ts\` (closed loop, one request in flight per keep-alive
@@ -817,8 +818,6 @@ async function main(args: string[]): Promise<void> {
   let skipped: string | undefined;
   let tritonInfo = "not run";
   try {
-    servers.push(await startDinfer(repo));
-    servers.push(await startFloor());
     const t = findTriton(flags.tritonVenv);
     if (typeof t === "string") {
       skipped =
@@ -826,13 +825,14 @@ async function main(args: string[]): Promise<void> {
         `(or name another one with \`--triton-venv=<dir>\` / \`TRITON_VENV\`).`;
       console.log(`\n${skipped}\n`);
     } else {
-      servers.push(await startTriton(t, repo));
       tritonInfo = `\`${t.binary}\` (nvidia-pytriton 0.7.0) with its Python backend, started with ` +
         `\`--log-info=false\` and otherwise default settings`;
     }
-    console.log(
-      `Python backend benchmark: ${servers.map((s) => `${s.name} http ${s.http} grpc ${s.grpc}`).join("; ")}`,
-    );
+    const starters: (() => Promise<Server>)[] = [
+      () => startDinfer(repo),
+      () => startFloor(),
+      ...(typeof t === "string" ? [] : [() => startTriton(t, repo)]),
+    ];
     const points: Point[] = [];
     const notes: string[] = [];
     const h2load = findH2load();
@@ -840,17 +840,29 @@ async function main(args: string[]): Promise<void> {
     if (!h2load) {
       console.log("h2load is not on PATH (Debian package nghttp2-client): no gRPC points through it");
     }
-    // Each point is measured on every server back to back, so that the servers of one point are compared
-    // within seconds of each other (this machine's speed drifts over a run).
     for (let round = 1; round <= flags.rounds; round++) {
-      const order = round % 2 ? servers : [...servers].reverse();
+      // Fresh servers every round, started in a rotated order: of two identical servers running side by side,
+      // the one started second often reads faster on this machine (bench/ab.ts), which no single start order
+      // may favour.
+      const k = (round - 1) % starters.length;
+      for (const start of [...starters.slice(k), ...starters.slice(0, k)]) servers.push(await start());
+      const named = ["dinfer", "floor", "triton"].flatMap((n) => servers.filter((s) => s.name === n));
+      console.log(
+        `Python backend benchmark, round ${round}: ${
+          servers.map((s) => `${s.name} http ${s.http} grpc ${s.grpc}`).join("; ")
+        }`,
+      );
+      // Each point is measured on every server back to back, so that the servers of one point are compared
+      // within seconds of each other (this machine's speed drifts over a run).
+      const order = round % 2 ? named : [...named].reverse();
       for (const protocol of protocols) {
         for (const c of flags.connections) {
           for (const s of order) {
             const gone = s.exited();
             if (gone) {
               // A server that ended (or was ended) between points: its remaining points are not measured.
-              const note = `${s.name} ${gone} before round ${round}; its later points were not measured`;
+              const note =
+                `${s.name} ${gone} in round ${round}; its later points of the round were not measured`;
               if (!notes.includes(note)) {
                 notes.push(note);
                 console.log(`\n${note}. Its last output:\n${s.log().slice(-3000)}\n`);
@@ -861,9 +873,9 @@ async function main(args: string[]): Promise<void> {
           }
         }
       }
+      for (const s of servers) await s.stop();
+      servers.length = 0;
     }
-    for (const s of servers) await s.stop();
-    servers.length = 0;
     console.log(
       "The backend's messages alone (bench/python_ipc.ts) and their floor (bench/python_ipc_floor.ts)",
     );
