@@ -12,12 +12,13 @@
  * does not show in one such run here.
  *
  * Usage: `deno run -A bench/ab.ts [--workload=mlp|simple-json|simple-binary] [--connections=N] [--rounds=3]
- * [--pairs=4] [--window=1] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
+ * [--pairs=4] [--window=1] [--models=DIR] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
  * checkout: DIR/main.ts) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
  * flags (space-separated) to each. The workloads: `mlp` (bench/models, single-sample binary requests, 64
  * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
  * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
- * DINFER_PYTHON or .venv/bin/python runs the stub).
+ * DINFER_PYTHON or .venv/bin/python runs the stub). `--models` serves another repository with the same models
+ * (for example one whose config has more instances).
  * Every 200th answer is checked.
  * @module
  */
@@ -33,7 +34,7 @@ import { cpuSeconds } from "./cpu_usage.ts";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 let workload = "mlp", connections = 0, rounds = 3, pairs = 4, windowS = 1;
-let baseline: string | undefined;
+let baseline: string | undefined, models: string | undefined;
 let aFlags: string[] = [], bFlags: string[] = [];
 for (const arg of Deno.args) {
   const at = arg.indexOf("=");
@@ -45,6 +46,7 @@ for (const arg of Deno.args) {
   else if (k === "--rounds") rounds = Number(v);
   else if (k === "--window") windowS = Number(v);
   else if (k === "--baseline") baseline = v;
+  else if (k === "--models") models = v;
   else if (k === "--a-flags") aFlags = v.split(/\s+/).filter(Boolean);
   else if (k === "--b-flags") bFlags = v.split(/\s+/).filter(Boolean);
   else throw new Error(`Cannot parse '${arg}': unknown flag`);
@@ -55,11 +57,12 @@ if (!WORKLOADS.includes(workload)) {
 }
 const python = workload.startsWith("python-");
 connections ||= workload === "mlp" ? 64 : python ? 1 : 16;
-const repository = workload === "mlp"
-  ? `${ROOT}bench/models`
-  : python
-  ? `${ROOT}bench/python_models`
-  : `${ROOT}examples/models`;
+const repository = models ??
+  (workload === "mlp"
+    ? `${ROOT}bench/models`
+    : python
+    ? `${ROOT}bench/python_models`
+    : `${ROOT}examples/models`);
 if (python && !Deno.env.get("DINFER_PYTHON")) {
   try {
     Deno.statSync(`${ROOT}.venv/bin/python`);
