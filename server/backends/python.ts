@@ -12,13 +12,15 @@
  * read each way; larger ones go through a shared-memory file per instance, which the stub maps so that its
  * numpy inputs are views, not copies. Frames sent in the same run of microtasks go out in one write, and the
  * stub answers quick calls that it has already read in one write too, so that under load each side wakes
- * once for several calls.
+ * once for several calls. A stub looks for its next message for a while (200 µs by default) before it sleeps,
+ * where the wait before was about as short and the cores allow it (see waitSpinUs).
  *
  * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
  * folder whose `bin/python3` is used), else `--backend-config=python,python-executable=...`, else the
  * `DINFER_PYTHON` environment variable, else `python3` from PATH. An execution that takes longer than
  * `execute_timeout_ms` (parameter, or `--backend-config=python,execute-timeout-ms=...`; 0, the default, waits
- * forever) kills the stub; a stub that dies fails its in-flight requests and is started again.
+ * forever) kills the stub; a stub that dies fails its in-flight requests and is started again. The spin before
+ * a stub sleeps: parameter `wait_spin_us`, else `--backend-config=python,wait-spin-us=...` (0 never spins).
  * @module
  */
 
@@ -143,6 +145,56 @@ function executeTimeoutMs(config: ModelConfig, backendConfig: Record<string, str
     );
   }
   return n;
+}
+
+/** The longest a stub spins for the next message by default (see waitSpinUs), in µs. */
+export const DEFAULT_WAIT_SPIN_US = 200;
+/** The longest spin a config may ask for, in µs. */
+const MAX_WAIT_SPIN_US = 10_000;
+
+/**
+ * How long a stub, its last message handled, keeps looking for the next one before it sleeps, in µs: the
+ * parameter `wait_spin_us`, else `--backend-config=python,wait-spin-us=...`, else DEFAULT_WAIT_SPIN_US; 0 never
+ * spins. A stub that sleeps costs a wake-up per message on both sides (the server's write wakes it, and its
+ * answer lands on a server that had nothing else to do): on a virtual machine a wake-up on an idle core takes
+ * tens of µs. A stub spins only while the server's stubs are at most half the cores (spinAllowance), and only
+ * after a wait that a spin would have nearly covered (the next wait is likely alike), so that a model called
+ * now and then sleeps between calls. bench/ab.ts against the same server without spinning (add_sub_py, one
+ * instance, 2 cores, 2026-11-27): HTTP JSON 1.64x the requests per second at 1 connection with 0.69x the
+ * server's CPU per request, 1.14x at 8 connections with 0.77x; HTTP binary 1.55x at 1 connection.
+ * @param config the model config
+ * @param backendConfig `--backend-config=python,...` settings
+ */
+export function waitSpinUs(config: ModelConfig, backendConfig: Record<string, string>): number {
+  const v = parameter(config, "wait_spin_us") || backendConfig["wait-spin-us"] ||
+    String(DEFAULT_WAIT_SPIN_US);
+  const n = Number(v);
+  if (!/^[0-9]+$/.test(v) || n > MAX_WAIT_SPIN_US) {
+    throw invalidArg(
+      `Cannot load '${config.name}': wait_spin_us is '${v}', expected whole microseconds from 0 to ${MAX_WAIT_SPIN_US}`,
+    );
+  }
+  return n;
+}
+
+/** The stub processes of this server process that have started and not exited (all models). */
+let liveStubs = 0;
+
+/**
+ * How long a stub may spin now, in µs: as configured while the stubs running are at most half the cores,
+ * else 0. Spinning stubs hold cores that the server and the stubs with work need: with four instances of one
+ * model on 2 cores, stubs that spun after each call served 0.70x the requests of stubs that slept
+ * (bench/ab.ts, python-json, 8 connections, 2026-11-27).
+ * @param configured the model's setting (waitSpinUs)
+ * @param stubs the stubs running
+ * @param cores the cores this process may use (navigator.hardwareConcurrency follows its CPU affinity)
+ */
+export function spinAllowance(configured: number, stubs: number, cores: number): number {
+  return stubs <= Math.floor(cores / 2) ? configured : 0;
+}
+
+function stubSpinUs(configured: number): number {
+  return configured === 0 ? 0 : spinAllowance(configured, liveStubs, navigator.hardwareConcurrency || 1);
 }
 
 function shmDir(): string {
@@ -352,6 +404,8 @@ function errorOf(e: { message: string; code: string }): ServerError {
 /** What a stub needs to start. */
 interface StubOptions {
   python: string;
+  /** How long the stub spins for its next message (see waitSpinUs), in µs. */
+  waitSpinUs: number;
   config: ModelConfig;
   ctx: InstanceContext;
   infer: InferFn | undefined;
@@ -518,7 +572,9 @@ class Stub {
       );
     }
     const pid = this.#child.pid;
+    liveStubs++;
     this.#child.status.then((s) => {
+      liveStubs--;
       this.dead = true;
       this.exitReason = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
       this.#failAll(`the Python stub ${this.exitReason}`);
@@ -1088,8 +1144,9 @@ class Stub {
     requests.forEach((r, i) => r.signal && this.#watchCancel(r.signal, id, i));
     // No id in the header (it is the frame's tag): calls of the same form have the same header.
     this.#send(
-      !shm ? { op: "execute", requests: wire } : {
+      !shm ? { op: "execute", spin_us: stubSpinUs(this.#opts.waitSpinUs), requests: wire } : {
         op: "execute",
+        spin_us: stubSpinUs(this.#opts.waitSpinUs),
         shm: true,
         shm_size: this.#shmSize,
         out_offset: end,
@@ -1363,6 +1420,7 @@ export class PythonBackend implements Backend {
     }
     const opts: StubOptions = {
       python: pythonExecutable(config, ctx.backendConfig),
+      waitSpinUs: waitSpinUs(config, ctx.backendConfig),
       config,
       ctx,
       infer: this.#infer,

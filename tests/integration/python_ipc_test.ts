@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { PythonBackend } from "../../server/backends/python.ts";
+import { PythonBackend, spinAllowance, waitSpinUs } from "../../server/backends/python.ts";
 import { readConfigFile, toModelConfig } from "../../server/repository/config.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { Tensor } from "../../server/core/types.ts";
@@ -25,7 +25,7 @@ function context(dir: string, name: string) {
     instanceName: `${name}_0`,
     kind: "KIND_CPU",
     deviceId: 0,
-    backendConfig: { "python-executable": pythonPath() },
+    backendConfig: { "python-executable": pythonPath() } as Record<string, string>,
   };
 }
 
@@ -179,4 +179,101 @@ Deno.test("calls that overflow the stub's pipe, sent together and after, each ge
   } finally {
     await instance.close();
   }
+});
+
+Deno.test("the stub's spin: the config's setting, then as much of it as the cores allow", async (t) => {
+  const base = toModelConfig(await readConfigFile(DIR, "error_py"), "error_py");
+  const withParameter = (v: string) => ({
+    ...base,
+    parameters: { ...base.parameters, wait_spin_us: { string_value: v } },
+  });
+  await t.step("the setting: parameter, else --backend-config, else 200 µs", () => {
+    assert.equal(waitSpinUs(base, {}), 200);
+    assert.equal(waitSpinUs(base, { "wait-spin-us": "500" }), 500);
+    assert.equal(waitSpinUs(withParameter("0"), { "wait-spin-us": "500" }), 0);
+    assert.equal(waitSpinUs(withParameter("10000"), {}), 10000);
+    for (const bad of ["-1", "1.5", "abc", " 5", "10001"]) {
+      assert.throws(() => waitSpinUs(base, { "wait-spin-us": bad }), (err: ServerError) => {
+        assert.equal(err.code, "INVALID_ARG");
+        assert.equal(
+          err.message,
+          `Cannot load 'error_py': wait_spin_us is '${bad}', expected whole microseconds from 0 to 10000`,
+        );
+        return true;
+      });
+    }
+  });
+  await t.step("stubs spin while they are at most half the cores", () => {
+    assert.equal(spinAllowance(200, 1, 2), 200);
+    assert.equal(spinAllowance(200, 2, 2), 0);
+    assert.equal(spinAllowance(200, 1, 1), 0);
+    assert.equal(spinAllowance(300, 8, 16), 300);
+    assert.equal(spinAllowance(300, 9, 16), 0);
+    assert.equal(spinAllowance(300, 8, 17), 300);
+  });
+  for (const flag of ["0", "500"]) {
+    await t.step(`with wait-spin-us=${flag}, every call gets its own answer`, async () => {
+      const ctx = context(DIR, "error_py");
+      ctx.backendConfig = { ...ctx.backendConfig, "wait-spin-us": flag };
+      const instance = await new PythonBackend().createInstance(base, ctx);
+      try {
+        for (const m of [3, 8, 21, 1, 34]) {
+          const call = instance.executeRequests!([
+            { inputs: mode(m), outputNames: ["OUT"], id: "", parameters: {} },
+          ]);
+          if (m === 1) {
+            await assert.rejects(call, /ValueError: execute failed on purpose/);
+            continue;
+          }
+          const [out] = await call;
+          const bytes = (out as Map<string, Tensor>).get("OUT")!.data as Uint8Array;
+          assert.deepEqual([...new Int32Array(bytes.buffer, bytes.byteOffset, 1)], [m]);
+          // Past the spin: the stub sleeps, and the next call wakes it.
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      } finally {
+        await instance.close();
+      }
+    });
+  }
+  await t.step("a refused setting fails the load", async () => {
+    const ctx = context(DIR, "error_py");
+    ctx.backendConfig = { ...ctx.backendConfig, "wait-spin-us": "abc" };
+    await assert.rejects(
+      () => new PythonBackend().createInstance(base, ctx),
+      /Cannot load 'error_py': wait_spin_us is 'abc', expected whole microseconds from 0 to 10000/,
+    );
+  });
+});
+
+Deno.test("the stub spins before a wait only after a wait that a spin would nearly have covered", async () => {
+  // The stub's reader on a pipe of our own: spin_s 50 ms; a frame after 10 ms keeps the next wait spinning, one
+  // after 300 ms (more than 4 spins) makes it sleep at once.
+  const source = `
+import json, os, struct, sys, threading, time
+sys.path.insert(0, "server/backends/python")
+import stub
+r, w = os.pipe()
+conn = stub.Connection(None, r, "/tmp")
+conn.spin_s = 0.05
+def frame():
+    head = json.dumps({"op": "noop"}).encode()
+    return struct.pack("<III", 8 + len(head), len(head), 0) + head
+seen = []
+for delay in (0.01, 0.3, 0.01):
+    threading.Timer(delay, lambda: os.write(w, frame())).start()
+    msg, payload, tag = conn._recv_frame()
+    seen.append([msg["op"], conn.spin])
+print(json.dumps(seen))
+`;
+  const out = await new Deno.Command(pythonPath(), {
+    args: ["-c", source],
+    cwd: fileURLToPath(new URL("../..", import.meta.url)),
+    env: { PYTHONDONTWRITEBYTECODE: "1" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout).trim();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  assert.deepEqual(JSON.parse(text), [["noop", true], ["noop", false], ["noop", true]]);
 });
