@@ -13,7 +13,7 @@
  * numpy inputs are views, not copies. Frames sent in the same run of microtasks go out in one write, and the
  * stub answers quick calls that it has already read in one write too, so that under load each side wakes
  * once for several calls. A stub looks for its next message for a while (200 µs by default) before it sleeps,
- * where the wait before was about as short and the cores allow it (see waitSpinUs).
+ * where the wait before was about as short and a core is free for it (see waitSpinUs).
  *
  * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
  * folder whose `bin/python3` is used), else `--backend-config=python,python-executable=...`, else the
@@ -157,11 +157,13 @@ const MAX_WAIT_SPIN_US = 10_000;
  * parameter `wait_spin_us`, else `--backend-config=python,wait-spin-us=...`, else DEFAULT_WAIT_SPIN_US; 0 never
  * spins. A stub that sleeps costs a wake-up per message on both sides (the server's write wakes it, and its
  * answer lands on a server that had nothing else to do): on a virtual machine a wake-up on an idle core takes
- * tens of µs. A stub spins only while the server's stubs are at most half the cores (spinAllowance), and only
+ * tens of µs. A stub spins only while the server's stubs are at most half the cores (spinAllowance), only
+ * when the machine's tasks ready to run leave it a core of its own (the stub reads /proc/loadavg), and only
  * after a wait that a spin would have nearly covered (the next wait is likely alike), so that a model called
- * now and then sleeps between calls. bench/ab.ts against the same server without spinning (add_sub_py, one
- * instance, 2 cores, 2026-11-27): HTTP JSON 1.64x the requests per second at 1 connection with 0.69x the
- * server's CPU per request, 1.14x at 8 connections with 0.77x; HTTP binary 1.55x at 1 connection.
+ * now and then sleeps between calls and a busy machine's cores go to the threads with work. bench/ab.ts
+ * against the same server without spinning (add_sub_py, one instance, 2 cores, 2026-11-27; CPU of the server
+ * and its stub together): HTTP JSON 1.47x the requests per second at 1 connection with 1.13x the CPU per
+ * request, 1.01x at 8 connections with 1.06x; HTTP binary at 8 connections 1.09x with 1.02x.
  * @param config the model config
  * @param backendConfig `--backend-config=python,...` settings
  */

@@ -277,3 +277,38 @@ print(json.dumps(seen))
   assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
   assert.deepEqual(JSON.parse(text), [["noop", true], ["noop", false], ["noop", true]]);
 });
+
+Deno.test("the stub spins only while the machine's ready tasks leave it a core of its own", async () => {
+  // _core_free reads the running count of /proc/loadavg: here files standing in for it.
+  const source = `
+import json, os, sys, tempfile
+sys.path.insert(0, "server/backends/python")
+import stub
+stub._CORES = 4
+seen = []
+for text in (b"0.50 0.40 0.30 1/120 999\\n", b"0.50 0.40 0.30 4/120 999\\n", b"3.0 2.0 1.0 5/120 999\\n", b"garbage\\n"):
+    with tempfile.TemporaryFile() as f:
+        f.write(text)
+        f.flush()
+        stub._LOADAVG = f.fileno()
+        seen.append(stub._core_free())
+stub._LOADAVG = None
+seen.append(stub._core_free())
+print(json.dumps(seen))
+`;
+  const out = await new Deno.Command(pythonPath(), {
+    args: ["-c", source],
+    cwd: fileURLToPath(new URL("../..", import.meta.url)),
+    env: { PYTHONDONTWRITEBYTECODE: "1" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout).trim()), [
+    true,
+    true,
+    false,
+    false,
+    false,
+  ]);
+});

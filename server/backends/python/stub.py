@@ -18,7 +18,7 @@ One thread at a time reads the pipe: whichever thread waits for something (the m
 command, a model's thread for a BLS answer) takes the reading role while no other thread holds it, so that
 a request reaches the model with no hand-over between threads. Before a read sleeps, the reader looks for
 the server's next bytes for as long as the last execute call's `spin_us` says (see `_spin`), when the wait
-before was about that short.
+before was about that short and a core is free (`_core_free`).
 """
 
 import asyncio
@@ -271,11 +271,11 @@ class Connection:
 
     def _spin(self):
         """Looks for the server's next bytes for up to `spin_s` before the read sleeps, after a wait that a spin
-        would have nearly covered (the next one is likely alike): a process that sleeps costs a wake-up on each
-        side, tens of microseconds on a virtual machine."""
+        would have nearly covered (the next one is likely alike) and while a core is free: a process that sleeps
+        costs a wake-up on each side, tens of microseconds on a virtual machine."""
         clock = time.perf_counter
         self.wait_started = start = clock()
-        if not self.spin:
+        if not self.spin or not _core_free():
             return
         deadline = start + self.spin_s
         poll = self.readable.poll
@@ -692,6 +692,27 @@ def serve(socket_path, model_path, shm_path, commands_path):
             finally:
                 conn.send({"op": "finalized"})
             return
+
+
+try:
+    _LOADAVG = os.open("/proc/loadavg", os.O_RDONLY)
+    _CORES = len(os.sched_getaffinity(0))
+except (OSError, AttributeError):
+    _LOADAVG = None
+    _CORES = 1
+
+
+def _core_free():
+    """Whether the tasks ready to run on the machine now, this one included, leave a core free of others:
+    a spin must not take a core that another thread (the server's, a busy stub's) is waiting for. The count
+    is the machine's (`/proc/loadavg`); where it cannot be read, no spin."""
+    if _LOADAVG is None:
+        return False
+    try:
+        running = int(os.pread(_LOADAVG, 64, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return running <= _CORES
 
 
 # A wait up to this many times the spin counts as one a spin would have nearly covered: a wait the stub slept
