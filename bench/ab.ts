@@ -4,9 +4,9 @@
  * between them (A B, B A, A B, ...), so that the machine's speed, which moves by tens of percent within seconds
  * here, weighs on both alike. Each round starts both servers anew, the first one started alternating: of two
  * identical MLP servers running side by side, the one started second read 0.98-1.26 of the other, 1.10 in the
- * median of 12 rounds (2026-11-27, 2 cores). Each pair of windows gives one ratio B/A; the report gives their median, each round's
- * median, the ratio of the totals, and each server's CPU time per request. An A/A comparison (the same server
- * twice) shows how far apart two identical servers read on the machine at the time: on 2026-11-27, 6 rounds of
+ * median of 12 rounds (2026-11-27, 2 cores). Each pair of windows gives one ratio B/A; the report gives their
+ * median, each round's median, the ratio of the totals, and each server's CPU time per request (with its child
+ * processes', the Python stubs). An A/A comparison (the same server twice) shows how far apart two identical servers read on the machine at the time: on 2026-11-27, 6 rounds of
  * 4 pairs gave `simple-json` a median of 0.96 (totals 1.015, rounds 0.92-1.06), `mlp` 1.07 (totals 1.05,
  * rounds 0.94-1.18) and `python-json` 1.04 (totals 1.03, rounds 0.97-1.08), so a change smaller than about 10%
  * does not show in one such run here.
@@ -29,7 +29,7 @@ import { type ChildServer, startChildServer } from "./child_server.ts";
 import { httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { mlpRequest } from "./mlp_load.ts";
 import { binaryBody, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
-import { cpuSeconds } from "./cpu_usage.ts";
+import { processTree, treeCpuSeconds } from "./cpu_usage.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -145,6 +145,7 @@ async function start(name: string, flags: string[], script?: string): Promise<Si
 
 async function window(side: Side): Promise<void> {
   let c0 = 0, c1 = 0;
+  const tree = processTree(side.server.pid);
   const r: LoadResult = await runLoad({ hostname: "127.0.0.1", port: side.server.port }, {
     request: side.request,
     connections,
@@ -153,8 +154,9 @@ async function window(side: Side): Promise<void> {
     check,
     checkEvery: 200,
     onWindow(edge) {
-      if (edge === "start") c0 = cpuSeconds(side.server.pid);
-      else c1 = cpuSeconds(side.server.pid);
+      // The server and its children (Python stubs).
+      if (edge === "start") c0 = treeCpuSeconds(tree);
+      else c1 = treeCpuSeconds(tree);
     },
   });
   side.rates.push(r.rate);

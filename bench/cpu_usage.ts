@@ -26,6 +26,33 @@ function statSeconds(stat: string): number {
 }
 
 /**
+ * A process and its descendants (a server and its Python stubs), by process id, the process first.
+ * @param pid a process id
+ */
+export function processTree(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) {
+    try {
+      for (const t of Deno.readDirSync(`/proc/${out[i]}/task`)) {
+        const kids = Deno.readTextFileSync(`/proc/${out[i]}/task/${t.name}/children`).trim();
+        if (kids) out.push(...kids.split(" ").map(Number));
+      }
+    } catch {
+      // Exited.
+    }
+  }
+  return out;
+}
+
+/**
+ * User + system CPU seconds of processes together (those that have exited count 0).
+ * @param pids process ids, e.g. from processTree
+ */
+export function treeCpuSeconds(pids: number[]): number {
+  return pids.reduce((sum, pid) => sum + (cpuSeconds(pid) || 0), 0);
+}
+
+/**
  * User + system CPU seconds of each thread of a process, by thread id, with the thread's name.
  * @param pid a process id
  * @returns the threads; empty once the process has exited

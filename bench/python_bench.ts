@@ -19,7 +19,7 @@ import { fileURLToPath } from "node:url";
 import { join } from "node:path";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ChildServer, startChildServer } from "./child_server.ts";
-import { cpuSeconds, waitQuiet } from "./cpu_usage.ts";
+import { processTree, treeCpuSeconds, waitQuiet } from "./cpu_usage.ts";
 import { findH2load, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 
@@ -525,7 +525,7 @@ async function measurePoint(
 ): Promise<Point> {
   await waitQuiet(2, { ours: [s.pid] });
   const tree = processTree(s.pid);
-  const cpu0 = treeCpu(tree);
+  const cpu0 = treeCpuSeconds(tree);
   let r: LoadResult;
   try {
     r = protocol === "grpc"
@@ -551,7 +551,7 @@ async function measurePoint(
       firstError: why,
     };
   }
-  const cpuUs = ((treeCpu(tree) - cpu0) * 1e6) / (r.rate * (flags.durationS + flags.warmupS));
+  const cpuUs = ((treeCpuSeconds(tree) - cpu0) * 1e6) / (r.rate * (flags.durationS + flags.warmupS));
   const p: Point = {
     server: s.name,
     protocol,
@@ -572,26 +572,6 @@ async function measurePoint(
     }`,
   );
   return p;
-}
-
-/** A process and its descendants (the server and its Python stubs). */
-function processTree(pid: number): number[] {
-  const out = [pid];
-  for (let i = 0; i < out.length; i++) {
-    try {
-      for (const t of Deno.readDirSync(`/proc/${out[i]}/task`)) {
-        const kids = Deno.readTextFileSync(`/proc/${out[i]}/task/${t.name}/children`).trim();
-        if (kids) out.push(...kids.split(" ").map(Number));
-      }
-    } catch {
-      // Exited.
-    }
-  }
-  return out;
-}
-
-function treeCpu(pids: number[]): number {
-  return pids.reduce((sum, pid) => sum + (cpuSeconds(pid) || 0), 0);
 }
 
 // ---------------------------------------------------------------------------------------------------------
