@@ -246,9 +246,10 @@ Deno.test("the stub's spin: the config's setting, then as much of it as the core
   });
 });
 
-Deno.test("the stub spins before a wait only after a wait that a spin would nearly have covered", async () => {
-  // The stub's reader on a pipe of our own: spin_s 50 ms; a frame after 10 ms keeps the next wait spinning, one
-  // after 300 ms (more than 4 spins) makes it sleep at once.
+Deno.test("the stub spins before a wait only while the recent waits were short enough for a spin", async () => {
+  // The stub's reader on a pipe of our own, spin_s 50 ms: waits averaging under 100 ms (the average weighs the
+  // last wait a quarter) keep the next wait spinning. Frames after 10 ms, 600 ms, 10 ms and 10 ms: averages of
+  // 2.5, 152, 116 and 90 ms.
   const source = `
 import json, os, struct, sys, threading, time
 sys.path.insert(0, "server/backends/python")
@@ -256,11 +257,12 @@ import stub
 r, w = os.pipe()
 conn = stub.Connection(None, r, "/tmp")
 conn.spin_s = 0.05
+stub._core_free = lambda: True
 def frame():
     head = json.dumps({"op": "noop"}).encode()
     return struct.pack("<III", 8 + len(head), len(head), 0) + head
 seen = []
-for delay in (0.01, 0.3, 0.01):
+for delay in (0.01, 0.6, 0.01, 0.01):
     threading.Timer(delay, lambda: os.write(w, frame())).start()
     msg, payload, tag = conn._recv_frame()
     seen.append([msg["op"], conn.spin])
@@ -275,7 +277,7 @@ print(json.dumps(seen))
   }).output();
   const text = new TextDecoder().decode(out.stdout).trim();
   assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-  assert.deepEqual(JSON.parse(text), [["noop", true], ["noop", false], ["noop", true]]);
+  assert.deepEqual(JSON.parse(text), [["noop", true], ["noop", false], ["noop", false], ["noop", true]]);
 });
 
 Deno.test("the stub spins only while the machine's ready tasks leave it a core of its own", async () => {

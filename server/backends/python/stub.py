@@ -226,6 +226,7 @@ class Connection:
         self.spin_s = 0.0
         self.spin = True
         self.wait_started = 0.0
+        self.wait_avg = 0.0
         self.headers = {}
         self.commands = collections.deque()
         self.pending = {}
@@ -270,9 +271,9 @@ class Connection:
         return msg, memoryview(frame)[12 + h :], tag
 
     def _spin(self):
-        """Looks for the server's next bytes for up to `spin_s` before the read sleeps, after a wait that a spin
-        would have nearly covered (the next one is likely alike) and while a core is free: a process that sleeps
-        costs a wake-up on each side, tens of microseconds on a virtual machine."""
+        """Looks for the server's next bytes for up to `spin_s` before the read sleeps, while the recent waits
+        were short enough for a spin to nearly cover (the next one is likely alike) and a core is free: a
+        process that sleeps costs a wake-up on each side, tens of microseconds on a virtual machine."""
         clock = time.perf_counter
         self.wait_started = start = clock()
         if not self.spin or not _core_free():
@@ -295,8 +296,10 @@ class Connection:
                 self._spin()
             chunk = os.read(self.commands_fd, max(1 << 16, need - len(buf)))
             if spin_s > 0:
-                # The next wait is likely alike: spin before it only if this one was short enough to spin through.
-                self.spin = time.perf_counter() - self.wait_started < spin_s * SPIN_COVER
+                # The next wait is likely like the last ones: spin before it only while they were short enough on
+                # average for a spin to cover (a wait slept through also holds the wake-up, hence the margin).
+                self.wait_avg += (time.perf_counter() - self.wait_started - self.wait_avg) * SPIN_WEIGHT
+                self.spin = self.wait_avg < spin_s * SPIN_COVER
             if not chunk:
                 return None
             buf += chunk
@@ -715,9 +718,10 @@ def _core_free():
     return running <= _CORES
 
 
-# A wait up to this many times the spin counts as one a spin would have nearly covered: a wait the stub slept
-# through also holds the wake-up, which spinning saves.
-SPIN_COVER = 4
+# Waits averaging up to this many times the spin count as ones a spin would nearly cover (a wait the stub slept
+# through also holds the wake-up, which spinning saves); the average weighs the last wait this much.
+SPIN_COVER = 2
+SPIN_WEIGHT = 0.25
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 # Encoded result headers by the form of the outputs (names, datatypes, shapes, sizes), see the module doc.
 _result_heads = {}
