@@ -187,8 +187,8 @@ Deno.test("the stub's spin: the config's setting, then as much of it as the core
     ...base,
     parameters: { ...base.parameters, wait_spin_us: { string_value: v } },
   });
-  await t.step("the setting: parameter, else --backend-config, else 200 µs", () => {
-    assert.equal(waitSpinUs(base, {}), 200);
+  await t.step("the setting: parameter, else --backend-config, else 400 µs", () => {
+    assert.equal(waitSpinUs(base, {}), 400);
     assert.equal(waitSpinUs(base, { "wait-spin-us": "500" }), 500);
     assert.equal(waitSpinUs(withParameter("0"), { "wait-spin-us": "500" }), 0);
     assert.equal(waitSpinUs(withParameter("10000"), {}), 10000);
