@@ -13,7 +13,7 @@
  * numpy inputs are views, not copies. Frames sent in the same run of microtasks go out in one write, and the
  * stub answers quick calls that it has already read in one write too, so that under load each side wakes
  * once for several calls. A stub looks for its next message for a while (400 µs by default) before it sleeps,
- * where the wait before was about as short and a core is free for it (see waitSpinUs).
+ * where its recent waits were about as short and a core is free for it (see waitSpinUs).
  *
  * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
  * folder whose `bin/python3` is used), else `--backend-config=python,python-executable=...`, else the
