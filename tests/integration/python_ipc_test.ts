@@ -12,6 +12,7 @@ import { readConfigFile, toModelConfig } from "../../server/repository/config.ts
 import { ServerError } from "../../server/core/errors.ts";
 import type { Tensor } from "../../server/core/types.ts";
 import { pythonPath } from "../helpers.ts";
+import { pythonJson } from "./_python.ts";
 
 const DIR = fileURLToPath(new URL("../fixtures/python_models/error_py", import.meta.url));
 
@@ -268,16 +269,10 @@ for delay in (0.01, 0.6, 0.01, 0.01):
     seen.append([msg["op"], conn.spin])
 print(json.dumps(seen))
 `;
-  const out = await new Deno.Command(pythonPath(), {
-    args: ["-c", source],
-    cwd: fileURLToPath(new URL("../..", import.meta.url)),
-    env: { PYTHONDONTWRITEBYTECODE: "1" },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder().decode(out.stdout).trim();
-  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-  assert.deepEqual(JSON.parse(text), [["noop", true], ["noop", false], ["noop", false], ["noop", true]]);
+  assert.deepEqual(await pythonJson(source), [["noop", true], ["noop", false], ["noop", false], [
+    "noop",
+    true,
+  ]]);
 });
 
 Deno.test("the stub spins only while the machine's ready tasks leave it a core of its own", async () => {
@@ -298,19 +293,5 @@ stub._LOADAVG = None
 seen.append(stub._core_free())
 print(json.dumps(seen))
 `;
-  const out = await new Deno.Command(pythonPath(), {
-    args: ["-c", source],
-    cwd: fileURLToPath(new URL("../..", import.meta.url)),
-    env: { PYTHONDONTWRITEBYTECODE: "1" },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
-  assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout).trim()), [
-    true,
-    true,
-    false,
-    false,
-    false,
-  ]);
+  assert.deepEqual(await pythonJson(source), [true, true, false, false, false]);
 });
