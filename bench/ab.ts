@@ -26,9 +26,9 @@
 import { fileURLToPath } from "node:url";
 import { relative } from "node:path";
 import { type ChildServer, startChildServer } from "./child_server.ts";
-import { httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { mlpRequest } from "./mlp_load.ts";
-import { binaryBody, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
+import { inferRequest, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { processTree, treeCpuSeconds } from "./cpu_usage.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -78,23 +78,11 @@ const decoder = new TextDecoder();
 function requestFor(port: number): Uint8Array {
   const host = `127.0.0.1:${port}`;
   if (workload === "mlp") return mlpRequest(host, "mlp");
-  const path = `/v2/models/${python ? "add_sub_py" : "simple"}/infer`;
-  if (workload.endsWith("-json")) {
-    return httpRequest(
-      { method: "POST", path, host, headers: { "content-type": "application/json" } },
-      jsonBody(),
-    );
-  }
-  const { body, headerLength } = binaryBody();
-  return httpRequest({
-    method: "POST",
-    path,
+  return inferRequest(
+    workload.endsWith("-json") ? "json" : "binary",
     host,
-    headers: {
-      "content-type": "application/octet-stream",
-      "inference-header-content-length": String(headerLength),
-    },
-  }, body);
+    `/v2/models/${python ? "add_sub_py" : "simple"}/infer`,
+  );
 }
 
 /** A check of the answers: status 200 and, for `simple`, the right sums (JSON) or the right bytes (binary). */

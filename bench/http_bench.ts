@@ -24,7 +24,7 @@ import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
 import { cpuSeconds, machineBusySeconds, waitQuiet } from "./cpu_usage.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
-import { binaryBody, INPUT0, INPUT1, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
+import { binaryBody, inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { findH2load, type H2loadResult, h2loadVersion, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 
@@ -316,26 +316,9 @@ async function measure(
   const host = `127.0.0.1:${server.port}`;
   let request: Uint8Array;
   let check: ((r: SampledResponse) => string | undefined) | undefined;
-  if (format === "json") {
-    request = httpRequest({
-      method: "POST",
-      path: "/v2/models/simple/infer",
-      host,
-      headers: { "content-type": "application/json" },
-    }, jsonBody());
-    check = checkJson;
-  } else if (format === "binary") {
-    const { body, headerLength } = binaryBody();
-    request = httpRequest({
-      method: "POST",
-      path: "/v2/models/simple/infer",
-      host,
-      headers: {
-        "content-type": "application/octet-stream",
-        "inference-header-content-length": String(headerLength),
-      },
-    }, body);
-    check = checkBinary;
+  if (format === "json" || format === "binary") {
+    request = inferRequest(format, host);
+    check = format === "json" ? checkJson : checkBinary;
   } else {
     request = httpRequest({ method: "GET", path: "/v2/health/live", host });
     check = (r) => (r.status === 200 && r.body.byteLength === 0 ? undefined : `status ${r.status}`);

@@ -14,10 +14,10 @@
  * @module
  */
 
-import { binaryBody, INPUT0, INPUT1, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
+import { inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { freePort, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ChildServer, startChildServer } from "./child_server.ts";
 import { processTree, treeCpuSeconds, waitQuiet } from "./cpu_usage.ts";
 import { findH2load, runH2load } from "./h2load.ts";
@@ -401,25 +401,7 @@ async function httpPoint(
   flags: Flags,
 ): Promise<LoadResult> {
   const host = `127.0.0.1:${s.http}`;
-  const path = `/v2/models/${MODEL}/infer`;
-  let request: Uint8Array;
-  if (protocol === "json") {
-    request = httpRequest(
-      { method: "POST", path, host, headers: { "content-type": "application/json" } },
-      jsonBody(),
-    );
-  } else {
-    const { body, headerLength } = binaryBody();
-    request = httpRequest({
-      method: "POST",
-      path,
-      host,
-      headers: {
-        "content-type": "application/octet-stream",
-        "inference-header-content-length": String(headerLength),
-      },
-    }, body);
-  }
+  const request = inferRequest(protocol, host, `/v2/models/${MODEL}/infer`);
   return await runLoad({ hostname: "127.0.0.1", port: s.http }, {
     request,
     connections: c,

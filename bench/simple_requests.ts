@@ -5,6 +5,8 @@
  * @module
  */
 
+import { httpRequest } from "./loadgen.ts";
+
 /** INPUT0: 3i − 7. */
 export const INPUT0: Int32Array = Int32Array.from({ length: 16 }, (_, i) => i * 3 - 7);
 /** INPUT1: 100 − i². */
@@ -47,4 +49,34 @@ export function binaryBody(): { body: Uint8Array; headerLength: number } {
   body.set(new Uint8Array(INPUT0.buffer), header.byteLength);
   body.set(new Uint8Array(INPUT1.buffer), header.byteLength + 64);
   return { body, headerLength: header.byteLength };
+}
+
+/**
+ * The whole HTTP/1.1 request, head and body, for bench/loadgen.ts: POST `path` with jsonBody() or, as
+ * tritonclient sends it, binaryBody() with its Inference-Header-Content-Length.
+ * @param format the body
+ * @param host the Host header
+ * @param path the infer path (default `simple`'s)
+ */
+export function inferRequest(
+  format: "json" | "binary",
+  host: string,
+  path = "/v2/models/simple/infer",
+): Uint8Array {
+  if (format === "json") {
+    return httpRequest(
+      { method: "POST", path, host, headers: { "content-type": "application/json" } },
+      jsonBody(),
+    );
+  }
+  const { body, headerLength } = binaryBody();
+  return httpRequest({
+    method: "POST",
+    path,
+    host,
+    headers: {
+      "content-type": "application/octet-stream",
+      "inference-header-content-length": String(headerLength),
+    },
+  }, body);
 }
