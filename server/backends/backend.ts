@@ -3,6 +3,7 @@
  * @module
  */
 
+import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import type { Logger } from "../logging.ts";
@@ -50,6 +51,11 @@ export interface InstanceContext {
    * signal's reason.
    */
   signal?: AbortSignal;
+  /**
+   * The server's count of arriving requests, where the instance runs in a server: whether requests arrive one at
+   * a time (else several in one event-loop turn: others wait behind each).
+   */
+  arrivals?: Pick<ArrivalCounter, "alone">;
 }
 
 /** One model instance: executes whole batches. */

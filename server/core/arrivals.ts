@@ -5,6 +5,11 @@
 
 import { setImmediate } from "node:timers";
 
+/** The weight of the latest turn in the average of arrivals per turn (see ArrivalCounter.alone). */
+const ALONE_WEIGHT = 0.125;
+/** The average of arrivals per turn under which requests count as arriving alone. */
+const ALONE_MAX = 1.05;
+
 /**
  * Counts the inference requests that arrive in each event-loop turn. The inference pipeline counts every
  * arrival; the dynamic batcher asks whether requests are arriving together: a request that arrives alone
@@ -16,11 +21,14 @@ import { setImmediate } from "node:timers";
 export class ArrivalCounter {
   #thisTurn = 0;
   #lastTurn = 0;
+  /** The arrivals per turn (of those that had any), averaged with ALONE_WEIGHT on the latest. */
+  #perTurn = 1;
   #scheduled = false;
   #total = 0;
   /** Whether `together()` has been asked: only then are arrivals counted per turn. */
   #asked = false;
   readonly #turnEnded = () => {
+    this.#perTurn += (this.#thisTurn - this.#perTurn) * ALONE_WEIGHT;
     this.#lastTurn = this.#thisTurn;
     this.#thisTurn = 0;
     this.#scheduled = false;
@@ -52,6 +60,16 @@ export class ArrivalCounter {
    */
   addSource(source: () => number): void {
     this.#sources.push(source);
+  }
+
+  /**
+   * Whether requests have been arriving one at a time lately: none other in this turn, and the recent turns
+   * that had arrivals averaged under ALONE_MAX each (a turn with two lifts the average above it for the next
+   * seven or so turns of one).
+   */
+  alone(): boolean {
+    this.#asked = true;
+    return this.#thisTurn <= 1 && this.#perTurn < ALONE_MAX;
   }
 
   /** Whether requests are arriving together: more than one in this turn or in the last turn that had arrivals. */

@@ -174,6 +174,7 @@ export class ModelVersion {
               deviceId: group.gpus?.[i % Math.max(1, group.gpus.length)] ?? 0,
               backendConfig,
               signal,
+              arrivals: this.arrivals,
             }),
           );
           limits.push(instanceLimits(group, i));

@@ -204,7 +204,9 @@ Deno.test("the stub's spin: the config's setting, then as much of it as the core
       });
     }
   });
-  await t.step("stubs spin while they are at most half the cores", () => {
+  await t.step("stubs spin while requests arrive alone and the stubs are at most half the cores", () => {
+    assert.equal(spinAllowance(200, 1, 2, false), 0);
+    assert.equal(spinAllowance(200, 1, 2, true), 200);
     assert.equal(spinAllowance(200, 1, 2), 200);
     assert.equal(spinAllowance(200, 2, 2), 0);
     assert.equal(spinAllowance(200, 1, 1), 0);
@@ -237,6 +239,27 @@ Deno.test("the stub's spin: the config's setting, then as much of it as the core
       }
     });
   }
+  await t.step("each call asks the server's arrival counter whether requests arrive alone", async () => {
+    const answers = [true, false, false, true];
+    let asked = 0;
+    const ctx = {
+      ...context(DIR, "error_py"),
+      arrivals: { alone: () => answers[asked++ % answers.length]! },
+    };
+    const instance = await new PythonBackend().createInstance(base, ctx);
+    try {
+      for (const m of [3, 8, 21, 34]) {
+        const [out] = await instance.executeRequests!([
+          { inputs: mode(m), outputNames: ["OUT"], id: "", parameters: {} },
+        ]);
+        const bytes = (out as Map<string, Tensor>).get("OUT")!.data as Uint8Array;
+        assert.deepEqual([...new Int32Array(bytes.buffer, bytes.byteOffset, 1)], [m]);
+      }
+      assert.equal(asked, 4);
+    } finally {
+      await instance.close();
+    }
+  });
   await t.step("a refused setting fails the load", async () => {
     const ctx = context(DIR, "error_py");
     ctx.backendConfig = { ...ctx.backendConfig, "wait-spin-us": "abc" };

@@ -13,8 +13,10 @@ import type {
   Backend,
   BackendInstance,
   BackendRequest,
+  InstanceContext,
   ServerAccess,
 } from "../../server/backends/backend.ts";
+import type { ModelConfig } from "../../server/core/model_config.ts";
 import { ModelRegistry } from "../../server/models/registry.ts";
 import { type Endpoint, ENDPOINTS, InferencePipeline } from "../../server/pipeline/pipeline.ts";
 import { SystemSharedMemory } from "../../server/shm/system_shm.ts";
@@ -44,13 +46,16 @@ class TestBackend implements Backend {
   readonly name = "python";
   readonly defaultModelFilename = "model.py";
   server: ServerAccess | undefined;
+  /** The context of every instance made. */
+  readonly contexts: InstanceContext[] = [];
   autoComplete(): Promise<void> {
     return Promise.resolve();
   }
   bind(server: ServerAccess): void {
     this.server = server;
   }
-  createInstance(): Promise<BackendInstance> {
+  createInstance(_config: ModelConfig, ctx: InstanceContext): Promise<BackendInstance> {
+    this.contexts.push(ctx);
     return Promise.resolve({
       execute: () => Promise.reject(new Error("not used")),
       executeRequests: (requests: readonly BackendRequest[]) =>
@@ -166,6 +171,13 @@ Deno.test("an HTTP inference request resolves its model once and is counted as o
     outputs: [{ name: "SUM", datatype: "INT32", shape: [2], data: [2, 3] }],
   });
   assertEquals([resolved, arrivals], [["add"], 1]);
+});
+
+Deno.test("every instance gets the registry's arrival counter, which the pipeline counts", async () => {
+  await using s = await setup();
+  assertEquals(s.backend.contexts.map((c) => c.instanceName).sort(), ["add_0_0", "dec_0_0"]);
+  for (const ctx of s.backend.contexts) assertEquals(ctx.arrivals === s.registry.arrivals, true);
+  assertEquals(new InferencePipeline(s.registry).arrivals === s.registry.arrivals, true);
 });
 
 Deno.test("decoupled models are refused on endpoints that do not stream, in each endpoint's words", async () => {

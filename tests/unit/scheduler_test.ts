@@ -692,6 +692,35 @@ Deno.test("an arrival counter counts per event-loop turn: one alone is not 'toge
   await new Promise((r) => setImmediate(r));
 });
 
+Deno.test("an arrival counter tells requests arriving one at a time from ones arriving together", async () => {
+  const arrivals = new ArrivalCounter();
+  const turn = () => new Promise((r) => setImmediate(r));
+  // A known start whatever ran before: nothing counted yet, then turns with one arrival each.
+  assertEquals(arrivals.alone(), true);
+  for (let i = 0; i < 3; i++) {
+    arrivals.arrived();
+    assertEquals(arrivals.alone(), true);
+    await turn();
+  }
+  // A second arrival in the same turn: not alone, now and for the next turns of one, until the average of
+  // arrivals per turn (1.125 after this turn, the latest turn weighing 1/8) falls under 1.05: seven turns.
+  arrivals.arrived();
+  arrivals.arrived();
+  assertEquals(arrivals.alone(), false);
+  await turn();
+  const seen: boolean[] = [];
+  for (let i = 0; i < 7; i++) {
+    arrivals.arrived();
+    await turn();
+    seen.push(arrivals.alone());
+  }
+  assertEquals(seen, [false, false, false, false, false, false, true]);
+  // Turns without arrivals change nothing.
+  await turn();
+  await turn();
+  assertEquals(arrivals.alone(), true);
+});
+
 /** A FakeInstance that also runs synchronously (as an ONNX Runtime instance on the server's thread does). */
 class SyncInstance extends FakeInstance {
   /** What happened, in order: "run N" for each execution of the request whose X starts with N. */
