@@ -17,7 +17,9 @@
  * flags (space-separated) to each. The workloads: `mlp` (bench/models, single-sample binary requests, 64
  * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
  * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
- * DINFER_PYTHON or .venv/bin/python runs the stub). `--models` serves another repository with the same models
+ * DINFER_PYTHON or .venv/bin/python runs the stub), `python-grpc` (the same model over gRPC with raw contents,
+ * driven by h2load: one HTTP/2 connection, `--connections` streams, 8 by default; its answers are not checked,
+ * the server's statistics are compared with h2load's count instead). `--models` serves another repository with the same models
  * (for example one whose config has more instances).
  * Every 200th answer is checked.
  * @module
@@ -28,8 +30,11 @@ import { relative } from "node:path";
 import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { mlpRequest } from "./mlp_load.ts";
-import { inferRequest, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
+import { inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { processTree, treeCpuSeconds } from "./cpu_usage.ts";
+import { findH2load, runH2load } from "./h2load.ts";
+import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
+import { freePort } from "./loadgen.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -51,12 +56,13 @@ for (const arg of Deno.args) {
   else if (k === "--b-flags") bFlags = v.split(/\s+/).filter(Boolean);
   else throw new Error(`Cannot parse '${arg}': unknown flag`);
 }
-const WORKLOADS = ["mlp", "simple-json", "simple-binary", "python-json", "python-binary"];
+const WORKLOADS = ["mlp", "simple-json", "simple-binary", "python-json", "python-binary", "python-grpc"];
 if (!WORKLOADS.includes(workload)) {
   throw new Error(`Cannot run workload '${workload}': expected one of ${WORKLOADS.join(", ")}`);
 }
 const python = workload.startsWith("python-");
-connections ||= workload === "mlp" ? 64 : python ? 1 : 16;
+const grpc = workload === "python-grpc";
+connections ||= workload === "mlp" ? 64 : grpc ? 8 : python ? 1 : 16;
 const repository = models ??
   (workload === "mlp"
     ? `${ROOT}bench/models`
@@ -103,6 +109,8 @@ function check(r: SampledResponse): string | undefined {
 interface Side {
   name: string;
   server: ChildServer;
+  /** The gRPC port (python-grpc), else 0. */
+  grpcPort: number;
   request: Uint8Array;
   rates: number[];
   count: number;
@@ -113,14 +121,16 @@ interface Side {
 }
 
 async function start(name: string, flags: string[], script?: string): Promise<Side> {
+  const grpcPort = grpc ? freePort() : 0;
   const server = await startChildServer(
     [],
-    [`--model-repository=${repository}`, ...flags],
+    [`--model-repository=${repository}`, ...(grpc ? [`--grpc-port=${grpcPort}`] : []), ...flags],
     script ? { script } : {},
   );
   return {
     name,
     server,
+    grpcPort,
     request: requestFor(server.port),
     rates: [],
     count: 0,
@@ -131,7 +141,51 @@ async function start(name: string, flags: string[], script?: string): Promise<Si
   };
 }
 
+const h2load = grpc ? findH2load() : undefined;
+if (grpc && !h2load) {
+  throw new Error("Cannot run workload 'python-grpc': h2load is not on PATH (nghttp2-client)");
+}
+/** The file h2load sends: one gRPC-framed ModelInferRequest. */
+const grpcBody = grpc ? await Deno.makeTempFile({ prefix: "dinfer-ab-grpc-" }) : "";
+if (grpc) await Deno.writeFile(grpcBody, grpcFrame(simpleInferRequest(INPUT0, INPUT1, "add_sub_py")));
+
+/** The model's success and failure counts in the server's statistics. */
+async function counts(side: Side): Promise<{ success: number; fail: number }> {
+  const r = await fetch(`http://127.0.0.1:${side.server.port}/v2/models/add_sub_py/stats`);
+  const s = (await r.json()).model_stats[0].inference_stats;
+  return { success: s.success.count, fail: s.fail.count };
+}
+
+/** A gRPC window: h2load for the window's length; its successes must all be in the server's statistics. */
+async function grpcWindow(side: Side): Promise<void> {
+  const tree = processTree(side.server.pid);
+  const before = await counts(side);
+  const c0 = treeCpuSeconds(tree);
+  const r = await runH2load([
+    ...["-D", `${Math.round(windowS * 1000)}ms`, "-c", "1", "-m", String(connections), "-d", grpcBody],
+    ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
+    `http://127.0.0.1:${side.grpcPort}/inference.GRPCInferenceService/ModelInfer`,
+  ], { path: h2load! });
+  const c1 = treeCpuSeconds(tree);
+  // Calls still in flight when h2load stops are answered after it counted.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const after = await counts(side);
+  if (after.fail > before.fail || after.success - before.success < r.succeeded || r.succeeded < r.done) {
+    side.errors += Math.max(1, r.done - r.succeeded, after.fail - before.fail);
+    console.error(
+      `${side.name}: h2load counted ${r.succeeded} of ${r.done} successes, the server ${
+        after.success - before.success
+      } successes and ${after.fail - before.fail} failures`,
+    );
+  }
+  side.rates.push(r.succeeded / r.seconds);
+  side.count += r.succeeded;
+  side.seconds += r.seconds;
+  side.cpu += c1 - c0;
+}
+
 async function window(side: Side): Promise<void> {
+  if (grpc) return grpcWindow(side);
   let c0 = 0, c1 = 0;
   const tree = processTree(side.server.pid);
   const r: LoadResult = await runLoad({ hostname: "127.0.0.1", port: side.server.port }, {
@@ -200,6 +254,7 @@ for (let round = 0; round < rounds; round++) {
     await b?.server.stop();
   }
 }
+if (grpc) await Deno.remove(grpcBody);
 const total = (name: string) => {
   const mine = sides.filter((s) => s.name === name);
   const sum = (k: "count" | "seconds" | "cpu" | "errors" | "wrong") => mine.reduce((n, s) => n + s[k], 0);
