@@ -99,6 +99,25 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   1 connection over HTTP JSON (1.18× the CPU per request), 1.34× over HTTP binary (1.26×), 1.06× at 8
   connections over HTTP binary (1.03×); 400 µs against 200: 1.25× and 1.32× at 1 connection, 1.12× at 8,
   with 0.86–0.92× the CPU.
+- *Spins under concurrency* (2026-11-27, \`bench/ab.ts\`, 3 rounds each): where several requests arrive
+  together, a spinning stub cost more than it saved (HTTP JSON at 8 connections: stubs that never spun served
+  1.15–1.20× the requests, HTTP binary 1.08×, gRPC through h2load 1.10×, at 0.82–0.90× the CPU per request),
+  although the machine still had half a core idle (\`/proc/stat\`). A spin that lost its core to other tasks
+  (the thread's run delay in \`/proc/thread-self/schedstat\`) did not tell the cases apart: at 1 connection
+  30–60 % of the spins lost about a third of their length in some runs (the server woken on the stub's core)
+  and none in others. The server's count of requests per event-loop turn does: a stub now spins only while
+  requests arrive one at a time (the average of arrivals per turn under 1.05). Against the previous code:
+  HTTP JSON at 2, 4 and 8 connections 1.07–1.12×, 1.12–1.19× and 1.04–1.07× at 0.80–0.90× the CPU, HTTP
+  binary at 8 1.05–1.07× at 0.90×, gRPC at 8 1.00× at 0.92×; at 1 connection 0.96–1.08× (noise). The floor's
+  echo still spins at every point.
+- *Two writes per binary answer* (2026-11-27): Deno's HTTP/1.1 writer sends a response's head and body in one
+  write only when together they fit its 512-byte write buffer. add_sub_py's binary answer is 155 bytes of head
+  (with a 37-byte \`date\` header, which Deno always adds and Triton does not send) and 367 of body, so it goes
+  out in two \`sendto\` calls (strace: two per request, one for the JSON answer) and the client reads it in
+  two; Triton's whole answer is 485 bytes. Answering without \`content-type\` (which brings it to 482 bytes),
+  \`bench/ab.ts\` at 1 connection read 1.17× (totals 1.20×) with 0.83× the CPU per request. dinfer keeps
+  Triton's headers (a client may tell JSON from binary answers by their content type); the floor's answer has
+  the same bytes and pays the same.
 - *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
   the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
   \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
