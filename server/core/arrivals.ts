@@ -13,10 +13,13 @@ const ALONE_MAX = 1.05;
 /**
  * Counts the inference requests that arrive in each event-loop turn. The inference pipeline counts every
  * arrival; the dynamic batcher asks whether requests are arriving together: a request that arrives alone
- * should run at once, one of several arriving together should wait one turn to be batched with them.
+ * should run at once, one of several arriving together should wait one turn to be batched with them. The
+ * Python backend asks whether they have been arriving one at a time lately (`alone()`): only then does a stub
+ * spin for its next call.
  *
  * Turns are only told apart once someone has asked (the first `together()`, which a dynamic batcher without a
- * queue delay makes when it is created): a server without one pays no end-of-turn callback per request.
+ * queue delay makes when it is created, or `alone()`, at a Python model's first call): a server without either
+ * pays no end-of-turn callback per request.
  */
 export class ArrivalCounter {
   #thisTurn = 0;
@@ -25,7 +28,7 @@ export class ArrivalCounter {
   #perTurn = 1;
   #scheduled = false;
   #total = 0;
-  /** Whether `together()` has been asked: only then are arrivals counted per turn. */
+  /** Whether `together()` or `alone()` has been asked: only then are arrivals counted per turn. */
   #asked = false;
   readonly #turnEnded = () => {
     this.#perTurn += (this.#thisTurn - this.#perTurn) * ALONE_WEIGHT;
