@@ -35,6 +35,7 @@ import { processTree, treeCpuSeconds } from "./cpu_usage.ts";
 import { findH2load, runH2load } from "./h2load.ts";
 import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
 import { freePort } from "./loadgen.ts";
+import { median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -209,12 +210,6 @@ async function window(side: Side): Promise<void> {
   side.wrong += r.mismatches;
   if (r.firstError) console.error(`${side.name}: ${r.firstError}`);
 }
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 const sides: Side[] = [];
 const ratios: number[] = [];

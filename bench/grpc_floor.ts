@@ -14,6 +14,7 @@ import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
 import { findH2load, runH2load } from "./h2load.ts";
 import { freePort } from "./loadgen.ts";
 import { binaryBody, INPUT0, INPUT1 } from "./simple_requests.ts";
+import { upperMedian as median } from "./stats.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const RESULTS = `${ROOT}bench/RESULTS.md`;
@@ -58,7 +59,6 @@ function args(protocol: "grpc" | "binary", ports: { http: number; grpc: number }
     ];
 }
 
-const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
 const fmt = (v: number) => Math.round(v).toLocaleString("en-US");
 
 const grpcPorts = { dinfer: freePort(), floor: freePort() };

@@ -27,6 +27,7 @@ import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
 import { binaryBody, inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { findH2load, type H2loadResult, h2loadVersion, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
+import { median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODEL_DIR = `${ROOT}examples/models/simple`;
@@ -883,15 +884,6 @@ interface FloorComparison {
   dinferP50: number;
   floorP50: number;
   wrong: boolean;
-}
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  return s.length === 0
-    ? NaN
-    : s.length % 2
-    ? s[s.length >> 1]!
-    : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
 /**

@@ -21,6 +21,7 @@ import { cpuSeconds, machineBusySeconds, threadCpuSeconds, waitQuiet } from "./c
 import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type LoadReport, type LoadSpec, mlpInput } from "./mlp_load.ts";
 import { httpRequest, runLoad } from "./loadgen.ts";
+import { upperMedian as medianOf } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODELS = `${ROOT}bench/models`;
@@ -329,8 +330,6 @@ function f(x: number, digits = 0): string {
 function perInference(seconds: number, p: MlpPoint): number {
   return (1e6 * seconds) / Math.max(1, p.load.count);
 }
-
-const medianOf = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** The paragraph and table of dinfer beside the hand-written peer, read against the combined limit. */
 function peerMarkdown(r: MlpResult, combined: number): string {

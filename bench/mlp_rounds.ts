@@ -23,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { relative } from "node:path";
 import { startChildServer } from "./child_server.ts";
 import { type LoadReport, type LoadSpec, mlpInput } from "./mlp_load.ts";
+import { upperMedian as median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODELS_DEFAULT = `${ROOT}bench/models`;
@@ -127,7 +128,6 @@ const DISTURBED_PCT = 25;
 const otherPct = (p: LoadReport) =>
   (100 * Math.max(0, p.cpu.machine - p.cpu.server - p.cpu.load)) / durationS;
 const others = new Map<string, number[]>(VARIANTS.map((v) => [v.name, []]));
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const raws: number[] = [];
 const rates = new Map<string, number[]>(VARIANTS.map((v) => [v.name, []]));
 const batches = new Map<string, number[]>(VARIANTS.map((v) => [v.name, []]));

@@ -16,6 +16,7 @@ import type { Backend, BackendInstance, InstanceContext } from "../server/backen
 import { onnxRuntimeBackend } from "../server/backends/onnxruntime.ts";
 import type { Tensor } from "../server/core/types.ts";
 import { applyDefaults, readConfigFile, resolveBackend, toModelConfig } from "../server/repository/config.ts";
+import { upperMedian as median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 let modelDir = join(ROOT, "bench/models/mlp"), rounds = 3, runs = 300;
@@ -59,7 +60,6 @@ function batch(instance: BackendInstance, n: number): Map<string, Tensor> {
 }
 
 const outputs = config.output.map((o) => o.name);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** p50 of a lone run after 1 ms idle, and of back-to-back runs of 64, in µs. */
 async function measure(instance: BackendInstance): Promise<[number, number]> {

@@ -22,6 +22,7 @@ import { type ChildServer, startChildServer } from "./child_server.ts";
 import { processTree, treeCpuSeconds, waitQuiet } from "./cpu_usage.ts";
 import { findH2load, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
+import { median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const RESULTS = `${ROOT}bench/RESULTS.md`;
@@ -589,14 +590,6 @@ async function measurePoint(
 
 function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : "-";
-}
-
-/** The median of the finite values (NaN when there are none). */
-function median(values: number[]): number {
-  const s = values.filter(Number.isFinite).sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
 async function machine(): Promise<string> {

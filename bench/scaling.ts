@@ -33,6 +33,7 @@ import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse }
 import { expectedLogits, inProcessOnce, mlpConfigOptions, ORT_DEFAULTS } from "./mlp_bench.ts";
 import { mlpCheck, mlpRequest } from "./mlp_load.ts";
 import { jsonBody } from "./simple_requests.ts";
+import { median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const RESULTS = `${ROOT}bench/RESULTS.md`;
@@ -138,13 +139,6 @@ function loaders(n: number, total: number): { cpus: (string | undefined)[] } {
     return { cpus: Array.from({ length: Math.min(MAX_LOADERS, Math.max(1, total)) }, () => undefined) };
   }
   return { cpus: Array.from({ length: Math.min(MAX_LOADERS, free) }, (_, i) => String(n + i)) };
-}
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
 async function modelCounts(port: number, model: string): Promise<{ inferences: number; executions: number }> {

@@ -12,6 +12,7 @@
 
 import { parseArgs } from "node:util";
 import { freePort } from "./loadgen.ts";
+import { upperMedian as median } from "./stats.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const START = "<!-- startup:start -->";
@@ -108,8 +109,6 @@ async function startOnce(args: string[], port: number): Promise<StartSample> {
     await child.stderr.cancel();
   }
 }
-
-const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1]!;
 
 const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-startup-" });
 const floorPath = `${dir}/floor.ts`;
