@@ -19,8 +19,8 @@
  * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
  * DINFER_PYTHON or .venv/bin/python runs the stub), `python-grpc` (the same model over gRPC with raw contents,
  * driven by h2load: one HTTP/2 connection, `--connections` streams, 8 by default; its answers are not checked,
- * the server's statistics are compared with h2load's count instead). `--models` serves another repository with the same models
- * (for example one whose config has more instances).
+ * the server's statistics are compared with h2load's count instead). `--models` serves another repository with
+ * the same models (for example one whose config has more instances).
  * Every 200th answer is checked.
  * @module
  */
@@ -28,13 +28,12 @@
 import { fileURLToPath } from "node:url";
 import { relative } from "node:path";
 import { type ChildServer, startChildServer } from "./child_server.ts";
-import { type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
+import { freePort, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { mlpRequest } from "./mlp_load.ts";
 import { inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { processTree, treeCpuSeconds } from "./cpu_usage.ts";
 import { findH2load, runH2load } from "./h2load.ts";
 import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
-import { freePort } from "./loadgen.ts";
 import { median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
