@@ -121,6 +121,11 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   #model: BatchModel;
   #free: BackendInstance[];
   /**
+   * Batches each instance holds, where one takes several at a time (a pipeline depth above 1; undefined
+   * otherwise): a batch goes to the free instance holding the fewest (see #takeInstance).
+   */
+  #held: Map<BackendInstance, number> | undefined;
+  /**
    * Two FIFOs per priority level, highest priority (level 1) first: at `2 * (level - 1)` the requests in time,
    * right after it the level's delayed (expired, DELAY) requests.
    */
@@ -162,6 +167,9 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     // it waits in the instance, where another model's instance could have run.
     const depth = (i: BackendInstance) => model.gate ? 1 : Math.max(1, i.pipelineDepth ?? 1);
     this.#free = instances.flatMap((i) => Array<BackendInstance>(depth(i)).fill(i));
+    if (instances.length > 1 && instances.some((i) => depth(i) > 1)) {
+      this.#held = new Map(instances.map((i) => [i, 0]));
+    }
     const levels = Math.max(1, options?.priorityLevels ?? 0);
     this.#options = {
       maxBatchSize: options?.maxBatchSize ?? 0,
@@ -274,11 +282,37 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
     });
   }
 
-  /** A free instance: the rate limiter's pick where the model has one, else the last one freed. */
+  /**
+   * A free instance: the rate limiter's pick where the model has one, else the last one freed; where instances
+   * take several batches at a time, the last freed of those holding the fewest, so that a batch does not wait
+   * in a busy instance's pipeline while another instance is idle (with two Python instances, two requests at
+   * once both went to one stub and took twice as long).
+   */
   #takeInstance(): BackendInstance {
     const gate = this.#model.gate;
-    if (!gate) return this.#free.pop()!;
-    return this.#free.splice(gate.pick(this.#free), 1)[0]!;
+    if (gate) return this.#free.splice(gate.pick(this.#free), 1)[0]!;
+    const held = this.#held;
+    if (!held) return this.#free.pop()!;
+    const free = this.#free;
+    let at = free.length - 1;
+    let fewest = held.get(free[at]!)!;
+    for (let i = at - 1; i >= 0 && fewest > 0; i--) {
+      const n = held.get(free[i]!)!;
+      if (n < fewest) {
+        fewest = n;
+        at = i;
+      }
+    }
+    const instance = at === free.length - 1 ? free.pop()! : free.splice(at, 1)[0]!;
+    held.set(instance, fewest + 1);
+    return instance;
+  }
+
+  /** An instance has finished a batch: one more free slot of it. */
+  #giveBack(instance: BackendInstance): void {
+    this.#free.push(instance);
+    const held = this.#held;
+    if (held) held.set(instance, held.get(instance)! - 1);
   }
 
   /** Handles expired requests: REJECT answers them, DELAY moves them to their level's delayed queue. */
@@ -462,13 +496,13 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
       done = executeBatchSync(this.#model, instance, batch.map((p) => p.request));
     } catch (err) {
       this.executing -= batch.length;
-      this.#free.push(instance);
+      this.#giveBack(instance);
       // Recorded as an execution of no time: its start was not kept, to read the clock once less per run.
       this.#failed(batch, nowNs(), err);
       return;
     }
     this.executing -= batch.length;
-    this.#free.push(instance);
+    this.#giveBack(instance);
     try {
       // Answered as soon as its outputs are made: their time is the end of the requests.
       this.#answer(batch, done, done.times.outputEnd);
@@ -546,7 +580,7 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   /** An execution is over: its instance is free for the next batch. */
   #release(instance: BackendInstance, count: number): void {
     this.executing -= count;
-    this.#free.push(instance);
+    this.#giveBack(instance);
     this.#disarmIfEmpty();
     this.#pump();
   }

@@ -11,7 +11,8 @@ import { PythonBackend, spinAllowance, waitSpinUs } from "../../server/backends/
 import { readConfigFile, toModelConfig } from "../../server/repository/config.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { Tensor } from "../../server/core/types.ts";
-import { pythonPath } from "../helpers.ts";
+import { pythonPath, startTestServer } from "../helpers.ts";
+import { inferJson } from "./_http.ts";
 import { pythonJson } from "./_python.ts";
 
 const DIR = fileURLToPath(new URL("../fixtures/python_models/error_py", import.meta.url));
@@ -317,4 +318,27 @@ seen.append(stub._core_free())
 print(json.dumps(seen))
 `;
   assert.deepEqual(await pythonJson(source), [true, true, false, false, false]);
+});
+
+Deno.test("requests at once go to different instances, not into one instance's pipeline", async () => {
+  await using s = await startTestServer([
+    `--model-repository=${fileURLToPath(new URL("../fixtures/python_models", import.meta.url))}`,
+    `--backend-config=python,python-executable=${pythonPath()}`,
+    "--model-control-mode=explicit",
+    "--load-model=pid_py",
+  ]);
+  const pidOf = async (ms: number) => {
+    const r = await inferJson(s.url, "pid_py", {
+      inputs: [{ name: "MS", datatype: "INT32", shape: [1], data: [ms] }],
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    return (r.json as { outputs: { data: number[] }[] }).outputs[0]!.data[0]!;
+  };
+  // Each instance takes several calls at a time; two at once each go to an idle stub (two processes), and four
+  // at once two to each.
+  for (const n of [2, 4]) {
+    const pids = await Promise.all(Array.from({ length: n }, () => pidOf(200)));
+    const counts = [...Map.groupBy(pids, (p) => p).values()].map((g) => g.length);
+    assert.deepEqual(counts, n === 2 ? [1, 1] : [2, 2], `stubs of ${n} calls: ${pids.join(", ")}`);
+  }
 });

@@ -669,6 +669,41 @@ Deno.test("the hold comes from DINFER_DELAY_SCHEDULER when the options leave it 
   assertEquals(delayFromEnvironment(), 0);
 });
 
+/** A FakeInstance that takes four batches before the first is answered (as a Python stub does). */
+class PipelinedInstance extends FakeInstance {
+  readonly pipelineDepth = 4;
+}
+
+Deno.test("a batch goes to the pipelined instance holding the fewest, not behind another's in its pipeline", async () => {
+  const a = new PipelinedInstance(true);
+  const b = new PipelinedInstance(true);
+  const s = scheduler([a, b], { arrivals: { together: () => false } });
+  const answers = [1, 2, 3, 4].map((v) => s.enqueue(request([[v]])));
+  await settle();
+  // Taken in turn: the last instance freed first (b), then whichever holds fewer.
+  assertEquals([firsts(a), firsts(b)], [[[2], [4]], [[1], [3]]]);
+  // b finishes one: it holds one to a's two, so the next request is b's.
+  b.release();
+  await settle();
+  answers.push(s.enqueue(request([[5]])));
+  await settle();
+  assertEquals([firsts(a), firsts(b)], [[[2], [4]], [[1], [3], [5]]]);
+  // Equal holdings: the last one freed (b) takes the next.
+  answers.push(s.enqueue(request([[6]])));
+  a.release();
+  await settle();
+  answers.push(s.enqueue(request([[7]])));
+  await settle();
+  assertEquals([firsts(a), firsts(b)], [[[2], [4], [7]], [[1], [3], [5], [6]]]);
+  for (let i = 0; i < 4; i++) {
+    a.release();
+    b.release();
+    await settle();
+  }
+  assertEquals((await Promise.all(answers)).map(rowsOf), [1, 2, 3, 4, 5, 6, 7].map((v) => [[2 * v]]));
+  assertEquals(s.inflightCount(), 0);
+});
+
 Deno.test("an arrival counter counts per event-loop turn: one alone is not 'together', two are", async () => {
   const arrivals = new ArrivalCounter();
   // A known start whatever ran before: a turn with one arrival.
