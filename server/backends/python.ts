@@ -58,7 +58,7 @@ const INITIAL_SHM_BYTES = 1 << 20;
 const INLINE_MAX = 64 * 1024;
 const START_TIMEOUT_MS = 120_000;
 /** Batches an instance takes before the first is answered (see `PythonInstance.pipelineDepth`). */
-const PIPELINE_DEPTH = 4;
+const PIPELINE_DEPTH = 8;
 const FINALIZE_TIMEOUT_MS = 10_000;
 const ERROR_CODES = new Set<string>([
   "INVALID_ARG",
@@ -1286,12 +1286,17 @@ class PythonInstance implements BackendInstance {
   #types: Map<string, Datatype>;
 
   /**
-   * Four batches at a time: the stub runs them one after another, and finds the next ones already in its
-   * socket when it finishes one, instead of waiting for the server's answer to go out and the next request to
+   * Eight batches at a time: the stub runs them one after another, and finds the next ones already in its
+   * pipe when it finishes one, instead of waiting for the server's answer to go out and the next request to
    * come in; quick calls it has read are answered together (one write, one wake-up of the server for
-   * several). Four measured better than two under load (add_sub at 8 connections: 15% less server CPU per
-   * request) and no worse than eight. Not with dynamic or sequence batching (batches form while the instance
-   * is busy), nor with an execute timeout (it counts from the moment a batch is sent).
+   * several). With several instances the scheduler gives a batch to the one holding the fewest. Four measured
+   * better than two under load (add_sub at 8 connections: 15% less server CPU per request), while stubs spun
+   * between calls. Since stubs sleep where requests arrive together (see spinAllowance), eight measured
+   * better than four (bench/ab.ts, add_sub_py, one instance, 2 cores, 2026-11-27, 3-4 rounds each): HTTP JSON
+   * at 4, 8 and 16 connections 1.04-1.07x, 1.14-1.19x and 1.26-1.30x the requests, HTTP binary at 8
+   * 1.11-1.21x, gRPC (h2load) at 8 0.98-1.07x, each with 0.81-0.93x the CPU per request. Not with dynamic or
+   * sequence batching (batches form while the instance is busy), nor with an execute timeout (it counts from
+   * the moment a batch is sent).
    */
   readonly pipelineDepth: number;
 
