@@ -11,9 +11,10 @@
  * rounds 0.94-1.18) and `python-json` 1.04 (totals 1.03, rounds 0.97-1.08), so a change smaller than about 10%
  * does not show in one such run here.
  *
- * Usage: `deno run -A bench/ab.ts [--workload=mlp|simple-json|simple-binary] [--connections=N] [--rounds=3]
- * [--pairs=4] [--window=1] [--models=DIR] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
- * checkout: DIR/main.ts) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
+ * Usage: `deno run -A bench/ab.ts [--workload=NAME] [--connections=N] [--rounds=3] [--pairs=4] [--window=1]
+ * [--models=DIR] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
+ * checkout: DIR/main.ts, with this checkout's native libraries in DIR/build for the ONNX workloads, which the
+ * script checks) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
  * flags (space-separated) to each. The workloads: `mlp` (bench/models, single-sample binary requests, 64
  * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
  * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
@@ -59,6 +60,23 @@ for (const arg of Deno.args) {
 const WORKLOADS = ["mlp", "simple-json", "simple-binary", "python-json", "python-binary", "python-grpc"];
 if (!WORKLOADS.includes(workload)) {
   throw new Error(`Cannot run workload '${workload}': expected one of ${WORKLOADS.join(", ")}`);
+}
+// A checkout without the native libraries (build/, git-ignored) runs ONNX Runtime through another path: a
+// baseline without them read 1.14x slower on `simple-json` with the same server code (2026-11-27).
+if (baseline && !workload.startsWith("python-")) {
+  const has = (dir: string) => {
+    try {
+      return Deno.statSync(`${dir}/build/shim/libortshim.so`).isFile;
+    } catch {
+      return false;
+    }
+  };
+  if (has(ROOT) && !has(baseline)) {
+    throw new Error(
+      `Cannot compare on '${workload}': ${baseline} has no build/shim/libortshim.so, so its ONNX Runtime runs ` +
+        `through another path; link this checkout's (ln -s ${ROOT}build ${baseline}/build) or build it there`,
+    );
+  }
 }
 const python = workload.startsWith("python-");
 const grpc = workload === "python-grpc";
