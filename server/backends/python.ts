@@ -196,7 +196,9 @@ let liveStubs = 0;
  *   (add_sub_py, one instance, 2 cores, bench/ab.ts, 2026-11-27, 3 rounds each; CPU of the server and its stub):
  *   HTTP JSON at 2, 4 and 8 connections 1.07-1.12x, 1.12-1.19x and 1.04-1.07x the requests at 0.80x, 0.80x and
  *   0.90x the CPU per request, HTTP binary at 8 1.05-1.07x at 0.90x, gRPC (h2load) at 8 1.00x at 0.92x; at one
- *   connection, where every request arrives alone, 0.96-1.08x (noise).
+ *   connection, where every request arrives alone, 0.96-1.08x (noise). Asking has a cost: the counter then
+ *   ends each event-loop turn that had arrivals with a callback, and at one connection, where that is one per
+ *   request, a server that did not ask served 1.07x the HTTP JSON requests (totals 1.04x, two runs of 4 rounds).
  * - Spinning stubs hold cores that the server and the stubs with work need: with four instances of one model on
  *   2 cores, stubs that spun after each call served 0.70x the requests of stubs that slept (bench/ab.ts,
  *   python-json, 8 connections, 2026-11-27).
