@@ -33,7 +33,8 @@ import { freePort, type LoadResult, runLoad, type SampledResponse } from "./load
 import { mlpRequest } from "./mlp_load.ts";
 import { inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { processTree, treeCpuSeconds } from "./cpu_usage.ts";
-import { findH2load, runH2load } from "./h2load.ts";
+import { findH2load, grpcInferArgs, runH2load } from "./h2load.ts";
+import { successCount } from "./python_bench.ts";
 import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
 import { median } from "./stats.ts";
 
@@ -167,28 +168,23 @@ if (grpc && !h2load) {
 const grpcBody = grpc ? await Deno.makeTempFile({ prefix: "dinfer-ab-grpc-" }) : "";
 if (grpc) await Deno.writeFile(grpcBody, grpcFrame(simpleInferRequest(INPUT0, INPUT1, "add_sub_py")));
 
-/** The model's success and failure counts in the server's statistics. */
-async function counts(side: Side): Promise<{ success: number; fail: number }> {
-  const r = await fetch(`http://127.0.0.1:${side.server.port}/v2/models/add_sub_py/stats`);
-  const s = (await r.json()).model_stats[0].inference_stats;
-  return { success: s.success.count, fail: s.fail.count };
-}
-
 /** A gRPC window: h2load for the window's length; its successes must all be in the server's statistics. */
 async function grpcWindow(side: Side): Promise<void> {
   const tree = processTree(side.server.pid);
-  const before = await counts(side);
+  const before = await successCount(side.server.port);
   const c0 = treeCpuSeconds(tree);
-  const r = await runH2load([
-    ...["-D", `${Math.round(windowS * 1000)}ms`, "-c", "1", "-m", String(connections), "-d", grpcBody],
-    ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
-    `http://127.0.0.1:${side.grpcPort}/inference.GRPCInferenceService/ModelInfer`,
-  ], { path: h2load! });
+  const r = await runH2load(
+    ["-D", `${Math.round(windowS * 1000)}ms`, ...grpcInferArgs(side.grpcPort, grpcBody, connections)],
+    { path: h2load! },
+  );
   const c1 = treeCpuSeconds(tree);
   // Calls still in flight when h2load stops are answered after it counted.
   await new Promise((resolve) => setTimeout(resolve, 100));
-  const after = await counts(side);
-  if (after.fail > before.fail || after.success - before.success < r.succeeded || r.succeeded < r.done) {
+  const after = await successCount(side.server.port);
+  // Counts that cannot be read (NaN) fail the check too.
+  if (
+    after.fail !== before.fail || !(after.success - before.success >= r.succeeded) || r.succeeded < r.done
+  ) {
     side.errors += Math.max(1, r.done - r.succeeded, after.fail - before.fail);
     console.error(
       `${side.name}: h2load counted ${r.succeeded} of ${r.done} successes, the server ${

@@ -11,7 +11,7 @@
 
 import { startChildServer } from "./child_server.ts";
 import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
-import { findH2load, runH2load } from "./h2load.ts";
+import { findH2load, grpcInferArgs, runH2load } from "./h2load.ts";
 import { freePort } from "./loadgen.ts";
 import { binaryBody, INPUT0, INPUT1 } from "./simple_requests.ts";
 import { upperMedian as median } from "./stats.ts";
@@ -43,20 +43,13 @@ await Deno.writeFile(`${dir}/binary.bin`, binary);
 
 function args(protocol: "grpc" | "binary", ports: { http: number; grpc: number }, s: number): string[] {
   const duration = ["-D", `${Math.round(s * 1000)}ms`];
-  return protocol === "grpc"
-    ? [
-      ...duration,
-      ...["-c", "1", "-m", "16", "-d", `${dir}/grpc.bin`],
-      ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
-      `http://127.0.0.1:${ports.grpc}/inference.GRPCInferenceService/ModelInfer`,
-    ]
-    : [
-      ...duration,
-      ...["--h1", "-c", "16", "-m", "1", "-d", `${dir}/binary.bin`],
-      ...["-H", "content-type: application/octet-stream"],
-      ...["-H", `inference-header-content-length: ${headerLength}`],
-      `http://127.0.0.1:${ports.http}/v2/models/simple/infer`,
-    ];
+  return protocol === "grpc" ? [...duration, ...grpcInferArgs(ports.grpc, `${dir}/grpc.bin`, 16)] : [
+    ...duration,
+    ...["--h1", "-c", "16", "-m", "1", "-d", `${dir}/binary.bin`],
+    ...["-H", "content-type: application/octet-stream"],
+    ...["-H", `inference-header-content-length: ${headerLength}`],
+    `http://127.0.0.1:${ports.http}/v2/models/simple/infer`,
+  ];
 }
 
 const fmt = (v: number) => Math.round(v).toLocaleString("en-US");

@@ -176,6 +176,21 @@ export async function runH2load(args: string[], options: RunH2loadOptions): Prom
 }
 
 /**
+ * h2load's arguments for gRPC ModelInfer calls: one HTTP/2 connection with `streams` calls in flight, each
+ * sending the file `body` (one gRPC-framed ModelInferRequest) with the headers gRPC needs.
+ * @param port the server's gRPC port on 127.0.0.1
+ * @param body the request file
+ * @param streams calls in flight
+ */
+export function grpcInferArgs(port: number, body: string, streams: number): string[] {
+  return [
+    ...["-c", "1", "-m", String(streams), "-d", body],
+    ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
+    `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelInfer`,
+  ];
+}
+
+/**
  * The version h2load prints (`nghttp2/1.52.0` from `h2load nghttp2/1.52.0`).
  * @param path the h2load executable
  * @returns the version, or "unknown"

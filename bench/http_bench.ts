@@ -25,7 +25,7 @@ import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_prof
 import { cpuSeconds, machineBusySeconds, waitQuiet } from "./cpu_usage.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
 import { binaryBody, inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
-import { findH2load, type H2loadResult, h2loadVersion, runH2load } from "./h2load.ts";
+import { findH2load, grpcInferArgs, type H2loadResult, h2loadVersion, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 import { median } from "./stats.ts";
 
@@ -478,18 +478,12 @@ function h2loadArgs(
   ports: { http: number; grpc: number },
   bodies: H2Bodies,
 ): string[] {
-  return protocol === "grpc"
-    ? [
-      ...["-c", "1", "-m", String(inFlight), "-d", bodies.grpc],
-      ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
-      `http://127.0.0.1:${ports.grpc}/inference.GRPCInferenceService/ModelInfer`,
-    ]
-    : [
-      ...["--h1", "-c", String(inFlight), "-m", "1", "-d", bodies.binary],
-      ...["-H", "content-type: application/octet-stream"],
-      ...["-H", `inference-header-content-length: ${bodies.headerLength}`],
-      `http://127.0.0.1:${ports.http}/v2/models/simple/infer`,
-    ];
+  return protocol === "grpc" ? grpcInferArgs(ports.grpc, bodies.grpc, inFlight) : [
+    ...["--h1", "-c", String(inFlight), "-m", "1", "-d", bodies.binary],
+    ...["-H", "content-type: application/octet-stream"],
+    ...["-H", `inference-header-content-length: ${bodies.headerLength}`],
+    `http://127.0.0.1:${ports.http}/v2/models/simple/infer`,
+  ];
 }
 
 /** h2load's -D argument for a duration in seconds. */

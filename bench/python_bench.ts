@@ -20,7 +20,7 @@ import { join } from "node:path";
 import { freePort, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { type ChildServer, startChildServer } from "./child_server.ts";
 import { processTree, treeCpuSeconds, waitQuiet } from "./cpu_usage.ts";
-import { findH2load, runH2load } from "./h2load.ts";
+import { findH2load, grpcInferArgs, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 import { median } from "./stats.ts";
 
@@ -473,9 +473,13 @@ async function checkGrpcOnce(s: Server, message: Uint8Array): Promise<string | u
   }
 }
 
-/** The model's success and failure counts (both servers answer Triton's statistics extension). */
-async function successCount(s: Server): Promise<{ success: number; fail: number }> {
-  const body = await fetch(`http://127.0.0.1:${s.http}/v2/models/${MODEL}/stats`).then((r) => r.json()) as {
+/**
+ * A model's success and failure counts (dinfer and Triton both answer Triton's statistics extension).
+ * @param port the server's HTTP port on 127.0.0.1
+ * @param model the model (default add_sub_py)
+ */
+export async function successCount(port: number, model = MODEL): Promise<{ success: number; fail: number }> {
+  const body = await fetch(`http://127.0.0.1:${port}/v2/models/${model}/stats`).then((r) => r.json()) as {
     model_stats: { inference_stats: Record<string, { count: number }> }[];
   };
   const stats = body.model_stats[0]?.inference_stats ?? {};
@@ -491,18 +495,14 @@ async function h2loadPoint(s: Server, c: number, flags: Flags, h2load: string): 
   const file = await Deno.makeTempFile({ prefix: "dinfer-pybench-grpc-" });
   try {
     await Deno.writeFile(file, grpcFrame(message));
-    const args = [
-      ...["-c", "1", "-m", String(c), "-d", file],
-      ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
-      `http://127.0.0.1:${s.grpc}/inference.GRPCInferenceService/ModelInfer`,
-    ];
+    const args = grpcInferArgs(s.grpc, file, c);
     const ms = (x: number) => `${Math.max(1, Math.round(x * 1000))}ms`;
     await runH2load(["-D", ms(flags.warmupS), ...args], { path: h2load });
-    const before = await successCount(s);
+    const before = await successCount(s.http);
     const r = await runH2load(["-D", ms(flags.durationS), ...args], { path: h2load });
     // Calls still in flight when h2load stops are answered after it counted.
     await new Promise((done) => setTimeout(done, 200));
-    const after = await successCount(s);
+    const after = await successCount(s.http);
     const why = after.fail !== before.fail
       ? `the server counted ${after.fail - before.fail} failures`
       : after.success - before.success < r.succeeded
