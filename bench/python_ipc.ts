@@ -11,17 +11,7 @@ import { fileURLToPath } from "node:url";
 import { PythonBackend } from "../server/backends/python.ts";
 import { readConfigFile, toModelConfig } from "../server/repository/config.ts";
 import type { Tensor } from "../server/core/types.ts";
-import { cpuSeconds } from "./cpu_usage.ts";
-
-/** The stub: this process's child. */
-function children(): number[] {
-  const out: number[] = [];
-  for (const t of Deno.readDirSync("/proc/self/task")) {
-    const text = Deno.readTextFileSync(`/proc/self/task/${t.name}/children`).trim();
-    if (text) out.push(...text.split(" ").map(Number));
-  }
-  return out;
-}
+import { cpuSeconds, processTree } from "./cpu_usage.ts";
 
 const DIR = fileURLToPath(new URL("./python_models/add_sub_py", import.meta.url));
 const seconds = Number(Deno.args[0] ?? 3);
@@ -52,7 +42,8 @@ const names = ["OUTPUT0", "OUTPUT1"];
 
 for (const inflight of points) {
   const lat: number[] = [];
-  const [stub] = children();
+  // The stub: this process's only descendant.
+  const [, stub] = processTree(Deno.pid);
   const d0 = cpuSeconds("self"), s0 = stub ? cpuSeconds(stub) : NaN;
   const end = performance.now() + seconds * 1000;
   let wrong = 0;
