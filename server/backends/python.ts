@@ -161,10 +161,10 @@ const MAX_WAIT_SPIN_US = 10_000;
  * the cores (spinAllowance), only when the machine's tasks ready to run leave it a core of its own (the stub
  * reads /proc/loadavg), and only while its recent waits averaged under twice the spin (the next wait is likely
  * alike), so that a model called now and then sleeps between calls and a busy machine's cores go to the
- * threads with work. bench/ab.ts
- * against the same server without spinning (add_sub_py, one instance, 2 cores, 2026-11-27; CPU of the server
- * and its stub together), with 200 µs: at 1 connection 1.45x the requests per second over HTTP JSON with 1.18x
- * the CPU per request, 1.34x over HTTP binary with 1.26x; at 8 connections over HTTP binary 1.06x with 1.03x.
+ * threads with work. bench/ab.ts against the same server without spinning (add_sub_py, one instance, 2 cores,
+ * 2026-11-27; CPU of the server and its stub together), with 200 µs: at 1 connection 1.45x the requests per
+ * second over HTTP JSON with 1.18x the CPU per request, 1.34x over HTTP binary with 1.26x; at 8 connections
+ * over HTTP binary 1.06x with 1.03x.
  * 400 µs against 200: 1.25x over HTTP JSON and 1.32x over HTTP binary at 1 connection, 1.12x at 8, each
  * with 0.86-0.92x the CPU per request (fewer spins that end in a sleep); 800 against 400: 1.08x at 1
  * connection (HTTP binary); 100 against 200: 0.79x.
