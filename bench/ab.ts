@@ -18,9 +18,9 @@
  * flags (space-separated) to each. The workloads: `mlp` (bench/models, single-sample binary requests, 64
  * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
  * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
- * DINFER_PYTHON or .venv/bin/python runs the stub), `python-grpc` (the same model over gRPC with raw contents,
- * driven by h2load: one HTTP/2 connection, `--connections` streams, 8 by default; its answers are not checked,
- * the server's statistics are compared with h2load's count instead). `--models` serves another repository with
+ * DINFER_PYTHON or .venv/bin/python runs the stub), `python-grpc` and `simple-grpc` (the same models over gRPC with raw
+ * contents, driven by h2load: one HTTP/2 connection, `--connections` streams, 8 and 16 by default; their answers
+ * are not checked, the server's statistics are compared with h2load's count instead). `--models` serves another repository with
  * the same models (for example one whose config has more instances).
  * Every 200th answer is checked.
  * @module
@@ -58,7 +58,15 @@ for (const arg of Deno.args) {
   else if (k === "--b-flags") bFlags = v.split(/\s+/).filter(Boolean);
   else throw new Error(`Cannot parse '${arg}': unknown flag`);
 }
-const WORKLOADS = ["mlp", "simple-json", "simple-binary", "python-json", "python-binary", "python-grpc"];
+const WORKLOADS = [
+  "mlp",
+  "simple-json",
+  "simple-binary",
+  "simple-grpc",
+  "python-json",
+  "python-binary",
+  "python-grpc",
+];
 if (!WORKLOADS.includes(workload)) {
   throw new Error(`Cannot run workload '${workload}': expected one of ${WORKLOADS.join(", ")}`);
 }
@@ -80,8 +88,9 @@ if (baseline && !workload.startsWith("python-")) {
   }
 }
 const python = workload.startsWith("python-");
-const grpc = workload === "python-grpc";
-connections ||= workload === "mlp" ? 64 : grpc ? 8 : python ? 1 : 16;
+const grpc = workload.endsWith("-grpc");
+const model = python ? "add_sub_py" : workload === "mlp" ? "mlp" : "simple";
+connections ||= workload === "mlp" ? 64 : workload === "python-grpc" ? 8 : python ? 1 : 16;
 const repository = models ??
   (workload === "mlp"
     ? `${ROOT}bench/models`
@@ -106,7 +115,7 @@ function requestFor(port: number): Uint8Array {
   return inferRequest(
     workload.endsWith("-json") ? "json" : "binary",
     host,
-    `/v2/models/${python ? "add_sub_py" : "simple"}/infer`,
+    `/v2/models/${model}/infer`,
   );
 }
 
@@ -128,7 +137,7 @@ function check(r: SampledResponse): string | undefined {
 interface Side {
   name: string;
   server: ChildServer;
-  /** The gRPC port (python-grpc), else 0. */
+  /** The gRPC port (the -grpc workloads), else 0. */
   grpcPort: number;
   request: Uint8Array;
   rates: number[];
@@ -162,16 +171,16 @@ async function start(name: string, flags: string[], script?: string): Promise<Si
 
 const h2load = grpc ? findH2load() : undefined;
 if (grpc && !h2load) {
-  throw new Error("Cannot run workload 'python-grpc': h2load is not on PATH (nghttp2-client)");
+  throw new Error(`Cannot run workload '${workload}': h2load is not on PATH (nghttp2-client)`);
 }
 /** The file h2load sends: one gRPC-framed ModelInferRequest. */
 const grpcBody = grpc ? await Deno.makeTempFile({ prefix: "dinfer-ab-grpc-" }) : "";
-if (grpc) await Deno.writeFile(grpcBody, grpcFrame(simpleInferRequest(INPUT0, INPUT1, "add_sub_py")));
+if (grpc) await Deno.writeFile(grpcBody, grpcFrame(simpleInferRequest(INPUT0, INPUT1, model)));
 
 /** A gRPC window: h2load for the window's length; its successes must all be in the server's statistics. */
 async function grpcWindow(side: Side): Promise<void> {
   const tree = processTree(side.server.pid);
-  const before = await successCount(side.server.port);
+  const before = await successCount(side.server.port, model);
   const c0 = treeCpuSeconds(tree);
   const r = await runH2load(
     ["-D", `${Math.round(windowS * 1000)}ms`, ...grpcInferArgs(side.grpcPort, grpcBody, connections)],
@@ -180,7 +189,7 @@ async function grpcWindow(side: Side): Promise<void> {
   const c1 = treeCpuSeconds(tree);
   // Calls still in flight when h2load stops are answered after it counted.
   await new Promise((resolve) => setTimeout(resolve, 100));
-  const after = await successCount(side.server.port);
+  const after = await successCount(side.server.port, model);
   // Counts that cannot be read (NaN) fail the check too.
   if (
     after.fail !== before.fail || !(after.success - before.success >= r.succeeded) || r.succeeded < r.done
