@@ -53,7 +53,7 @@ export interface InstanceContext {
   signal?: AbortSignal;
   /**
    * The server's count of arriving requests, where the instance runs in a server: whether requests arrive one at
-   * a time (else several in one event-loop turn: others wait behind each).
+   * a time (else one arrives while another is inside a model: others wait behind each).
    */
   arrivals?: Pick<ArrivalCounter, "alone">;
 }

@@ -190,15 +190,18 @@ let liveStubs = 0;
  * How long a stub may spin now, in µs: as configured while requests arrive one at a time and the stubs running
  * are at most half the cores, else 0.
  *
- * - Requests arriving together (several in one event-loop turn, see ArrivalCounter.alone) wait behind each other:
- *   the server is busy with the next ones while a stub wakes, so a stub that sleeps delays no one, and a spin
- *   takes a core that the server's threads and its clients need. Against stubs that spun whatever the arrivals
- *   (add_sub_py, one instance, 2 cores, bench/ab.ts, 2026-11-27, 3 rounds each; CPU of the server and its stub):
- *   HTTP JSON at 2, 4 and 8 connections 1.07-1.12x, 1.12-1.19x and 1.04-1.07x the requests at 0.80x, 0.80x and
- *   0.90x the CPU per request, HTTP binary at 8 1.05-1.07x at 0.90x, gRPC (h2load) at 8 1.00x at 0.92x; at one
- *   connection, where every request arrives alone, 0.96-1.08x (noise). Asking has a cost: the counter then
- *   ends each event-loop turn that had arrivals with a callback, and at one connection, where that is one per
- *   request, a server that did not ask served 1.07x the HTTP JSON requests (totals 1.04x, two runs of 4 rounds).
+ * - Requests that overlap (one arrives while another is inside a model, see ArrivalCounter.alone) wait behind
+ *   each other: the server is busy with the next ones while a stub wakes, so a stub that sleeps delays no one,
+ *   and a spin takes a core that the server's threads and its clients need. Against stubs that spun whatever the
+ *   arrivals (add_sub_py, one instance, 2 cores, bench/ab.ts, 2026-11-27, 3 rounds each; CPU of the server and
+ *   its stub): HTTP JSON at 2, 4 and 8 connections 1.07-1.12x, 1.12-1.19x and 1.04-1.07x the requests at 0.80x,
+ *   0.80x and 0.90x the CPU per request, HTTP binary at 8 1.05-1.07x at 0.90x, gRPC (h2load) at 8 1.00x at
+ *   0.92x; at one connection, where every request arrives alone, 0.96-1.08x (noise). Those figures are of an
+ *   earlier signal, arrivals per event-loop turn, which cost an end-of-turn callback per request at one
+ *   connection; the requests inside the models are counted on the way instead, and against it (3 rounds of 4
+ *   pairs, 2026-11-27, a noisy machine: medians of the pairs, totals in brackets, CPU per request) HTTP JSON
+ *   read 1.13x (1.03x) at 0.95x at 1 connection, 1.05x (1.05x) at 0.93x at 2 and 1.17x (1.12x) at 0.89x at
+ *   8, HTTP binary 1.10x (1.05x) at 0.93x at 1.
  * - Spinning stubs hold cores that the server and the stubs with work need: with four instances of one model on
  *   2 cores, stubs that spun after each call served 0.70x the requests of stubs that slept (bench/ab.ts,
  *   python-json, 8 connections, 2026-11-27).

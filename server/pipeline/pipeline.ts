@@ -217,7 +217,15 @@ export class InferencePipeline {
     }
     // The common request (not traced, no output in shared memory) goes straight through.
     if (trace === undefined && !shared) {
-      return mv.infer(request, exchange.validated).then((response) => respond(response, undefined));
+      const arrivals = this.arrivals;
+      arrivals.started();
+      return mv.infer(request, exchange.validated).then((response) => {
+        arrivals.finished();
+        return respond(response, undefined);
+      }, (err) => {
+        arrivals.finished();
+        throw err;
+      });
     }
     return this.#inferWith(mv, request, exchange, respond, trace, shared);
   }
@@ -236,13 +244,12 @@ export class InferencePipeline {
     try {
       if (shared) await session!.copyIn(request);
       let response: InferResponse;
-      if (trace === undefined) response = await mv.infer(request, exchange.validated);
-      else {
-        try {
-          response = await mv.infer(request, exchange.validated);
-        } finally {
-          trace.mark("REQUEST_END");
-        }
+      this.arrivals.started();
+      try {
+        response = await mv.infer(request, exchange.validated);
+      } finally {
+        this.arrivals.finished();
+        trace?.mark("REQUEST_END");
       }
       const written = shared ? await session!.write(response) : undefined;
       if (trace === undefined) return await respond(response, written);
@@ -295,6 +302,7 @@ export class InferencePipeline {
       sink(response, written, final);
     };
     let delivered: Promise<void> = Promise.resolve();
+    this.arrivals.started();
     try {
       shared = session === undefined ? refuseShmOutputs(request) : session.begin(request);
       if (shared) await session!.copyIn(request);
@@ -361,6 +369,7 @@ export class InferencePipeline {
         if (sent && sendEnd !== undefined) trace.mark(sendEnd);
         trace.end();
       }
+      this.arrivals.finished();
     }
   }
 

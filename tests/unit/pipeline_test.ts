@@ -18,6 +18,7 @@ import type {
 } from "../../server/backends/backend.ts";
 import type { ModelConfig } from "../../server/core/model_config.ts";
 import { ModelRegistry } from "../../server/models/registry.ts";
+import type { ArrivalCounter } from "../../server/core/arrivals.ts";
 import { type Endpoint, ENDPOINTS, InferencePipeline } from "../../server/pipeline/pipeline.ts";
 import { SystemSharedMemory } from "../../server/shm/system_shm.ts";
 import type { TraceManager } from "../../server/trace/trace.ts";
@@ -27,7 +28,7 @@ const IO = `input [{ name: "A", data_type: TYPE_INT32, dims: [2] }]
 output [{ name: "SUM", data_type: TYPE_INT32, dims: [2] }]
 instance_group [{ kind: KIND_CPU, count: 1 }]`;
 
-/** `add` answers A + 1; `dec` (decoupled) answers A, then A + 1 with the final flag. */
+/** `add` answers A + 1; `dec` (decoupled) answers A, then A + 1 with the final flag; both fail where A starts with -1. */
 const MODELS: Record<string, string> = {
   add: `name: "add"\nbackend: "python"\nmax_batch_size: 0\n${IO}`,
   dec:
@@ -48,6 +49,8 @@ class TestBackend implements Backend {
   server: ServerAccess | undefined;
   /** The context of every instance made. */
   readonly contexts: InstanceContext[] = [];
+  /** The requests inside the models (the arrival counter's count) as each batch ran. */
+  readonly inside: number[] = [];
   autoComplete(): Promise<void> {
     return Promise.resolve();
   }
@@ -58,14 +61,18 @@ class TestBackend implements Backend {
     this.contexts.push(ctx);
     return Promise.resolve({
       execute: () => Promise.reject(new Error("not used")),
-      executeRequests: (requests: readonly BackendRequest[]) =>
-        Promise.resolve(requests.map((r) => {
+      executeRequests: (requests: readonly BackendRequest[]) => {
+        this.inside.push((ctx.arrivals as ArrivalCounter | undefined)?.inside ?? NaN);
+        const a0 = new Int32Array(new Uint8Array(requests[0]!.inputs.get("A")!.data as Uint8Array).buffer)[0];
+        if (a0 === -1) return Promise.reject(new Error("A is -1"));
+        return Promise.resolve(requests.map((r) => {
           const a = r.inputs.get("A")!;
           if (!r.send) return plusOne(a, 1);
           r.send(plusOne(a, 0), false);
           r.send(plusOne(a, 1), true);
           return new Map();
-        })),
+        }));
+      },
       close: () => Promise.resolve(),
     });
   }
@@ -178,6 +185,34 @@ Deno.test("every instance gets the registry's arrival counter, which the pipelin
   assertEquals(s.backend.contexts.map((c) => c.instanceName).sort(), ["add_0_0", "dec_0_0"]);
   for (const ctx of s.backend.contexts) assertEquals(ctx.arrivals === s.registry.arrivals, true);
   assertEquals(new InferencePipeline(s.registry).arrivals === s.registry.arrivals, true);
+});
+
+Deno.test("a request counts as inside the models from its run to its answer, failed or streamed too", async () => {
+  await using s = await setup();
+  const pipeline = new InferencePipeline(s.registry);
+  const arrivals = pipeline.arrivals;
+  const exchange = { endpoint: ENDPOINTS.httpInfer };
+  let insideWhileEncoding = NaN;
+  await pipeline.infer(pipeline.accept("add", "", ENDPOINTS.httpInfer), request("add"), exchange, () => {
+    insideWhileEncoding = arrivals.inside;
+  });
+  assertEquals([s.backend.inside, insideWhileEncoding, arrivals.inside], [[1], 0, 0]);
+  // Two at once: the second finds the first inside (the first ran before the second came).
+  const mv = pipeline.accept("add", "", ENDPOINTS.httpInfer);
+  await Promise.all([pipeline.run(mv, request("add"), exchange), pipeline.run(mv, request("add"), exchange)]);
+  assertEquals([s.backend.inside.slice(1), arrivals.inside, arrivals.alone()], [[1, 2], 0, false]);
+  // A failure is counted out too.
+  const failing = request("add");
+  failing.inputs[0]!.data = i32(-1, 0);
+  await assertRejects(() => pipeline.run(mv, failing, exchange), ServerError, { message: "A is -1" });
+  assertEquals(arrivals.inside, 0);
+  // A stream is inside until its final response.
+  const stream = pipeline.accept("dec", "", ENDPOINTS.grpcStream);
+  const finals: [boolean, number][] = [];
+  await pipeline.stream(stream, request("dec"), { endpoint: ENDPOINTS.grpcStream }, (_r, _w, final) => {
+    finals.push([final, arrivals.inside]);
+  });
+  assertEquals([finals, arrivals.inside], [[[false, 1], [true, 1]], 0]);
 });
 
 Deno.test("decoupled models are refused on endpoints that do not stream, in each endpoint's words", async () => {

@@ -727,32 +727,34 @@ Deno.test("an arrival counter counts per event-loop turn: one alone is not 'toge
   await new Promise((r) => setImmediate(r));
 });
 
-Deno.test("an arrival counter tells requests arriving one at a time from ones arriving together", async () => {
+Deno.test("an arrival counter tells requests arriving one at a time from ones that overlap", () => {
   const arrivals = new ArrivalCounter();
-  const turn = () => new Promise((r) => setImmediate(r));
-  // A known start whatever ran before: nothing counted yet, then turns with one arrival each.
+  // A known start whatever ran before: nothing counted yet, then requests one after the other.
   assertEquals(arrivals.alone(), true);
   for (let i = 0; i < 3; i++) {
-    arrivals.arrived();
+    arrivals.started();
     assertEquals(arrivals.alone(), true);
-    await turn();
+    arrivals.finished();
   }
-  // A second arrival in the same turn: not alone, now and for the next turns of one, until the average of
-  // arrivals per turn (1.125 after this turn, the latest turn weighing 1/8) falls under 1.05: seven turns.
-  arrivals.arrived();
-  arrivals.arrived();
+  // A second request while the first is inside: not alone, now and for the next lone requests, until the
+  // average of requests inside at each start (1.125 after this one, the latest weighing 1/8) falls under 1.05:
+  // seven requests.
+  arrivals.started();
+  arrivals.started();
   assertEquals(arrivals.alone(), false);
-  await turn();
+  arrivals.finished();
+  assertEquals(arrivals.alone(), false, "the average still remembers the overlap");
+  arrivals.finished();
   const seen: boolean[] = [];
   for (let i = 0; i < 7; i++) {
-    arrivals.arrived();
-    await turn();
+    arrivals.started();
     seen.push(arrivals.alone());
+    arrivals.finished();
   }
   assertEquals(seen, [false, false, false, false, false, false, true]);
-  // Turns without arrivals change nothing.
-  await turn();
-  await turn();
+  // Arrivals and event-loop turns change nothing.
+  arrivals.arrived();
+  arrivals.arrived();
   assertEquals(arrivals.alone(), true);
 });
 
