@@ -299,7 +299,7 @@ print(json.dumps(seen))
   ]]);
 });
 
-Deno.test("the stub spins only while the machine's ready tasks leave it a core of its own", async () => {
+Deno.test("the stub spins only while the machine's ready tasks exceed its cores by at most one", async () => {
   // _core_free reads the running count of /proc/loadavg: here files standing in for it.
   const source = `
 import json, os, sys, tempfile
@@ -307,7 +307,7 @@ sys.path.insert(0, "server/backends/python")
 import stub
 stub._CORES = 4
 seen = []
-for text in (b"0.50 0.40 0.30 1/120 999\\n", b"0.50 0.40 0.30 4/120 999\\n", b"3.0 2.0 1.0 5/120 999\\n", b"garbage\\n"):
+for text in (b"0.50 0.40 0.30 1/120 999\\n", b"0.50 0.40 0.30 5/120 999\\n", b"3.0 2.0 1.0 6/120 999\\n", b"garbage\\n"):
     with tempfile.TemporaryFile() as f:
         f.write(text)
         f.flush()
