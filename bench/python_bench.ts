@@ -94,12 +94,13 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
 - *Wake-ups* (2026-11-27, \`perf record\` of the stub under \`bench/python_ipc.ts\`, 1 call in flight): a
   quarter of the stub's CPU was the kernel waking the server from its send (16.5 %) and switching back in
   after its read slept (10.5 %), beside half in the interpreter. The stub now spins for its next message
-  before it sleeps (400 µs, see \`wait_spin_us\` in the README), and the floor's echo does the same. The
+  before it sleeps (800 µs, see \`wait_spin_us\` in the README), and the floor's echo does the same. The
   backend alone: 14,900 calls/s at p50 56 µs against 8,200–9,600 at 88–113 µs. \`bench/ab.ts\` against the
   server without it, CPU of server and stub together, with a 200 µs spin: 1.45× the requests per second at
   1 connection over HTTP JSON (1.18× the CPU per request), 1.34× over HTTP binary (1.26×), 1.06× at 8
   connections over HTTP binary (1.03×); 400 µs against 200: 1.25× and 1.32× at 1 connection, 1.12× at 8,
-  with 0.86–0.92× the CPU.
+  with 0.86–0.92× the CPU; 800 µs against 400: 1.03–1.11× at 1 connection over gRPC, HTTP JSON and binary,
+  where a gRPC call's longer round trip had most 400 µs spins end in a sleep (see \`waitSpinUs\`).
 - *Spins under concurrency* (2026-11-27, \`bench/ab.ts\`, 3 rounds each): where several requests arrive
   together, a spinning stub cost more than it saved (HTTP JSON at 8 connections: stubs that never spun served
   1.15–1.20× the requests, HTTP binary 1.08×, gRPC through h2load 1.10×, at 0.82–0.90× the CPU per request),

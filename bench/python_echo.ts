@@ -10,12 +10,12 @@ import { Buffer } from "node:buffer";
 
 /**
  * The echo loop, run with `python -c`; its argument is the socket path. Before each read it looks for the next
- * frame for up to SPIN_S (400 µs) before it sleeps, while the machine's ready tasks exceed the cores by at most one, as dinfer's
+ * frame for up to SPIN_S (800 µs) before it sleeps, while the machine's ready tasks exceed the cores by at most one, as dinfer's
  * stub does by default (`wait_spin_us`), so that the floor keeps the technique and drops only the work.
  */
 export const ECHO = `
 import os, select, socket, struct, sys, time
-SPIN_S = 400e-6
+SPIN_S = 800e-6
 LOADAVG = os.open("/proc/loadavg", os.O_RDONLY)
 CORES = len(os.sched_getaffinity(0))
 def core_free():

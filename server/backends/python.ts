@@ -12,7 +12,7 @@
  * read each way; larger ones go through a shared-memory file per instance, which the stub maps so that its
  * numpy inputs are views, not copies. Frames sent in the same run of microtasks go out in one write, and the
  * stub answers quick calls that it has already read in one write too, so that under load each side wakes
- * once for several calls. A stub looks for its next message for a while (400 µs by default) before it sleeps,
+ * once for several calls. A stub looks for its next message for a while (800 µs by default) before it sleeps,
  * where its recent waits were about as short and a core is free for it (see waitSpinUs).
  *
  * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
@@ -148,7 +148,7 @@ function executeTimeoutMs(config: ModelConfig, backendConfig: Record<string, str
 }
 
 /** The longest a stub spins for the next message by default (see waitSpinUs), in µs. */
-export const DEFAULT_WAIT_SPIN_US = 400;
+export const DEFAULT_WAIT_SPIN_US = 800;
 /** The longest spin a config may ask for, in µs. */
 const MAX_WAIT_SPIN_US = 10_000;
 
@@ -167,7 +167,13 @@ const MAX_WAIT_SPIN_US = 10_000;
  * over HTTP binary 1.06x with 1.03x.
  * 400 µs against 200: 1.25x over HTTP JSON and 1.32x over HTTP binary at 1 connection, 1.12x at 8, each
  * with 0.86-0.92x the CPU per request (fewer spins that end in a sleep); 800 against 400: 1.08x at 1
- * connection (HTTP binary); 100 against 200: 0.79x.
+ * connection (HTTP binary); 100 against 200: 0.79x. Over gRPC at 1 connection a call's round trip is longer:
+ * the stub waited about 600 µs between calls, so that a 400 µs spin ended in a sleep for more than half of them
+ * (counted in the stub, h2load), and the wake-up that the spin was for cost the server's write 29 µs per call
+ * against 9 with 800 µs. 800 (and a spin only where the recent waits averaged under 1.5 times it, SPIN_COVER in
+ * stub.py, instead of twice) against 400 (3 rounds of 4 pairs, 2026-11-27, medians of the pairs, totals in
+ * brackets): gRPC at 1 connection 1.07x (1.11x), HTTP JSON 1.05x (1.03x), HTTP binary 1.07x (1.07x), HTTP JSON
+ * at 2 connections 1.03x (1.02x), each at 0.94-0.99x the CPU per request.
  * @param config the model config
  * @param backendConfig `--backend-config=python,...` settings
  */

@@ -727,8 +727,9 @@ def _core_free():
 
 
 # Waits averaging up to this many times the spin count as ones a spin would nearly cover (a wait the stub slept
-# through also holds the wake-up, which spinning saves); the average weighs the last wait this much.
-SPIN_COVER = 2
+# through also holds the wake-up, which spinning saves); beyond it a spin would mostly end in a sleep, its time
+# lost. The average weighs the last wait this much.
+SPIN_COVER = 1.5
 SPIN_WEIGHT = 0.25
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 # Encoded result headers by the form of the outputs (names, datatypes, shapes, sizes), see the module doc.
