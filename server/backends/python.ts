@@ -159,8 +159,8 @@ const MAX_WAIT_SPIN_US = 10_000;
  * answer lands on a server that had nothing else to do): on a virtual machine a wake-up on an idle core takes
  * tens of µs. A stub spins only while requests arrive one at a time and the server's stubs are at most half
  * the cores (spinAllowance), only when the machine's tasks ready to run exceed the cores by at most one (the
- * stub reads /proc/loadavg; see `_CORE_SLACK` in stub.py), and only while its recent waits averaged under twice the spin (the next wait is likely
- * alike), so that a model called now and then sleeps between calls and a busy machine's cores go to the
+ * stub reads /proc/loadavg; see `_CORE_SLACK` in stub.py), and only while its recent waits averaged under 1.5
+ * times the spin (the next wait is likely alike; `SPIN_COVER` in stub.py), so that a model called now and then sleeps between calls and a busy machine's cores go to the
  * threads with work. bench/ab.ts against the same server without spinning (add_sub_py, one instance, 2 cores,
  * 2026-11-27; CPU of the server and its stub together), with 200 µs: at 1 connection 1.45x the requests per
  * second over HTTP JSON with 1.18x the CPU per request, 1.34x over HTTP binary with 1.26x; at 8 connections
