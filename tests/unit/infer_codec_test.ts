@@ -541,6 +541,39 @@ Deno.test("an output with binary_data true is sent after the JSON header", () =>
   assertEquals(enc.body.subarray(enc.headerLength), new Uint8Array([0, 0, 0xc0, 0x3f, 0, 0, 0, 0xc0]));
 });
 
+Deno.test("small binary answers made one after the other keep their own bytes; a large one has a buffer of its own", () => {
+  // Small joined answers are cut from a shared slab: enough of them to fill several slabs, each checked after all
+  // were made.
+  const made: { value: number; body: Uint8Array; headerLength: number }[] = [];
+  for (let value = 0; value < 200; value++) {
+    const t: Tensor = {
+      name: "OUTPUT1",
+      datatype: "INT32",
+      shape: [64],
+      data: i32(...new Array(64).fill(value)),
+    };
+    const enc = encodeInferResponse(response([t]), [], true);
+    made.push({ value, body: enc.body, headerLength: enc.headerLength! });
+  }
+  for (const { value, body, headerLength } of made) {
+    assertEquals(body.byteLength, headerLength + 256);
+    assertEquals(body.subarray(headerLength), i32(...new Array(64).fill(value)));
+  }
+  const buffers = new Set(made.map((m) => m.body.buffer));
+  assert(
+    buffers.size > 1 && buffers.size < made.length,
+    `${buffers.size} buffers for ${made.length} answers`,
+  );
+  const large: Tensor = {
+    name: "OUTPUT1",
+    datatype: "INT32",
+    shape: [1024],
+    data: i32(...new Array(1024).fill(3)),
+  };
+  const enc = encodeInferResponse(response([large]), [], true);
+  assertEquals([enc.body.byteOffset, enc.body.byteLength === enc.body.buffer.byteLength], [0, true]);
+});
+
 Deno.test("binary_data_output sends every output in binary, in output order, unless one says false", () => {
   const all = encodeInferResponse(response([OUT0, OUT1]), [], true);
   const head = '{"model_name":"simple","model_version":"1","outputs":[' +
@@ -627,7 +660,11 @@ Deno.test("binary responses with the same JSON part each get a body and headers 
   assertEquals(bodies[0]!.body, want([1, 2]));
   assertEquals(bodies[1]!.body, want([3, 4]));
   assertEquals(again.body, want([6, 7]));
-  assert(bodies[0]!.body.buffer !== bodies[1]!.body.buffer);
+  // Bodies of their own, whether or not they lie in one slab: writing one leaves the others as they were.
+  const first = bodies[0]!.body.slice();
+  bodies[0]!.body.fill(0);
+  assertEquals([bodies[1]!.body, again.body], [want([3, 4]), want([6, 7])]);
+  bodies[0]!.body.set(first);
   assertEquals(bodies[2]!.headerLength, head.length);
   assertEquals(
     utf8Decode(bodies[2]!.body.subarray(0, bodies[2]!.headerLength)),

@@ -607,6 +607,32 @@ function jsonPartBytes(text: string): Uint8Array {
   return bytes;
 }
 
+/** The slab that small joined answers are cut from (see bodyBuffer). */
+const BODY_SLAB_BYTES = 8 * 1024;
+let bodySlab = new Uint8Array(BODY_SLAB_BYTES);
+let bodySlabAt = 0;
+
+/**
+ * Room for a joined answer of `n` bytes: up to a quarter of BODY_SLAB_BYTES cut from a slab whose bytes are
+ * never handed out twice (a full slab is replaced by a new one, and freed once no answer holds a view of it),
+ * so that an answer costs no buffer of its own. `new Response` copies the body anyway. In a loop on 2 cores a
+ * 363-byte `new Uint8Array` took 0.61 µs and a cut 0.11 µs. `bench/ab.ts`, 3 rounds of 4 pairs, 2026-11-27:
+ * `simple` over HTTP binary at 16 connections 1.06x and 1.17x the requests in two runs (totals 1.04x and 1.10x)
+ * at 0.94x and 0.90x the server's CPU per request; the MLP at 64 connections 1.01x at 0.97x; `add_sub_py` over
+ * HTTP binary at 8 connections 0.96x, 1.10x and 1.09x at 1.05x, 0.97x and 0.93x.
+ * @param n the answer's length
+ */
+function bodyBuffer(n: number): Uint8Array {
+  if (n > BODY_SLAB_BYTES / 4) return new Uint8Array(n);
+  if (bodySlabAt + n > BODY_SLAB_BYTES) {
+    bodySlab = new Uint8Array(BODY_SLAB_BYTES);
+    bodySlabAt = 0;
+  }
+  const out = bodySlab.subarray(bodySlabAt, bodySlabAt + n);
+  bodySlabAt += (n + 7) & ~7;
+  return out;
+}
+
 /** A small response with binary data as one buffer: the JSON text, then the binary parts. */
 class JoinedResponse implements EncodedResponse {
   readonly text = undefined;
@@ -623,8 +649,15 @@ class JoinedResponse implements EncodedResponse {
     const json = jsonPartBytes(text);
     this.headerLength = json.byteLength;
     this.byteLength = json.byteLength + binaryBytes;
-    // Two parts at least (chunks is not empty): a new buffer, never the shared JSON part's bytes.
-    this.body = concatBytes([json, ...chunks], this.byteLength);
+    // Two parts at least (chunks is not empty): bytes of its own, never the shared JSON part's.
+    const body = bodyBuffer(this.byteLength);
+    body.set(json, 0);
+    let at = json.byteLength;
+    for (const c of chunks) {
+      body.set(c, at);
+      at += c.byteLength;
+    }
+    this.body = body;
     this.#chunks = chunks;
   }
   get parts(): readonly Uint8Array[] {
