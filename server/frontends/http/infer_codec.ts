@@ -5,7 +5,7 @@
  * @module
  */
 
-import { concatBytes } from "../../core/bytes.ts";
+import { concatBytes, copyInto } from "../../core/bytes.ts";
 import { BytesTensor } from "../../core/bytes_tensor.ts";
 import {
   type Datatype,
@@ -652,11 +652,7 @@ class JoinedResponse implements EncodedResponse {
     // Two parts at least (chunks is not empty): bytes of its own, never the shared JSON part's.
     const body = bodyBuffer(this.byteLength);
     body.set(json, 0);
-    let at = json.byteLength;
-    for (const c of chunks) {
-      body.set(c, at);
-      at += c.byteLength;
-    }
+    copyInto(body, chunks, json.byteLength);
     this.body = body;
     this.#chunks = chunks;
   }
