@@ -332,6 +332,15 @@ export const FLAGS: Record<string, FlagSpec> = {
     help:
       "<api>[,<api>...]:<key>=<value>: those gRPC APIs need metadata triton-grpc-protocol-<key> set to <value> (repeatable)",
   },
+  "grpc-thread-count": {
+    kind: "string",
+    to: ["grpc", "threadCount"],
+    default: "auto",
+    parse: threadCount,
+    help:
+      "Threads that accept, read and answer gRPC calls (the main thread and listener threads, which HTTP " +
+      "shares): a number (at most one per CPU core) or auto (half the cores, at most 8)",
+  },
   "grpc-max-connections": {
     kind: "int",
     to: ["grpc", "maxConnections"],
@@ -453,18 +462,19 @@ function valueOf(flag: string, spec: ValueFlag, v: string): unknown {
   return v;
 }
 
-/** `--http-thread-count`: a positive number, or 0 for `auto`. */
-function threadCount(v: string): number {
+/** `--http-thread-count`, `--grpc-thread-count`: a positive number, or 0 for `auto`. */
+function threadCount(v: string, flag: string): number {
   if (v === "auto") return 0;
   if (!/^[0-9]+$/.test(v) || Number(v) < 1 || Number(v) > 256) {
-    throw new CliError(`Bad value '${v}' for --http-thread-count: expected 'auto' or a number from 1 to 256`);
+    throw new CliError(`Bad value '${v}' for --${flag}: expected 'auto' or a number from 1 to 256`);
   }
   return Number(v);
 }
 
 /**
- * How many threads serve HTTP: `--http-thread-count` capped at the number of cores; `auto` (0) is half the
- * cores, at most 8 (the other half is left to the models: ONNX Runtime's thread pools, Python stubs).
+ * How many threads serve HTTP (or gRPC): `--http-thread-count` (`--grpc-thread-count`) capped at the number of
+ * cores; `auto` (0) is half the cores, at most 8 (the other half is left to the models: ONNX Runtime's thread
+ * pools, Python stubs).
  * @param requested the flag's value, 0 for auto
  * @param cores the number of CPU cores
  */

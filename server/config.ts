@@ -84,7 +84,9 @@ export interface GrpcSection {
   keepalivePermitWithoutCalls: boolean;
   /** Pings allowed without data (`--grpc-http2-max-pings-without-data`). @default 2 */
   http2MaxPingsWithoutData: number;
-  /** The most connections open at once; 0 for no limit (`--grpc-max-connections`). @default 10000 */
+  /** Threads that accept and answer calls, 0 for auto (`--grpc-thread-count`; see httpListenerCount). @default 0 */
+  threadCount: number;
+  /** The most connections open at once, all threads together; 0 for no limit (`--grpc-max-connections`). @default 10000 */
   maxConnections: number;
   /** Serve over TLS (`--grpc-use-ssl`). @default false */
   useSsl: boolean;

@@ -10,7 +10,9 @@ import { ConfigError, httpListenerCount, resolveConfig } from "./cli.ts";
 import type { ServerConfig, ServerConfigInput } from "./config.ts";
 import type { FrontendOptions } from "./frontends/frontend.ts";
 import { type GrpcServer, startGrpcServer } from "./frontends/grpc/server.ts";
-import { createHttpFrontend } from "./frontends/http/handler.ts";
+import { grpcInferDecoded } from "./frontends/grpc/infer.ts";
+import { connectionCount, type GrpcListenOptions } from "./frontends/grpc/listen.ts";
+import { createHttpFrontend, type HttpFrontend } from "./frontends/http/handler.ts";
 import { HttpWorkers } from "./frontends/http/workers.ts";
 import { ListenerReplicas } from "./frontends/http/replicas.ts";
 import {
@@ -371,12 +373,25 @@ function listen(
   }
 }
 
-/** Serves HTTP (`--allow-http`) on the main thread and `--http-thread-count` listener threads. */
-async function serveHttp(
+/** How many threads serve a protocol (the main thread and listener threads). */
+function threadsFor(requested: number): number {
+  return httpListenerCount(requested, navigator.hardwareConcurrency || 1);
+}
+
+/** The main thread's HTTP service, and what its listener threads share with it. */
+interface HttpService {
+  addr: Deno.NetAddr;
+  finished: Promise<void>;
+  frontend: HttpFrontend;
+  limits: ConnectionLimits;
+}
+
+/** Serves HTTP (`--allow-http`) on the main thread; `serveThreads` adds the listener threads. */
+function serveHttp(
   s: Startup,
   pipeline: InferencePipeline,
   frontend: FrontendOptions,
-): Promise<{ addr: Deno.NetAddr; finished: Promise<void> } | undefined> {
+): HttpService | undefined {
   const { http: config } = s.config;
   if (!config.enabled) return undefined;
   const http = createHttpFrontend(pipeline, {
@@ -384,7 +399,6 @@ async function serveHttp(
     maxInputSize: config.maxInputSize,
     restrictions: config.restrictedApi,
   });
-  const listeners = httpListenerCount(config.threadCount, navigator.hardwareConcurrency || 1);
   // The main thread and the listener threads count their open connections together.
   const limits: ConnectionLimits = {
     ...connectionLimits(config),
@@ -395,79 +409,55 @@ async function serveHttp(
     hostname: config.address,
     name: "HTTPService",
     // Listener threads join the same port; the kernel spreads connections over them.
-    reusePort: listeners > 1,
+    reusePort: threadsFor(config.threadCount) > 1,
     limits,
   }, http.handle);
   s.stack.defer("HTTP service", () => server.shutdown(), { group: ENDPOINTS });
-  const addr = server.addr;
-  if (listeners > 1) {
-    const workers = await HttpWorkers.start(listeners - 1, http, {
-      hostname: addr.hostname,
-      port: addr.port,
-      maxInputSize: config.maxInputSize,
-      ...(config.restrictedApi.inference ? { inference: config.restrictedApi.inference } : {}),
-      limits,
-      onError: (message) => s.log.error(message),
-      onInfo: (message) => s.log.info(message),
-    });
-    s.stack.defer("HTTP listener threads", () => workers.shutdown(), {
-      group: ENDPOINTS,
-      force: () => workers.terminate(),
-    });
-    // Small models that run one request per execution run on every listener thread too (see replicas.ts).
-    const replicas = new ListenerReplicas(
-      pipeline.registry,
-      workers.count,
-      (thread, msg) => workers.post(thread, msg),
-      (model) => s.log.verboseLevel < 1 && !pipeline.mayTrace(model),
-    );
-    workers.attach(replicas);
-    // A logger an embedder shares between servers keeps telling the others too, and forgets this one at the end.
-    const log = s.log, traces = frontend.traces;
-    const logBefore = log.afterUpdate, tracesBefore = traces?.afterUpdate;
-    log.afterUpdate = () => (logBefore?.(), replicas.changed());
-    if (traces) traces.afterUpdate = () => (tracesBefore?.(), replicas.changed());
-    s.stack.defer("listener-thread copies", () => {
-      log.afterUpdate = logBefore;
-      if (traces) traces.afterUpdate = tracesBefore;
-    });
-    pipeline.registry.setReplicaHost(replicas);
-    const copied = replicas.serving();
-    if (copied.length > 0) {
-      s.log.info(`HTTP listener threads run requests of ${copied.join(", ")} themselves`);
-    }
-    s.log.info(`HTTPService serves on ${listeners} threads`);
-  }
-  s.log.info(`Started HTTPService at ${addr.hostname}:${addr.port}`);
-  return { addr, finished: server.finished };
+  s.log.info(`Started HTTPService at ${server.addr.hostname}:${server.addr.port}`);
+  return { addr: server.addr, finished: server.finished, frontend: http, limits };
 }
 
-/** Serves gRPC (`--allow-grpc`). */
+/** The main thread's gRPC service, and what its listener threads share with it. */
+interface GrpcService {
+  server: GrpcServer;
+  listen: GrpcListenOptions;
+  open: Int32Array;
+}
+
+/** Serves gRPC (`--allow-grpc`) on the main thread; `serveThreads` adds the listener threads. */
 async function serveGrpc(
   s: Startup,
   pipeline: InferencePipeline,
   frontend: FrontendOptions,
-): Promise<number | undefined> {
+): Promise<GrpcService | undefined> {
   const { grpc: config } = s.config;
   if (!config.enabled) return undefined;
   let server: GrpcServer;
+  const listen: GrpcListenOptions = {
+    address: config.address,
+    port: config.port,
+    keepalive: {
+      timeMs: config.keepaliveTimeMs,
+      timeoutMs: config.keepaliveTimeoutMs,
+      permitWithoutCalls: config.keepalivePermitWithoutCalls,
+      maxPingsWithoutData: config.http2MaxPingsWithoutData,
+    },
+    maxConnections: config.maxConnections,
+    compressionLevel: config.inferResponseCompressionLevel,
+    ...(config.useSsl
+      ? { tls: { serverCert: config.serverCert, serverKey: config.serverKey, rootCert: config.rootCert } }
+      : {}),
+  };
+  // The main thread and the listener threads count their open connections together.
+  const open = connectionCount();
   try {
     server = await startGrpcServer(pipeline, {
       ...frontend,
-      address: config.address,
-      port: config.port,
-      keepalive: {
-        timeMs: config.keepaliveTimeMs,
-        timeoutMs: config.keepaliveTimeoutMs,
-        permitWithoutCalls: config.keepalivePermitWithoutCalls,
-        maxPingsWithoutData: config.http2MaxPingsWithoutData,
-      },
-      maxConnections: config.maxConnections,
+      ...listen,
       restrictions: config.restrictedProtocol,
-      compressionLevel: config.inferResponseCompressionLevel,
-      ...(config.useSsl
-        ? { tls: { serverCert: config.serverCert, serverKey: config.serverKey, rootCert: config.rootCert } }
-        : {}),
+      // Listener threads join the same port; the kernel spreads connections over them.
+      reusePort: threadsFor(config.threadCount) > 1,
+      open,
     });
   } catch (err) {
     throw new StartupError(
@@ -479,7 +469,82 @@ async function serveGrpc(
     force: () => server.forceShutdown(),
   });
   s.log.info(`Started GRPCInferenceService at ${config.address}:${server.port}`);
-  return server.port;
+  return { server, listen: { ...listen, port: server.port }, open };
+}
+
+/**
+ * Starts the listener threads (`--http-thread-count`, `--grpc-thread-count`): as many as the larger of the two
+ * asks beside the main thread, the first ones serving HTTP, the first ones serving gRPC.
+ */
+async function serveThreads(
+  s: Startup,
+  pipeline: InferencePipeline,
+  frontend: FrontendOptions,
+  http: HttpService | undefined,
+  grpc: GrpcService | undefined,
+): Promise<void> {
+  const httpThreads = http ? threadsFor(s.config.http.threadCount) - 1 : 0;
+  const grpcThreads = grpc ? threadsFor(s.config.grpc.threadCount) - 1 : 0;
+  const count = Math.max(httpThreads, grpcThreads);
+  if (count === 0) return;
+  const inference = s.config.grpc.restrictedProtocol.inference;
+  const workers = await HttpWorkers.start(count, {
+    ...(http && httpThreads > 0
+      ? {
+        http: {
+          threads: httpThreads,
+          frontend: http.frontend,
+          hostname: http.addr.hostname,
+          port: http.addr.port,
+          maxInputSize: s.config.http.maxInputSize,
+          ...(s.config.http.restrictedApi.inference
+            ? { inference: s.config.http.restrictedApi.inference }
+            : {}),
+          limits: http.limits,
+        },
+      }
+      : {}),
+    ...(grpc && grpcThreads > 0
+      ? {
+        grpc: {
+          threads: grpcThreads,
+          methods: grpc.server.methods,
+          listen: grpc.listen,
+          open: grpc.open,
+          ...(inference ? { inference } : {}),
+          infer: grpcInferDecoded(pipeline),
+        },
+      }
+      : {}),
+    onError: (message) => s.log.error(message),
+    onInfo: (message) => s.log.info(message),
+  });
+  s.stack.defer("listener threads", () => workers.shutdown(), {
+    group: ENDPOINTS,
+    force: () => workers.terminate(),
+  });
+  // Small models that run one request per execution run on every listener thread too (see replicas.ts).
+  const replicas = new ListenerReplicas(
+    pipeline.registry,
+    workers.count,
+    (thread, msg) => workers.post(thread, msg),
+    (model) => s.log.verboseLevel < 1 && !pipeline.mayTrace(model),
+  );
+  workers.attach(replicas);
+  // A logger an embedder shares between servers keeps telling the others too, and forgets this one at the end.
+  const log = s.log, traces = frontend.traces;
+  const logBefore = log.afterUpdate, tracesBefore = traces?.afterUpdate;
+  log.afterUpdate = () => (logBefore?.(), replicas.changed());
+  if (traces) traces.afterUpdate = () => (tracesBefore?.(), replicas.changed());
+  s.stack.defer("listener-thread copies", () => {
+    log.afterUpdate = logBefore;
+    if (traces) traces.afterUpdate = tracesBefore;
+  });
+  pipeline.registry.setReplicaHost(replicas);
+  const copied = replicas.serving();
+  if (copied.length > 0) s.log.info(`Listener threads run requests of ${copied.join(", ")} themselves`);
+  if (httpThreads > 0) s.log.info(`HTTPService serves on ${httpThreads + 1} threads`);
+  if (grpcThreads > 0) s.log.info(`GRPCInferenceService serves on ${grpcThreads + 1} threads`);
 }
 
 /** Serves the Prometheus metrics, when on. */
@@ -568,8 +633,10 @@ export async function startServer(
       cudaShm,
       traces,
     };
-    const http = await serveHttp(s, pipeline, frontend);
-    const grpcPort = await serveGrpc(s, pipeline, frontend);
+    const http = serveHttp(s, pipeline, frontend);
+    const grpc = await serveGrpc(s, pipeline, frontend);
+    await serveThreads(s, pipeline, frontend, http, grpc);
+    const grpcPort = grpc?.server.port;
     const metricsServer = serveMetrics(s, metrics);
     // Loads still running (an `initialize()` that hangs) would hold up the endpoints' drain of the requests
     // that asked for them: they are cancelled before it.

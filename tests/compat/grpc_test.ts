@@ -14,6 +14,9 @@ const SERVER_FLAGS = [
   `--model-repository=${FIXTURES}`,
   // The fixtures hold a deliberately broken model.
   "--strict-readiness=false",
+  // Two threads on the gRPC port: the kernel gives each of the clients' connections to the main thread or to the
+  // listener thread, so the suites run through both.
+  "--grpc-thread-count=2",
 ];
 
 /** Runs Python asynchronously, so that the server keeps answering on this event loop meanwhile. */

@@ -9,7 +9,12 @@ import assert from "node:assert/strict";
 import { EXAMPLES, pythonPath, ROOT, startTestServer } from "../helpers.ts";
 
 Deno.test("tritonclient drives simple_sequence and simple_dyna_sequence (tests/compat/test_sequence.py)", async () => {
-  await using srv = await startTestServer(["--allow-grpc=true", `--model-repository=${EXAMPLES}`]);
+  // Two gRPC threads: the clients' connections reach the main thread or the listener thread.
+  await using srv = await startTestServer([
+    "--allow-grpc=true",
+    "--grpc-thread-count=2",
+    `--model-repository=${EXAMPLES}`,
+  ]);
   assert.ok(srv.server.grpcPort, "the gRPC service did not start");
   // Asynchronous: the server answers on this event loop while pytest runs.
   const out = await new Deno.Command(pythonPath(), {

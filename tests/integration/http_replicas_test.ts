@@ -112,7 +112,7 @@ replicaTest(
   async (repo, log) => {
     await using one = await startTestServer([`--model-repository=${repo}`, "--http-thread-count=1"]);
     await using two = await twoThreads(log, [`--model-repository=${repo}`]);
-    assert.match(await Deno.readTextFile(log), /HTTP listener threads run requests of simple\/1 themselves/);
+    assert.match(await Deno.readTextFile(log), /Listener threads run requests of simple\/1 themselves/);
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     const refused = await infer(one.url, WRONG_SHAPE);
     assert.equal(refused.status, 400);
@@ -209,7 +209,7 @@ replicaTest(
     await using two = await twoThreads(log, [`--model-repository=${repo}`]);
     assert.match(
       await Deno.readTextFile(log),
-      /HTTP listener threads run requests of simple\/1 themselves\n/,
+      /Listener threads run requests of simple\/1 themselves\n/,
     );
     const models = ["simple", "simple_prio", "simple_delay", "simple_big", "simple_many"];
     for (let i = 0; i < ROUNDS; i++) {

@@ -272,7 +272,12 @@ Deno.test("decoupled Python models stream through tritonclient; their Logger lin
     file: logFile,
   });
   try {
-    await using s = await startPythonServer([PYTHON_MODELS, EXAMPLES], ["--allow-grpc=true"], logger);
+    // Two gRPC threads: the streams reach the main thread or the listener thread, which hands them over.
+    await using s = await startPythonServer(
+      [PYTHON_MODELS, EXAMPLES],
+      ["--allow-grpc=true", "--grpc-thread-count=2"],
+      logger,
+    );
     const out = await new Deno.Command(pythonPath(), {
       args: ["-m", "pytest", "-q", "-rxXfE", "-p", "no:cacheprovider", "tests/compat/test_decoupled.py"],
       cwd: ROOT,

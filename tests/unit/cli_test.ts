@@ -46,6 +46,7 @@ const DEFAULTS: ServerConfig = {
     keepaliveTimeoutMs: 20000,
     keepalivePermitWithoutCalls: false,
     http2MaxPingsWithoutData: 2,
+    threadCount: 0,
     maxConnections: 10000,
     useSsl: false,
     serverCert: "",
@@ -394,6 +395,15 @@ Deno.test("--http-thread-count takes auto or a number from 1 to 256", () => {
   fails(
     ["--http-thread-count=2x"],
     "Bad value '2x' for --http-thread-count: expected 'auto' or a number from 1 to 256",
+  );
+});
+
+Deno.test("--grpc-thread-count takes auto or a number from 1 to 256", () => {
+  assertEquals(parse(["--grpc-thread-count=auto"]).grpc.threadCount, 0);
+  assertEquals(parse(["--grpc-thread-count=3"]).grpc.threadCount, 3);
+  fails(
+    ["--grpc-thread-count=0"],
+    "Bad value '0' for --grpc-thread-count: expected 'auto' or a number from 1 to 256",
   );
 });
 

@@ -11,7 +11,7 @@ import type { ModelVersion } from "../../models/model_version.ts";
 import { type Endpoint, ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { ApiGroup } from "../restricted.ts";
 import { codec, type GrpcDeps, grpcError, method, SERVICE, undecodable } from "./_calls.ts";
-import type { InferResponse } from "../../core/types.ts";
+import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { ShmWritten } from "../../shm/session.ts";
 import { FRAME_PREFIX, framedCodec, FramedMessage } from "./framing.ts";
 import {
@@ -54,6 +54,25 @@ export async function runInfer(
   const respond = (response: InferResponse, written: ShmWritten | undefined) =>
     new FramedMessage(encodeModelInferResponseParts(response, written, options));
   return await pipeline.infer(mv, request, { endpoint, shm: session, recvEnd: received }, respond);
+}
+
+/**
+ * Runs the ModelInfer requests that listener threads decode (see thread.ts): accepted and run as ModelInfer's
+ * own, the thread encoding the answer.
+ * @param pipeline the inference pipeline
+ */
+export function grpcInferDecoded(
+  pipeline: InferencePipeline,
+): (request: InferRequest, recvStart: number, recvEnd: number) => Promise<InferResponse> {
+  return (request, _recvStart, recvEnd) => {
+    let mv: ModelVersion;
+    try {
+      mv = pipeline.accept(request.model, request.version, ENDPOINTS.grpcInfer);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return pipeline.run(mv, request, { endpoint: ENDPOINTS.grpcInfer, recvEnd });
+  };
 }
 
 /**

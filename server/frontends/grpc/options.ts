@@ -22,4 +22,8 @@ export interface GrpcOptions extends FrontendOptions {
    * must chain to ("" for none); plain TCP without it.
    */
   tls?: { serverCert: string; serverKey: string; rootCert: string };
+  /** Whether listener threads join the port (`reusePort`); false unless given. */
+  reusePort?: boolean;
+  /** The count of open connections, shared with the listener threads; the server's own unless given. */
+  open?: Int32Array;
 }

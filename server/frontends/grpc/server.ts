@@ -5,11 +5,9 @@
  * @module
  */
 
-import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
-import net from "node:net";
-import tls from "node:tls";
-import { GoawayFilter } from "./goaway_filter.ts";
+import { connectionCount, grpcServerOptions, listenGrpc } from "./listen.ts";
+import type { RemoteMethod } from "./remote.ts";
 import type { InferencePipeline } from "../../pipeline/pipeline.ts";
 import { type ApiGroup, GRPC_RESTRICTED_PREFIX, matchesRestriction } from "../restricted.ts";
 import { CallCounter, type GrpcDeps, SERVICE } from "./_calls.ts";
@@ -29,13 +27,11 @@ export interface GrpcServer {
   shutdown(): Promise<void>;
   /** Cancels every call and stops at once. */
   forceShutdown(): void;
+  /** The methods served, by name: what the listener threads forward runs through them (see remote.ts). */
+  methods: ReadonlyMap<string, RemoteMethod>;
 }
 
-/** How long a new connection may stay silent before it is closed, in ms. */
-export const HANDSHAKE_TIMEOUT_MS = 10_000;
-
-/** The largest message accepted or sent: 2 GiB - 1, so that 2 GB tensors fit. */
-const MAX_MESSAGE = 2 ** 31 - 1;
+export { HANDSHAKE_TIMEOUT_MS } from "./listen.ts";
 
 /** The API group of every method, as the method tables declare it. */
 export const GRPC_METHOD_GROUPS: Readonly<Record<string, ApiGroup>> = {
@@ -132,83 +128,36 @@ export async function startGrpcServer(
       : stream.handler,
   );
 
-  const level = { none: 0, low: 1, medium: 2, high: 2 }[options.compressionLevel];
-  const server = new grpc.Server({
-    "grpc.max_receive_message_length": MAX_MESSAGE,
-    "grpc.enable_channelz": 0,
-    "grpc.max_send_message_length": MAX_MESSAGE,
-    "grpc.keepalive_time_ms": options.keepalive.timeMs,
-    "grpc.keepalive_timeout_ms": options.keepalive.timeoutMs,
-    "grpc.keepalive_permit_without_calls": options.keepalive.permitWithoutCalls ? 1 : 0,
-    "grpc.http2.max_pings_without_data": options.keepalive.maxPingsWithoutData,
-    ...(level > 0
-      ? { "grpc.default_compression_algorithm": 2, "grpc.default_compression_level": level }
-      : {}),
-  });
+  const server = new grpc.Server(grpcServerOptions(options));
   for (const s of services.values()) server.addService(s.definitions, s.handlers);
-
-  // The server accepts the connections itself (TLS terminated here when --grpc-use-ssl) and hands grpc-js each
-  // one through a filter that drops the clients' GOAWAY frames, which can crash Deno's node:http2 (see
-  // goaway_filter.ts).
-  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
-  const connections = new Set<GoawayFilter>();
-  const accept = (socket: net.Socket) => {
-    // Past --grpc-max-connections a new connection is closed at once; one that sends nothing for
-    // HANDSHAKE_TIMEOUT_MS after connecting (no HTTP/2 preface) is closed then.
-    if (options.maxConnections > 0 && connections.size >= options.maxConnections) {
-      socket.destroy();
-      return;
+  const open = options.open ?? connectionCount();
+  const listener = await listenGrpc(
+    server,
+    options,
+    open,
+    options.reusePort ?? false,
+    (message) => options.logger?.error(message),
+  );
+  const methods = new Map<string, RemoteMethod>();
+  for (const s of services.values()) {
+    for (const [name, definition] of Object.entries(s.definitions)) {
+      methods.set(name, { definition, handler: s.handlers[name]! });
     }
-    const silent = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
-    socket.once("data", () => clearTimeout(silent));
-    socket.once("close", () => clearTimeout(silent));
-    socket.setNoDelay(true);
-    const connection = new GoawayFilter(socket);
-    connections.add(connection);
-    connection.on("close", () => connections.delete(connection));
-    injector.injectConnection(connection);
-  };
-  const closeConnections = () => {
-    for (const c of connections) c.destroy();
-    connections.clear();
-  };
-  let listener: net.Server;
-  const certs = options.tls;
-  if (certs) {
-    const read = (p: string) => Buffer.from(Deno.readFileSync(p));
-    // Client certificates are checked when a root certificate is given (as Triton's --grpc-root-cert).
-    listener = tls.createServer({
-      key: read(certs.serverKey),
-      cert: read(certs.serverCert),
-      ...(certs.rootCert ? { ca: read(certs.rootCert), requestCert: true, rejectUnauthorized: true } : {}),
-      ALPNProtocols: ["h2"],
-    }, (socket) => accept(socket));
-  } else {
-    listener = net.createServer(accept);
   }
-  const port = await new Promise<number>((resolve, reject) => {
-    listener.once("error", reject);
-    listener.listen(options.port, options.address, () => {
-      listener.off("error", reject);
-      resolve((listener.address() as net.AddressInfo).port);
-    });
-  });
-  // A failed accept (e.g. out of file descriptors) must not take the server down.
-  listener.on("error", (err) => options.logger?.error(`gRPC listener: ${err.message}`));
   return {
-    port,
+    port: listener.port,
+    methods,
     // No new connections; the calls in progress finish (the caller bounds the wait with --exit-timeout-secs),
     // then the connections close.
     shutdown: async () => {
       listener.close();
       await calls.idle();
-      closeConnections();
+      listener.closeConnections();
       server.tryShutdown(() => {});
     },
     forceShutdown: () => {
       listener.close();
-      closeConnections();
-      injector.destroy();
+      listener.destroy();
       server.forceShutdown();
     },
   };

@@ -137,6 +137,8 @@ export interface RequestFrame {
   request: InferRequest;
   recvStart: number;
   recvEnd: number;
+  /** The request came over gRPC (ModelInfer) rather than HTTP. */
+  grpc?: boolean;
 }
 
 /**
@@ -155,6 +157,7 @@ export function encodeRequest(f: RequestFrame): Frame | undefined {
       i: heads,
       rs: f.recvStart,
       re: f.recvEnd,
+      g: f.grpc ? 1 : undefined,
     });
   } catch {
     return undefined;
@@ -173,6 +176,7 @@ export function decodeRequest(header: unknown, bytes: Uint8Array): RequestFrame 
     i: TensorHeader[];
     rs: number;
     re: number;
+    g?: 1;
   };
   return {
     request: {
@@ -185,6 +189,7 @@ export function decodeRequest(header: unknown, bytes: Uint8Array): RequestFrame 
     },
     recvStart: h.rs,
     recvEnd: h.re,
+    grpc: h.g === 1,
   };
 }
 

@@ -11,7 +11,8 @@
 /// <reference lib="deno.worker" />
 
 import { reviveBytes } from "../../core/bytes_tensor.ts";
-import type { Tensor } from "../../core/types.ts";
+import type { InferRequest, Tensor } from "../../core/types.ts";
+import { GrpcThreadServer } from "../grpc/thread.ts";
 import { httpStatus } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
 import { utf8Decode } from "../../core/dtypes.ts";
@@ -50,6 +51,7 @@ const pending = new Map<number, (reply: ToWorker) => void>();
  */
 const slotWaiters: (((reply: ToWorker) => void) | undefined)[] = [];
 let server: ResilientServer | undefined;
+let grpcServer: GrpcThreadServer | undefined;
 let maxInputSize = 0;
 /** The inference API's restriction: a request without the header goes to the main thread, which refuses it. */
 let inference: Restriction | undefined;
@@ -231,6 +233,27 @@ function buffersOf(tensors: readonly Tensor[]): ArrayBuffer[] {
   return [...seen];
 }
 
+/**
+ * Runs a decoded request: on this thread's copy of the model, or on the main thread through the channel, or
+ * by postMessage when the channel cannot carry it.
+ * @param grpc whether it came over gRPC (ModelInfer) rather than HTTP
+ */
+async function runDecoded(
+  request: InferRequest,
+  recvStart: number,
+  recvEnd: number,
+  grpc: boolean,
+): Promise<Answer> {
+  const local = replicas.infer(request);
+  const answer = local ? await local : await viaChannel({ request, recvStart, recvEnd, grpc });
+  if (answer) return answer;
+  const id = nextId++;
+  const reply = await ask({ op: "infer", id, request, recvStart, recvEnd, grpc }, buffersOf(request.inputs));
+  if (reply.op === "error") return { error: { code: reply.code, message: reply.message } };
+  if (reply.op === "inferred") return { response: reply.response };
+  throw new Error(`unexpected reply '${reply.op}'`);
+}
+
 async function infer(request: Request, model: string, version: string): Promise<Response> {
   const recvStart = nowNs();
   const body = await readCapped(request, maxInputSize);
@@ -240,18 +263,7 @@ async function infer(request: Request, model: string, version: string): Promise<
   if (!here) return forward(request, body);
   const { decoded } = here;
   const outputs = decoded.request.outputs;
-  const local = replicas.infer(decoded.request);
-  let answer = local ? await local : await viaChannel({ request: decoded.request, recvStart, recvEnd });
-  if (!answer) {
-    const id = nextId++;
-    const reply = await ask(
-      { op: "infer", id, request: decoded.request, recvStart, recvEnd },
-      buffersOf(decoded.request.inputs),
-    );
-    if (reply.op === "error") answer = { error: { code: reply.code, message: reply.message } };
-    else if (reply.op === "inferred") answer = { response: reply.response };
-    else throw new Error(`unexpected reply '${reply.op}'`);
-  }
+  const answer = await runDecoded(decoded.request, recvStart, recvEnd, false);
   if ("error" in answer) {
     return new Response(JSON.stringify({ error: answer.error.message }), {
       status: httpStatus(answer.error.code),
@@ -273,34 +285,59 @@ function handle(request: Request): Promise<Response> {
   return readCapped(request, maxInputSize).then((body) => forward(request, body, body === null));
 }
 
+/** Starts what the thread serves. */
+async function start(msg: Extract<ToWorker, { op: "start" }>): Promise<void> {
+  const log = (level: "info" | "error") => (message: string) =>
+    self.postMessage({ op: "log", id: -1, level, message } satisfies FromWorker);
+  const http = msg.http;
+  if (http) {
+    maxInputSize = http.maxInputSize;
+    inference = http.inference;
+    server = serveResilient({
+      hostname: http.hostname,
+      port: http.port,
+      reusePort: true,
+      name: `HTTPService (${self.name})`,
+      logger: { info: log("info"), error: log("error") },
+      limits: http.limits,
+      onError: handlerFailed,
+    }, handle);
+  }
+  if (msg.grpc) {
+    grpcServer = await GrpcThreadServer.start(msg.grpc, {
+      infer: (request, recvStart, recvEnd) => runDecoded(request, recvStart, recvEnd, true),
+      post: (m, transfer) => self.postMessage(m satisfies FromWorker, transfer),
+      nextId: () => nextId++,
+      error: log("error"),
+    });
+  }
+}
+
 self.onmessage = (e: MessageEvent<ToWorker>) => {
   const msg = e.data;
   switch (msg.op) {
     case "start":
-      maxInputSize = msg.maxInputSize;
-      inference = msg.inference;
       channel = new Channel(msg.channel);
       for (let slot = SLOTS - 1; slot >= 0; slot--) freeSlots.push(slot);
-      server = serveResilient({
-        hostname: msg.hostname,
-        port: msg.port,
-        reusePort: true,
-        name: `HTTPService (${self.name})`,
-        logger: {
-          info: (message: string) =>
-            self.postMessage({ op: "log", id: -1, level: "info", message } satisfies FromWorker),
-          error: (message: string) =>
-            self.postMessage({ op: "log", id: -1, level: "error", message } satisfies FromWorker),
+      void start(msg).then(
+        () => self.postMessage({ op: "listening", id: -1 } satisfies FromWorker),
+        (err) => {
+          // A thread that cannot listen fails its start: the main thread reports it and stops the server's start.
+          setTimeout(() => {
+            throw err;
+          });
         },
-        limits: msg.limits,
-        onError: handlerFailed,
-      }, handle);
-      self.postMessage({ op: "listening", id: -1 } satisfies FromWorker);
+      );
       return;
     case "stop":
-      void (server?.shutdown() ?? Promise.resolve()).then(() => replicas.closeAll()).then(() =>
-        self.postMessage({ op: "stopped", id: -1 } satisfies FromWorker)
+      void Promise.all([server?.shutdown(), grpcServer?.shutdown()]).then(() => replicas.closeAll()).then(
+        () => self.postMessage({ op: "stopped", id: -1 } satisfies FromWorker),
       );
+      return;
+    case "grpc-reply":
+    case "grpc-write":
+    case "grpc-close":
+      grpcServer?.handle(msg);
       return;
     case "routes":
     case "replica-open":

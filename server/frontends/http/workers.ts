@@ -1,8 +1,9 @@
 /**
- * HTTP listener threads (`--http-thread-count`): Web Workers that accept connections on the HTTP port beside
- * the main thread's own listener (`reusePort`), read and decode requests and encode answers, while the main
- * thread keeps the models, the schedulers and every piece of state. This file is the main thread's side:
- * it starts the threads, runs what they hand over, and stops them. `http_worker.ts` is the threads' side.
+ * Listener threads (`--http-thread-count`, `--grpc-thread-count`): Web Workers that accept connections on the
+ * HTTP and gRPC ports beside the main thread's own listeners (`reusePort`), read and decode requests and encode
+ * answers, while the main thread keeps the models, the schedulers and every piece of state. This file is the
+ * main thread's side: it starts the threads, runs what they hand over, and stops them. `http_worker.ts` is the
+ * threads' side (its gRPC server in `../grpc/thread.ts`).
  * @module
  */
 
@@ -13,6 +14,9 @@ import type { HttpFrontend } from "./handler.ts";
 import type { Restriction } from "../restricted.ts";
 import { type ConnectionLimits, NO_LIMITS } from "./listener.ts";
 import type { ListenerReplicas, ReplicaMessage } from "./replicas.ts";
+import type { GrpcListenOptions } from "../grpc/listen.ts";
+import { type GrpcFromThread, type GrpcToThread, RemoteCalls, type RemoteMethod } from "../grpc/remote.ts";
+import type { GrpcThreadOptions, ThreadMethod } from "../grpc/thread.ts";
 import {
   type Answer,
   Channel,
@@ -30,19 +34,28 @@ export type ToWorker =
   | {
     op: "start";
     id: -1;
-    hostname: string;
-    port: number;
-    maxInputSize: number;
     channel: ChannelMemory;
-    inference: Restriction | undefined;
-    /** The connection limits and timeouts (the open-connection count shared with the main thread). */
-    limits: ConnectionLimits;
+    /** What the thread serves over HTTP; nothing when it serves only gRPC. */
+    http: HttpThreadOptions | undefined;
+    /** What the thread serves over gRPC; nothing when it serves only HTTP. */
+    grpc: GrpcThreadOptions | undefined;
   }
   | { op: "stop"; id: -1 }
   | { op: "inferred"; id: number; response: InferResponse }
   | { op: "error"; id: number; code: ErrorCode; message: string }
   | { op: "http"; id: number; status: number; headers: [string, string][]; body: Uint8Array | null }
-  | ReplicaMessage;
+  | ReplicaMessage
+  | GrpcToThread;
+
+/** What a listener thread serves over HTTP. */
+export interface HttpThreadOptions {
+  hostname: string;
+  port: number;
+  maxInputSize: number;
+  inference: Restriction | undefined;
+  /** The connection limits and timeouts (the open-connection count shared with the main thread). */
+  limits: ConnectionLimits;
+}
 
 /** Messages from a listener thread to the main thread. */
 export type FromWorker =
@@ -51,7 +64,15 @@ export type FromWorker =
   | { op: "log"; id: -1; level: "info" | "error"; message: string }
   /** The thread has closed its copy of a model version (see replicas.ts). */
   | { op: "replica-closed"; id: -1; replica: number }
-  | { op: "infer"; id: number; request: InferRequest; recvStart: number; recvEnd: number }
+  | {
+    op: "infer";
+    id: number;
+    request: InferRequest;
+    recvStart: number;
+    recvEnd: number;
+    /** The request came over gRPC (ModelInfer) rather than HTTP. */
+    grpc?: boolean;
+  }
   | {
     op: "http";
     id: number;
@@ -61,24 +82,63 @@ export type FromWorker =
     body: Uint8Array | null;
     /** The body was larger than --http-max-input-size and was not read. */
     tooLarge: boolean;
-  };
+  }
+  | GrpcFromThread;
+
+/** Runs a request a listener thread decoded. */
+export type InferDecoded = (
+  request: InferRequest,
+  recvStart: number,
+  recvEnd: number,
+) => Promise<InferResponse>;
 
 /** What the listener threads serve. */
 export interface HttpWorkersOptions {
-  /** The address the main thread listens on. */
-  hostname: string;
-  /** The port the main thread listens on (the threads join it). */
-  port: number;
-  /** `--http-max-input-size`. */
-  maxInputSize: number;
-  /** The restriction of the inference API (`--http-restricted-api`), if any. */
-  inference?: Restriction;
-  /** The main thread's connection limits and timeouts; its `openConnections` count is shared. */
-  limits?: ConnectionLimits;
+  /** HTTP, when the threads serve it. */
+  http?: {
+    /** How many of the threads serve HTTP (the first ones). */
+    threads: number;
+    /** The main thread's HTTP frontend, which answers what the threads hand over. */
+    frontend: HttpFrontend;
+    /** The address the main thread listens on. */
+    hostname: string;
+    /** The port the main thread listens on (the threads join it). */
+    port: number;
+    /** `--http-max-input-size`. */
+    maxInputSize: number;
+    /** The restriction of the inference API (`--http-restricted-api`), if any. */
+    inference?: Restriction;
+    /** The main thread's connection limits and timeouts; its `openConnections` count is shared. */
+    limits?: ConnectionLimits;
+  };
+  /** gRPC, when the threads serve it. */
+  grpc?: {
+    /** How many of the threads serve gRPC (the first ones). */
+    threads: number;
+    /** The methods of the main thread's gRPC server, which answer the calls the threads forward. */
+    methods: ReadonlyMap<string, RemoteMethod>;
+    /** Where and how the threads listen (the main thread's bound port), and the shared connection count. */
+    listen: GrpcListenOptions;
+    /** The open gRPC connections of all threads. */
+    open: Int32Array;
+    /** The restriction of the inference group (`--grpc-restricted-protocol`), if any. */
+    inference?: Restriction;
+    /** Runs a ModelInfer request a thread decoded. */
+    infer: InferDecoded;
+  };
   /** Reports a thread that failed after it started, and a thread's failed accepts. */
   onError?: (message: string) => void;
   /** Reports what a thread logs at level info (listening again after a failure). */
   onInfo?: (message: string) => void;
+}
+
+/** The methods as the threads learn them. */
+function threadMethods(methods: ReadonlyMap<string, RemoteMethod>): ThreadMethod[] {
+  return [...methods].map(([name, m]) => ({
+    name,
+    path: m.definition.path,
+    streaming: m.definition.requestStream,
+  }));
 }
 
 /** The buffers of a response's outputs, moved to the listener thread rather than copied. */
@@ -92,6 +152,13 @@ function outputBuffers(response: InferResponse): ArrayBuffer[] {
     }
   }
   return [...seen];
+}
+
+/** What runs a request a thread decoded: the gRPC frontend's or the HTTP frontend's entry. */
+function inferOf(options: HttpWorkersOptions, grpc: boolean | undefined): InferDecoded {
+  const run = grpc ? options.grpc?.infer : options.http?.frontend.inferDecoded;
+  if (!run) throw new Error(`This server does not serve ${grpc ? "gRPC" : "HTTP"} on listener threads`);
+  return run;
 }
 
 /** A body of `size` zero bytes, made as it is read (for a request whose real body was too large to read). */
@@ -133,34 +200,37 @@ function rebuildRequest(msg: Extract<FromWorker, { op: "http" }>, maxInputSize: 
 export class HttpWorkers {
   #workers: Worker[] = [];
   #channels: Channel[] = [];
+  /** The gRPC calls each thread that serves gRPC forwards. */
+  #remotes: RemoteCalls[] = [];
   #stopped = false;
   #replicas: ListenerReplicas | undefined;
 
   private constructor() {}
 
   /**
-   * Starts `count` listener threads on the main thread's HTTP address and port.
+   * Starts `count` listener threads on the main thread's HTTP and gRPC addresses and ports.
    * @param count how many
-   * @param frontend the main thread's HTTP frontend
-   * @param options where they listen and their limits
+   * @param options what they serve, where they listen and their limits
    * @returns the threads, once all listen
    */
-  static async start(
-    count: number,
-    frontend: HttpFrontend,
-    options: HttpWorkersOptions,
-  ): Promise<HttpWorkers> {
+  static async start(count: number, options: HttpWorkersOptions): Promise<HttpWorkers> {
     const pool = new HttpWorkers();
     const started: Promise<void>[] = [];
+    const { http, grpc } = options;
+    const methods = grpc ? threadMethods(grpc.methods) : [];
     for (let i = 0; i < count; i++) {
       const worker = new Worker(new URL("./http_worker.ts", import.meta.url).href, {
         type: "module",
-        name: `http-${i + 1}`,
+        name: `listener-${i + 1}`,
       });
       pool.#workers.push(worker);
       const memory = Channel.allocate();
       const channel = new Channel(memory);
       pool.#channels.push(channel);
+      const remote = grpc && i < grpc.threads
+        ? new RemoteCalls(grpc.methods, (reply, transfer) => worker.postMessage(reply, transfer))
+        : undefined;
+      if (remote) pool.#remotes.push(remote);
       started.push(
         new Promise((resolve, reject) => {
           let listening = false;
@@ -168,7 +238,8 @@ export class HttpWorkers {
             e.preventDefault();
             // After the start, a thread that fails is reported and left out; the other threads keep serving.
             if (listening) {
-              options.onError?.(`HTTP listener thread ${i + 1} failed: ${e.message}`);
+              options.onError?.(`Listener thread ${i + 1} failed: ${e.message}`);
+              remote?.cancelAll();
               pool.#replicas?.failed(i);
             } else reject(new Error(e.message));
           };
@@ -176,13 +247,14 @@ export class HttpWorkers {
             const msg = e.data;
             if (msg.op === "listening") {
               listening = true;
-              void pool.#poll(channel, worker, frontend);
+              void pool.#poll(channel, worker, options);
               resolve();
             } else if (msg.op === "log") {
               if (msg.level === "error") options.onError?.(msg.message);
               else options.onInfo?.(msg.message);
             } else if (msg.op === "replica-closed") pool.#replicas?.closed(i, msg.replica);
-            else void pool.#serve(worker, msg, frontend, options);
+            else if (msg.op.startsWith("grpc-")) remote?.handle(msg as GrpcFromThread);
+            else void pool.#serve(worker, msg, options);
           };
         }),
       );
@@ -190,12 +262,19 @@ export class HttpWorkers {
         {
           op: "start",
           id: -1,
-          hostname: options.hostname,
-          port: options.port,
-          maxInputSize: options.maxInputSize,
           channel: memory,
-          inference: options.inference,
-          limits: options.limits ?? NO_LIMITS,
+          http: http && i < http.threads
+            ? {
+              hostname: http.hostname,
+              port: http.port,
+              maxInputSize: http.maxInputSize,
+              inference: http.inference,
+              limits: http.limits ?? NO_LIMITS,
+            }
+            : undefined,
+          grpc: remote && grpc
+            ? { listen: grpc.listen, methods, inference: grpc.inference, open: grpc.open }
+            : undefined,
         } satisfies ToWorker,
       );
     }
@@ -231,7 +310,7 @@ export class HttpWorkers {
   }
 
   /** Takes the requests a listener thread writes into its channel, as long as the pool runs. */
-  async #poll(channel: Channel, worker: Worker, frontend: HttpFrontend): Promise<void> {
+  async #poll(channel: Channel, worker: Worker, options: HttpWorkersOptions): Promise<void> {
     let seen = 0;
     while (!this.#stopped) {
       const bell = Atomics.load(channel.control, 0);
@@ -244,18 +323,18 @@ export class HttpWorkers {
       for (let slot = 0; slot < SLOTS; slot++) {
         const i = channel.stateIndex(slot);
         if (Atomics.compareExchange(channel.control, i, REQUEST, TAKEN) === REQUEST) {
-          void this.#runSlot(channel, worker, slot, frontend);
+          void this.#runSlot(channel, worker, slot, options);
         }
       }
     }
   }
 
-  async #runSlot(channel: Channel, worker: Worker, slot: number, frontend: HttpFrontend): Promise<void> {
+  async #runSlot(channel: Channel, worker: Worker, slot: number, options: HttpWorkersOptions): Promise<void> {
     let answer: Answer;
     try {
       const { header, bytes } = channel.read(slot);
       const f = decodeRequest(header, bytes);
-      answer = { response: await frontend.inferDecoded(f.request, f.recvStart, f.recvEnd) };
+      answer = { response: await inferOf(options, f.grpc)(f.request, f.recvStart, f.recvEnd) };
     } catch (err) {
       const e = toServerError(err);
       answer = { error: { code: e.code, message: e.message } };
@@ -274,13 +353,13 @@ export class HttpWorkers {
     Atomics.notify(channel.control, channel.stateIndex(slot));
   }
 
-  async #serve(worker: Worker, msg: FromWorker, frontend: HttpFrontend, options: HttpWorkersOptions) {
+  async #serve(worker: Worker, msg: FromWorker, options: HttpWorkersOptions) {
     if (msg.op === "infer") {
       let reply: ToWorker;
       let transfer: ArrayBuffer[] = [];
       try {
         reviveBytes(msg.request.inputs);
-        const response = await frontend.inferDecoded(msg.request, msg.recvStart, msg.recvEnd);
+        const response = await inferOf(options, msg.grpc)(msg.request, msg.recvStart, msg.recvEnd);
         reply = { op: "inferred", id: msg.id, response };
         transfer = outputBuffers(response);
       } catch (err) {
@@ -292,7 +371,8 @@ export class HttpWorkers {
       let response: Response;
       let body: Uint8Array | null;
       try {
-        response = await frontend.handle(rebuildRequest(msg, options.maxInputSize));
+        if (!options.http) throw new Error("This thread does not serve HTTP");
+        response = await options.http.frontend.handle(rebuildRequest(msg, options.http.maxInputSize));
         body = response.body ? new Uint8Array(await response.arrayBuffer()) : null;
       } catch (err) {
         const e = toServerError(err);
@@ -340,6 +420,7 @@ export class HttpWorkers {
     ));
     this.#replicas?.stop();
     this.#stopPolling();
+    for (const r of this.#remotes) r.cancelAll();
     this.#workers = [];
   }
 
@@ -348,6 +429,7 @@ export class HttpWorkers {
     this.#replicas?.stop();
     this.#stopPolling();
     for (const w of this.#workers) w.terminate();
+    for (const r of this.#remotes) r.cancelAll();
     this.#workers = [];
   }
 }
