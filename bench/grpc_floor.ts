@@ -41,8 +41,15 @@ const dir = await Deno.makeTempDir({ prefix: "dinfer-bench-grpc-floor-" });
 await Deno.writeFile(`${dir}/grpc.bin`, grpcFrame(simpleInferRequest(INPUT0, INPUT1)));
 await Deno.writeFile(`${dir}/binary.bin`, binary);
 
-function args(protocol: "grpc" | "binary", ports: { http: number; grpc: number }, s: number): string[] {
+type Protocol = "binary" | "grpc" | "grpc4";
+
+function args(protocol: Protocol, ports: { http: number; grpc: number }, s: number): string[] {
   const duration = ["-D", `${Math.round(s * 1000)}ms`];
+  if (protocol === "grpc4") {
+    // 4 connections of 4 streams: the kernel spreads connections, not streams, over a server's threads.
+    const one = grpcInferArgs(ports.grpc, `${dir}/grpc.bin`, 4);
+    return [...duration, "-c", "4", ...one.slice(2)];
+  }
   return protocol === "grpc" ? [...duration, ...grpcInferArgs(ports.grpc, `${dir}/grpc.bin`, 16)] : [
     ...duration,
     ...["--h1", "-c", "16", "-m", "1", "-d", `${dir}/binary.bin`],
@@ -54,9 +61,18 @@ function args(protocol: "grpc" | "binary", ports: { http: number; grpc: number }
 
 const fmt = (v: number) => Math.round(v).toLocaleString("en-US");
 
-const grpcPorts = { dinfer: freePort(), floor: freePort() };
+const grpcPorts = { dinfer: freePort(), "dinfer, 2 threads": freePort(), floor: freePort() };
 const servers = {
-  dinfer: await startChildServer([], [`--grpc-port=${grpcPorts.dinfer}`]),
+  dinfer: await startChildServer([], [
+    `--grpc-port=${grpcPorts.dinfer}`,
+    "--http-thread-count=1",
+    "--grpc-thread-count=1",
+  ]),
+  "dinfer, 2 threads": await startChildServer([], [
+    `--grpc-port=${grpcPorts["dinfer, 2 threads"]}`,
+    "--http-thread-count=2",
+    "--grpc-thread-count=2",
+  ]),
   floor: await startChildServer([], [`--grpc-port=${grpcPorts.floor}`], {
     script: "bench/transport_floor_server.ts",
   }),
@@ -64,8 +80,8 @@ const servers = {
 const rates: Record<string, number[]> = {};
 try {
   for (let r = 0; r < rounds; r++) {
-    for (const name of ["dinfer", "floor"] as const) {
-      for (const protocol of ["binary", "grpc"] as const) {
+    for (const name of ["dinfer", "dinfer, 2 threads", "floor"] as const) {
+      for (const protocol of ["binary", "grpc", "grpc4"] as const) {
         const ports = { http: servers[name].port, grpc: grpcPorts[name] };
         await runH2load(args(protocol, ports, 0.5), { path: h2load });
         const run = await runH2load(args(protocol, ports, seconds), { path: h2load });
@@ -78,31 +94,34 @@ try {
     }
   }
 } finally {
-  await servers.dinfer.stop();
-  await servers.floor.stop();
+  for (const s of Object.values(servers)) await s.stop();
   await Deno.remove(dir, { recursive: true });
 }
 
 const row = (name: string) => {
-  const b = rates[`${name}/binary`]!, g = rates[`${name}/grpc`]!;
+  const b = rates[`${name}/binary`]!, g = rates[`${name}/grpc`]!, g4 = rates[`${name}/grpc4`]!;
   const list = (v: number[]) => v.map(fmt).join(" ");
-  return `| ${name} | ${fmt(median(b))} [${list(b)}] | ${fmt(median(g))} [${list(g)}] | **${
-    (median(g) / median(b)).toFixed(2)
-  }** |`;
+  return `| ${name} | ${fmt(median(b))} [${list(b)}] | ${fmt(median(g))} [${list(g)}] | ${fmt(median(g4))} [${
+    list(g4)
+  }] | **${(median(g) / median(b)).toFixed(2)}** | **${(median(g4) / median(b)).toFixed(2)}** |`;
 };
 const cpus = navigator.hardwareConcurrency;
 const section = `${START}
 ## gRPC against HTTP binary, and the transport floor
 
 Measured ${new Date().toISOString()} on ${cpus} CPUs by \`bench/grpc_floor.ts\`: h2load, 16 requests in flight
-(gRPC: 16 streams on one HTTP/2 connection; HTTP binary: 16 HTTP/1.1 connections), ${rounds} alternating rounds of
-${seconds} s after 0.5 s of warm-up, medians (each round in brackets). The floor
-(\`bench/transport_floor_server.ts\`) answers the same requests with fixed bytes, reading nothing: its gRPC/HTTP
-ratio is the most any server on Deno's node:http2 and @grpc/grpc-js can reach against Deno.serve.
+(gRPC: 16 streams on one HTTP/2 connection, and 4 connections of 4 streams; HTTP binary: 16 HTTP/1.1
+connections), ${rounds} alternating rounds of ${seconds} s after 0.5 s of warm-up, medians (each round in
+brackets). dinfer runs with one thread per protocol, and with two (\`--http-thread-count=2
+--grpc-thread-count=2\`: the kernel spreads connections over the main thread and a listener thread). The floor
+(\`bench/transport_floor_server.ts\`, one thread) answers the same requests with fixed bytes, reading nothing: its
+gRPC/HTTP ratio is the most a one-thread server on Deno's node:http2 and @grpc/grpc-js can reach against
+Deno.serve.
 
-| server | HTTP binary req/s | gRPC req/s | gRPC / HTTP |
-|---|---:|---:|---:|
+| server | HTTP binary req/s | gRPC 1×16 req/s | gRPC 4×4 req/s | gRPC 1×16 / HTTP | gRPC 4×4 / HTTP |
+|---|---:|---:|---:|---:|---:|
 ${row("dinfer")}
+${row("dinfer, 2 threads")}
 ${row("floor")}
 
 The target "gRPC ≥ 1.0× HTTP binary" holds only if the floor's ratio is at least 1.0.
