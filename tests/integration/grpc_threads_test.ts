@@ -197,6 +197,8 @@ async function stream(s: TestServer): Promise<Outcome> {
     const ended = new Promise<unknown>((resolve) => {
       call.on("data", (m) => messages.push(m));
       call.on("status", (st: grpc.StatusObject) => resolve({ code: st.code, details: st.details }));
+      // A failed stream also emits its status as an error; the status is what is compared.
+      call.on("error", () => {});
     });
     call.write(simpleRaw("a"));
     call.write({ ...simpleRaw("b"), model_name: "nope" });
@@ -237,6 +239,37 @@ Deno.test("gRPC threads: a restricted inference group is refused without its key
     for (let i = 0; i < ROUNDS; i++) assert.equal(await unary(two, c), expected, c.name);
   }
   assert.match(await unary(one, base), /"code":7,"details":"This protocol is restricted, expecting header/);
+  // A stream is refused as a whole.
+  const refused = await stream(one);
+  assert.match(refused, /"status":\{"code":7,"details":"This protocol is restricted, expecting header/);
+  for (let i = 0; i < ROUNDS; i++) assert.equal(await stream(two), refused, "ModelStreamInfer");
+});
+
+Deno.test("gRPC threads: calls answered on any thread are counted in the model's statistics", async () => {
+  await using two = await startTestServer(["--allow-grpc=true", "--grpc-thread-count=2"]);
+  const n = 2 * ROUNDS;
+  for (let i = 0; i < n; i++) assert.match(await unary(two, CASES[0]!), /^\{"code":0,/);
+  const stats = await (await fetch(`${two.url}/v2/models/simple/stats`)).json() as {
+    model_stats: { inference_count: number; inference_stats: { success: { count: number } } }[];
+  };
+  assert.equal(stats.model_stats[0]!.inference_count, n);
+  assert.equal(stats.model_stats[0]!.inference_stats.success.count, n);
+});
+
+Deno.test("a server with gRPC listener threads finishes calls in flight when it shuts down", async () => {
+  const two = await startTestServer(["--allow-grpc=true", "--grpc-thread-count=2"]);
+  const inFlight = Array.from({ length: 16 }, () => unary(two, CASES[0]!));
+  await new Promise((r) => setTimeout(r, 20));
+  const closing = two.close();
+  const outcomes = await Promise.all(inFlight);
+  await closing;
+  // Every call is answered, or was refused before it connected (UNAVAILABLE); none fails otherwise.
+  const expected = JSON.parse(outcomes.find((o) => o.startsWith('{"code":0')) ?? "null");
+  for (const o of outcomes) {
+    const v = JSON.parse(o) as { code: number };
+    if (v.code === 0) assert.deepEqual(v, expected);
+    else assert.equal(v.code, grpc.status.UNAVAILABLE, o);
+  }
 });
 
 Deno.test("gRPC threads: --grpc-max-connections counts the connections of every thread together", async () => {
