@@ -4,7 +4,9 @@
  * them. Inference requests are decoded and their answers encoded here, so the main thread, which holds the
  * models, only validates, schedules and runs them; every other request (and any inference request this thread
  * cannot decode on its own: compressed bodies, the raw binary form, shared memory, malformed input) is handed
- * to the main thread's handler whole. See `workers.ts` for the main thread's side.
+ * to the main thread's handler whole. See `workers.ts` for the main thread's side. The same thread may serve
+ * gRPC on the server's gRPC port too (`../grpc/thread.ts`), its decoded ModelInfer requests taking the same way
+ * to the models as HTTP's.
  * @module
  */
 
