@@ -6,7 +6,8 @@
  * is there; the benchmarks never load them), and ONNX Runtime keeps only its Linux x86-64 libraries.
  *
  * It packs Deno's copies of the registry documents of the import map's packages too: Deno reads them before it
- * uses node_modules, and without them it waits for the registry.
+ * uses node_modules, and without them it waits for the registry; and h2load, the gRPC load generator, with the
+ * libraries it links that a bare machine may lack.
  *
  * Usage: `deno run -A bench/offline_bundle.ts [--out=.dev]` (the folder is relative to the repository root), then
  * on the other machine, in a copy of the repository with that folder, `bench/offline_run.sh` unpacks what is
@@ -22,6 +23,7 @@
 
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { findH2load } from "./h2load.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const DENO_STORE = "node_modules/.deno";
@@ -100,6 +102,42 @@ function registryDocuments(cache: string): string[] {
   return found;
 }
 
+/** Libraries h2load links that a bare machine may lack (the C and C++ runtimes are left to the machine). */
+const H2LOAD_LIBS = /^(libnghttp2|libjemalloc|libev|libssl|libcrypto)\.so/;
+
+/**
+ * Packs h2load (the gRPC load generator) with the libraries it links that a bare machine may lack, as
+ * `bin/h2load` (a wrapper that points the loader at `lib/`), `bin/h2load.bin` and `lib/`. Nothing when h2load is
+ * not installed here.
+ */
+async function packH2load(out: string): Promise<void> {
+  const h2load = findH2load();
+  if (!h2load) {
+    console.log("h2load is not installed here: the bundle has none (the gRPC workloads need it)");
+    return;
+  }
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-offline-h2load-" });
+  try {
+    await Deno.mkdir(`${dir}/bin`);
+    await Deno.mkdir(`${dir}/lib`);
+    await Deno.copyFile(h2load, `${dir}/bin/h2load.bin`);
+    await Deno.writeTextFile(
+      `${dir}/bin/h2load`,
+      '#!/bin/sh\nhere=$(dirname "$0")\nLD_LIBRARY_PATH="$here/../lib" exec "$here/h2load.bin" "$@"\n',
+      { mode: 0o755 },
+    );
+    const ldd = new TextDecoder().decode(
+      new Deno.Command("ldd", { args: [h2load], stdout: "piped" }).outputSync().stdout,
+    );
+    for (const m of ldd.matchAll(/^\s*(\S+) => (\S+)/gm)) {
+      if (H2LOAD_LIBS.test(m[1]!)) await Deno.copyFile(m[2]!, `${dir}/lib/${m[1]}`);
+    }
+    await run("sh", ["-c", `tar -c -C "$0" bin lib | xz -9 -T0 > "${out}/h2load.tar.xz"`, dir]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({ args: Deno.args, options: { out: { type: "string", default: ".dev" } } });
   const out = values.out!;
@@ -124,6 +162,7 @@ async function main(): Promise<void> {
     `tar -c --no-recursion -C "$0/.." -T - | xz -9 -T0 > "${out}/deno_dir.tar.xz"`,
     cache,
   ], new TextEncoder().encode(documents));
+  await packH2load(out);
   for (const e of Deno.readDirSync(`${ROOT}${out}`)) {
     if (e.isFile) {
       console.log(`${out}/${e.name}: ${(Deno.statSync(`${ROOT}${out}/${e.name}`).size / 1e6).toFixed(1)} MB`);

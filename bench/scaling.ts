@@ -11,13 +11,16 @@
  * - The MLP 784-1024-1024-10 (bench/models/mlp, dynamic batching), single-sample binary requests, 32·N
  *   connections (at least 64): dinfer with N, half as many and one HTTP thread; ONNX Runtime in-process at batch
  *   64 on the same cores, the model's own limit.
+ * - `grpc`: `simple` (Triton's config) over gRPC, ModelInfer with raw contents, from h2load: 4·N connections (at
+ *   least 4) of 4 streams each; dinfer with N, half as many and one gRPC thread. h2load cannot read gRPC
+ *   statuses, so the model's statistics must count no failure over the window.
  *
  * The load comes from up to 8 load-generator processes (bench/loadgen.ts), each pinned to a core the server does
  * not use while the machine has such cores; when the server has every core, the load generators share them
  * (the report says so). Every point records the server's CPU time over the measured window, so a saturated
  * server shows as busy cores, and checks a sample of the answers.
  *
- * Usage: `deno run -A bench/scaling.ts [--cores=1,2,4,8,16] [--workloads=simple,mlp] [--duration=2] [--warmup=1]
+ * Usage: `deno run -A bench/scaling.ts [--cores=1,2,4,8,16] [--workloads=simple,mlp,grpc] [--duration=2] [--warmup=1]
  * [--json=FILE] [--no-write]`; `deno run -A bench/scaling.ts --render=FILE` writes the section of bench/RESULTS.md from a
  * JSON result written elsewhere (for example on a bigger machine).
  * @module
@@ -32,7 +35,9 @@ import { checkJson, tritonSimpleRepository } from "./http_bench.ts";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
 import { expectedLogits, inProcessOnce, mlpConfigOptions, ORT_DEFAULTS } from "./mlp_bench.ts";
 import { mlpCheck, mlpRequest } from "./mlp_load.ts";
-import { jsonBody } from "./simple_requests.ts";
+import { INPUT0, INPUT1, jsonBody } from "./simple_requests.ts";
+import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
+import { findH2load, grpcInferArgs, runH2load } from "./h2load.ts";
 import { median } from "./stats.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -46,7 +51,7 @@ const MAX_LOADERS = 8;
 /** What one load-generator process is asked to do (`--load=<json>`). */
 interface LoadJob {
   port: number;
-  workload: "simple" | "mlp";
+  workload: Workload;
   connections: number;
   durationS: number;
   warmupS: number;
@@ -56,11 +61,17 @@ interface LoadJob {
   expected?: number[];
 }
 
+/** What is measured: `simple` over HTTP JSON, the MLP over HTTP binary, `simple` over gRPC. */
+type Workload = "simple" | "mlp" | "grpc";
+
+/** Streams per connection of the gRPC workload. */
+const GRPC_STREAMS = 4;
+
 /** One measured point. */
 export interface ScalingPoint {
   /** Cores the server was pinned to. */
   cores: number;
-  workload: "simple" | "mlp";
+  workload: Workload;
   /**
    * Who served: `dinfer` (N HTTP threads), `dinfer-half` (N/2), `dinfer-1` (one), `dinfer-batching` (the
    * bundled config, N/2), `peer`, `peer-xN`, `ort` (in-process).
@@ -109,9 +120,49 @@ function simpleRequest(port: number): Uint8Array {
   }, jsonBody());
 }
 
+/** The gRPC workload's load: h2load, ModelInfer of `simple` with raw contents. */
+async function grpcLoad(job: LoadJob): Promise<LoadResult> {
+  const h2load = findH2load();
+  if (!h2load) throw new Error("h2load is not on PATH (apt-get install nghttp2-client)");
+  const file = await Deno.makeTempFile({ prefix: "dinfer-scaling-grpc-" });
+  try {
+    await Deno.writeFile(file, grpcFrame(simpleInferRequest(INPUT0, INPUT1)));
+    const ms = (s: number) => `${Math.round(s * 1000)}ms`;
+    const args = grpcInferArgs(job.port, file, GRPC_STREAMS);
+    const r = await runH2load(
+      [
+        "-D",
+        ms(job.durationS),
+        `--warm-up-time=${ms(job.warmupS)}`,
+        "-c",
+        String(job.connections),
+        ...args.slice(2),
+      ],
+      { path: h2load, timeoutS: job.durationS + job.warmupS + 60 },
+    );
+    return {
+      connections: job.connections,
+      count: r.succeeded,
+      seconds: r.seconds,
+      rate: r.succeeded / r.seconds,
+      // h2load reports the mean and the spread, not percentiles.
+      p50Us: NaN,
+      p90Us: NaN,
+      p99Us: NaN,
+      meanUs: r.meanUs,
+      errors: r.failed + r.errored + r.timeout,
+      checked: 0,
+      mismatches: 0,
+    };
+  } finally {
+    await Deno.remove(file);
+  }
+}
+
 async function loadProcess(job: LoadJob): Promise<LoadResult> {
   const wait = job.startAt - Date.now();
   if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  if (job.workload === "grpc") return await grpcLoad(job);
   const check: (r: SampledResponse) => string | undefined = job.workload === "simple"
     ? checkJson
     : mlpCheck(job.expected ?? []);
@@ -141,20 +192,38 @@ function loaders(n: number, total: number): { cpus: (string | undefined)[] } {
   return { cpus: Array.from({ length: Math.min(MAX_LOADERS, free) }, (_, i) => String(n + i)) };
 }
 
-async function modelCounts(port: number, model: string): Promise<{ inferences: number; executions: number }> {
+interface ModelCounts {
+  inferences: number;
+  executions: number;
+  failures: number;
+}
+
+async function modelCounts(port: number, model: string): Promise<ModelCounts> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/v2/models/${model}/stats`);
-    const body = await res.json() as { model_stats?: { inference_count: number; execution_count: number }[] };
+    const body = await res.json() as {
+      model_stats?: {
+        inference_count: number;
+        execution_count: number;
+        inference_stats?: { fail?: { count: number } };
+      }[];
+    };
     const s = body.model_stats?.[0];
-    return { inferences: Number(s?.inference_count ?? NaN), executions: Number(s?.execution_count ?? NaN) };
+    return {
+      inferences: Number(s?.inference_count ?? NaN),
+      executions: Number(s?.execution_count ?? NaN),
+      failures: Number(s?.inference_stats?.fail?.count ?? NaN),
+    };
   } catch {
-    return { inferences: NaN, executions: NaN };
+    return { inferences: NaN, executions: NaN, failures: NaN };
   }
 }
 
 /**
  * Drives the servers (all answering on `port`) from the load processes and measures the window.
+ * @param port the HTTP port (statistics)
  * @param pids the server processes whose CPU time counts
+ * @param loadPort where the load goes: the HTTP port unless given (the gRPC port)
  */
 async function drive(
   port: number,
@@ -163,13 +232,14 @@ async function drive(
   total: number,
   job: Omit<LoadJob, "port" | "startAt" | "connections"> & { connections: number },
   statsModel?: string,
+  loadPort = port,
 ): Promise<Omit<ScalingPoint, "cores" | "workload" | "server" | "threads">> {
   const { cpus } = loaders(n, total);
   const startAt = Date.now() + 1500;
   const per = Math.floor(job.connections / cpus.length);
   const extra = job.connections - per * cpus.length;
   const procs = cpus.map((cpu, i) => {
-    const spec: LoadJob = { ...job, port, startAt, connections: per + (i < extra ? 1 : 0) };
+    const spec: LoadJob = { ...job, port: loadPort, startAt, connections: per + (i < extra ? 1 : 0) };
     const deno = [Deno.execPath(), "run", "-A", `${ROOT}bench/scaling.ts`, `--load=${JSON.stringify(spec)}`];
     const [cmd, ...args] = cpu === undefined ? deno : ["taskset", "-c", cpu, ...deno];
     return new Deno.Command(cmd!, { args, stdout: "piped", stderr: "piped" }).output();
@@ -177,7 +247,7 @@ async function drive(
   const serverCpu = () => pids.reduce((s, pid) => s + cpuSeconds(pid), 0);
   const mainCpu = () => threadCpuSeconds(pids[0]!).get(pids[0]!)?.seconds ?? NaN;
   let s0 = 0, s1 = 0, m0 = 0, m1 = 0, t0 = 0, t1 = 0;
-  let c0: Promise<{ inferences: number; executions: number }> | undefined;
+  let c0: Promise<ModelCounts> | undefined;
   let c1: typeof c0;
   const from = startAt + job.warmupS * 1000;
   const to = from + job.durationS * 1000;
@@ -206,8 +276,9 @@ async function drive(
   const point: Omit<ScalingPoint, "cores" | "workload" | "server" | "threads"> = {
     connections: job.connections,
     rate: results.reduce((s, r) => s + r.rate, 0),
-    p50Us: median(results.map((r) => r.p50Us)),
-    p99Us: Math.max(...results.map((r) => r.p99Us)),
+    p50Us: median(results.map((r) => r.p50Us ?? NaN)),
+    // h2load gives no percentiles (its NaN comes back as null through JSON).
+    p99Us: Math.max(...results.map((r) => r.p99Us ?? NaN)),
     serverCores: (s1 - s0) / job.durationS,
     mainCores: (t1 - t0) / job.durationS,
     machineCores: (m1 - m0) / job.durationS,
@@ -219,6 +290,12 @@ async function drive(
   if (c0 && c1) {
     const [a, b] = await Promise.all([c0, c1]);
     point.batch = (b.inferences - a.inferences) / (b.executions - a.executions);
+    // Failed inferences the load generator could not see (gRPC statuses) count as errors.
+    const failed = b.failures - a.failures;
+    if (failed !== 0) {
+      point.errors += Number.isFinite(failed) ? failed : 1;
+      point.firstError ??= `the model's statistics count ${failed} failures`;
+    }
   }
   return point;
 }
@@ -309,7 +386,7 @@ async function measureCores(
     simpleRepo: string;
     batchingRepo: string;
     expected: number[];
-    /** Which workloads: `simple`, `mlp`. */
+    /** Which workloads: `simple`, `mlp`, `grpc`. */
     workloads: string[];
   },
   log: (p: ScalingPoint) => void,
@@ -320,13 +397,15 @@ async function measureCores(
   const common = { durationS: opts.durationS, warmupS: opts.warmupS };
   const simpleConns = Math.max(16, 16 * n);
   const mlpConns = Math.max(64, 32 * n);
+  const grpcConns = Math.max(4, 4 * n);
 
   /** Loads servers already started (all on one port) with a workload, records the point, and stops them. */
   const measure = async (
     servers: ChildServer[],
-    workload: "simple" | "mlp",
+    workload: Workload,
     server: string,
     threads: number,
+    grpcPort?: number,
   ) => {
     await withServers(servers, async () => {
       const p = await drive(
@@ -336,8 +415,11 @@ async function measureCores(
         total,
         workload === "simple"
           ? { ...common, workload, connections: simpleConns }
+          : workload === "grpc"
+          ? { ...common, workload, connections: grpcConns }
           : { ...common, workload, connections: mlpConns, expected: opts.expected },
-        workload === "mlp" ? "mlp" : undefined,
+        workload === "mlp" ? "mlp" : workload === "grpc" ? "simple" : undefined,
+        grpcPort,
       );
       add({ cores: n, workload, server, threads, ...p });
     });
@@ -372,6 +454,18 @@ async function measureCores(
         throw err;
       }
       await measure(peers, "simple", `peer-x${n}`, n);
+    }
+  }
+  if (opts.workloads.includes("grpc")) {
+    for (const threads of threadCounts(n)) {
+      const grpcPort = freePort();
+      const s = await startChildServer([], [
+        `--model-repository=${opts.simpleRepo}`,
+        "--http-thread-count=1",
+        `--grpc-port=${grpcPort}`,
+        `--grpc-thread-count=${threads}`,
+      ], { prefix });
+      await measure([s], "grpc", dinferName(threads, n), threads, grpcPort);
     }
   }
   if (opts.workloads.includes("mlp")) {
@@ -423,13 +517,13 @@ export function render(result: ScalingResult): string {
       return `${fmt(p.rate)}${x}, ${fmt(p.serverCores, 1)} busy${bad}`;
     });
   };
-  /** A table's heading and the rows of dinfer at its three HTTP thread counts. */
-  const dinferRows = (workload: string) => [
+  /** A table's heading and the rows of dinfer at its three thread counts (HTTP threads, or gRPC threads). */
+  const dinferRows = (workload: string, kind = "HTTP") => [
     `| server | ${cores.map((n) => `N=${n}`).join(" | ")} |`,
     `|---|${cores.map(() => "---:").join("|")}|`,
-    `| dinfer, N HTTP threads | ${scaled(workload, "dinfer").join(" | ")} |`,
-    `| dinfer, N/2 HTTP threads | ${scaled(workload, "dinfer-half", "dinfer").join(" | ")} |`,
-    `| dinfer, 1 HTTP thread | ${scaled(workload, "dinfer-1", "dinfer").join(" | ")} |`,
+    `| dinfer, N ${kind} threads | ${scaled(workload, "dinfer").join(" | ")} |`,
+    `| dinfer, N/2 ${kind} threads | ${scaled(workload, "dinfer-half", "dinfer").join(" | ")} |`,
+    `| dinfer, 1 ${kind} thread | ${scaled(workload, "dinfer-1", "dinfer").join(" | ")} |`,
   ];
   lines.push("### simple (Triton's config, JSON), requests/s, ×N=1, cores busy", "", ...dinferRows("simple"));
   lines.push(
@@ -477,7 +571,15 @@ export function render(result: ScalingResult): string {
   lines.push(
     `| dinfer's mean batch | ${cores.map((n) => fmt(at("mlp", "dinfer", n)?.batch, 1)).join(" | ")} |`,
   );
-  lines.push("", "Every point (p50/p99 in µs; connections in total):", "");
+  if (result.points.some((p) => p.workload === "grpc")) {
+    lines.push(
+      "",
+      `### simple (Triton's config) over gRPC, ${GRPC_STREAMS} streams per connection, calls/s, ×N=1, cores busy`,
+      "",
+      ...dinferRows("grpc", "gRPC"),
+    );
+  }
+  lines.push("", "Every point (p50/p99 in µs; gRPC: h2load gives no percentiles; connections in total):", "");
   lines.push(
     "| N | workload | server | threads | conns | rate | p50 | p99 | cores busy | main thread | machine busy | batch | errors |",
   );
@@ -529,7 +631,7 @@ async function main(): Promise<void> {
       commit: { type: "string" },
       load: { type: "string" },
       raw: { type: "string" },
-      workloads: { type: "string", default: "simple,mlp" },
+      workloads: { type: "string", default: "simple,mlp,grpc" },
     },
   });
   if (values.load) {
