@@ -112,7 +112,14 @@ class RemoteStream extends Duplex {
 
   override _write(chunk: unknown, _encoding: string, callback: (error?: Error | null) => void): void {
     if (!this.#closed) {
-      const message = own(this.method.definition.responseSerialize(chunk) as Uint8Array);
+      let message: Uint8Array;
+      try {
+        message = own(this.method.definition.responseSerialize(chunk) as Uint8Array);
+      } catch (err) {
+        this.close(statusOf(err));
+        callback();
+        return;
+      }
       this.send({ op: "grpc-write", id: this.id, message }, transferOf(message));
     }
     callback();
@@ -123,10 +130,12 @@ class RemoteStream extends Duplex {
     callback();
   }
 
+  /** Ends the call on the thread (OK without a status), then lets go of the stream: nothing more comes for it. */
   close(status?: CallStatus): void {
     if (this.#closed) return;
     this.#closed = true;
     this.send(status ? { op: "grpc-close", id: this.id, status } : { op: "grpc-close", id: this.id }, []);
+    queueMicrotask(() => this.destroy());
   }
 
   getPeer(): string {
@@ -174,6 +183,11 @@ export class RemoteCalls {
         return;
       }
     }
+  }
+
+  /** How many forwarded streams are open. */
+  get openStreams(): number {
+    return this.#streams.size;
   }
 
   /** Cancels every stream in progress (the thread is gone). */

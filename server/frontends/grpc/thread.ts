@@ -238,10 +238,13 @@ export class GrpcThreadServer {
     this.#streams.set(id, call);
     this.link.post({ op: "grpc-open", id, method, metadata: metadataEntries(call.metadata) }, []);
     call.on("data", (bytes: Buffer) => {
+      if (!this.#streams.has(id)) return; // the main thread has ended the call
       const message = own(bytes);
       this.link.post({ op: "grpc-data", id, message }, [message.buffer as ArrayBuffer]);
     });
-    call.on("end", () => this.link.post({ op: "grpc-end", id }, []));
+    call.on("end", () => {
+      if (this.#streams.has(id)) this.link.post({ op: "grpc-end", id }, []);
+    });
     call.on("cancelled", () => {
       if (this.#streams.has(id)) this.link.post({ op: "grpc-cancel", id }, []);
       finish();
