@@ -133,7 +133,7 @@ Deno.test("a stream its handler ends with a status is closed with it and let go 
   assert.equal(remote.openStreams, 0);
 });
 
-Deno.test("a cancelled stream is told to its handler; cancelAll cancels every open stream", async () => {
+Deno.test("a cancelled stream is told to its handler; cancelAll cancels every open stream", () => {
   const { remote } = setup();
   let cancelled = 0;
   const methods = new Map<string, RemoteMethod>([["Wait", {
