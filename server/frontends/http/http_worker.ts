@@ -69,7 +69,7 @@ function slotOf(id: number): number {
   return -2 - id;
 }
 
-/** Requests this thread is answering. */
+/** Inference requests (HTTP, and gRPC ModelInfer) this thread is answering. */
 let active = 0;
 
 /**
@@ -307,7 +307,11 @@ async function start(msg: Extract<ToWorker, { op: "start" }>): Promise<void> {
   }
   if (msg.grpc) {
     grpcServer = await GrpcThreadServer.start(msg.grpc, {
-      infer: (request, recvStart, recvEnd) => runDecoded(request, recvStart, recvEnd, true),
+      // Counted with the HTTP requests: a lone one waits for its answer blocking (see waitForAnswer).
+      infer: (request, recvStart, recvEnd) => {
+        active++;
+        return runDecoded(request, recvStart, recvEnd, true).finally(() => active--);
+      },
       post: (m, transfer) => self.postMessage(m satisfies FromWorker, transfer),
       nextId: () => nextId++,
       error: log("error"),
