@@ -302,8 +302,18 @@ Deno.test("decoupled Python models stream through tritonclient; their Logger lin
   }
 });
 
-Deno.test("a graceful shutdown lets an open decoupled gRPC stream finish", async () => {
-  const s = await startPythonServer([PYTHON_MODELS], ["--allow-grpc=true"]);
+/**
+ * A graceful shutdown with a decoupled stream open: run on one gRPC thread, then three times on two, where the
+ * kernel gives the client's connection to the main thread or to the listener thread (which hands the stream
+ * over); the answers are the same either way.
+ */
+for (const [run, threads] of [1, 2, 2, 2].entries()) {
+  Deno.test(`a graceful shutdown lets an open decoupled gRPC stream finish (${threads} gRPC threads, run ${run + 1})`, () =>
+    shutdownWithOpenStream(threads));
+}
+
+async function shutdownWithOpenStream(threads: number): Promise<void> {
+  const s = await startPythonServer([PYTHON_MODELS], ["--allow-grpc=true", `--grpc-thread-count=${threads}`]);
   let closed = false;
   try {
     const script = `
@@ -349,7 +359,7 @@ print(json.dumps(out))
   } finally {
     if (!closed) await s.close();
   }
-});
+}
 
 Deno.test("python backend passes Triton's initialize args, moves 16 MB tensors and finalizes on unload", async () => {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-py-test-" });
