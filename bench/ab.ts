@@ -15,7 +15,7 @@
  * [--models=DIR] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
  * checkout: DIR/main.ts, with this checkout's native libraries in DIR/build for the ONNX workloads, which the
  * script checks) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
- * flags (space-separated) to each. The workloads: `mlp` (bench/models, single-sample binary requests, 64
+ * flags (space-separated) to each (a `--model-repository` among them replaces the workload's repository). The workloads: `mlp` (bench/models, single-sample binary requests, 64
  * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
  * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
  * DINFER_PYTHON or .venv/bin/python runs the stub), `python-grpc` and `simple-grpc` (the same models over gRPC with raw
@@ -152,7 +152,12 @@ async function start(name: string, flags: string[], script?: string): Promise<Si
   const grpcPort = grpc ? freePort() : 0;
   const server = await startChildServer(
     [],
-    [`--model-repository=${repository}`, ...(grpc ? [`--grpc-port=${grpcPort}`] : []), ...flags],
+    [
+      // A side's own --model-repository (in --a-flags or --b-flags) replaces the workload's.
+      ...(flags.some((f) => f.startsWith("--model-repository=")) ? [] : [`--model-repository=${repository}`]),
+      ...(grpc ? [`--grpc-port=${grpcPort}`] : []),
+      ...flags,
+    ],
     script ? { script } : {},
   );
   return {
