@@ -14,7 +14,7 @@
 
 import { reviveBytes } from "../../core/bytes_tensor.ts";
 import type { InferRequest, Tensor } from "../../core/types.ts";
-import { GrpcThreadServer } from "../grpc/thread.ts";
+import type { GrpcThreadServer } from "../grpc/thread.ts";
 import { httpStatus } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
 import { utf8Decode } from "../../core/dtypes.ts";
@@ -306,6 +306,8 @@ async function start(msg: Extract<ToWorker, { op: "start" }>): Promise<void> {
     }, handle);
   }
   if (msg.grpc) {
+    // Loaded only by threads that serve gRPC: grpc-js and the protobuf types cost a thread memory.
+    const { GrpcThreadServer } = await import("../grpc/thread.ts");
     grpcServer = await GrpcThreadServer.start(msg.grpc, {
       // Counted with the HTTP requests: a lone one waits for its answer blocking (see waitForAnswer).
       infer: (request, recvStart, recvEnd) => {
