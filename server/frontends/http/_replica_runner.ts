@@ -8,11 +8,9 @@
 import { nowNs } from "../../core/clock.ts";
 import { toServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
-import { validateRequest } from "../../core/validate.ts";
-import { SharedVersionStats } from "../../metrics/stats.ts";
+import type { validateRequest } from "../../core/validate.ts";
 import type { BackendInstance } from "../../backends/backend.ts";
-import { PoolScheduler } from "../../scheduler/scheduler.ts";
-import { batchingOptions, fileStamp } from "../../models/model_version.ts";
+import type { PoolScheduler } from "../../scheduler/scheduler.ts";
 import { ArrivalCounter } from "../../core/arrivals.ts";
 import type { ReplicaMessage, ReplicaSpec } from "./replicas.ts";
 import type { Answer } from "./_channel.ts";
@@ -21,6 +19,21 @@ interface Replica {
   spec: ReplicaSpec;
   instance: BackendInstance;
   scheduler: PoolScheduler;
+  validate: typeof validateRequest;
+}
+
+/**
+ * What running a copy takes, loaded with the first copy: a listener thread that runs no model holds neither
+ * ONNX Runtime nor the scheduler and model-version code (a thread's memory).
+ */
+function loadCopyModules() {
+  return Promise.all([
+    import("../../backends/onnxruntime.ts"),
+    import("../../scheduler/scheduler.ts"),
+    import("../../models/model_version.ts"),
+    import("../../metrics/stats.ts"),
+    import("../../core/validate.ts"),
+  ]);
 }
 
 /** The copies of one listener thread. */
@@ -67,14 +80,19 @@ export class ReplicaRunner {
     const { config, context } = spec;
     let instance: BackendInstance | undefined;
     try {
+      const [
+        { onnxRuntimeBackend },
+        { PoolScheduler },
+        { batchingOptions, fileStamp },
+        { SharedVersionStats },
+        { validateRequest },
+      ] = await loadCopyModules();
       // The copy must be of the file the main thread loaded: one replaced since is not opened.
       const same = async () => {
         const now = await fileStamp(context.modelPath);
         return now?.size === spec.file.size && now.mtime === spec.file.mtime;
       };
       if (!await same()) throw new Error(`'${context.modelPath}' has changed since the version loaded`);
-      // Loaded with the first copy: a listener thread that runs no model does not hold ONNX Runtime.
-      const { onnxRuntimeBackend } = await import("../../backends/onnxruntime.ts");
       instance = await onnxRuntimeBackend.createInstance(config, {
         ...context,
         instanceName: `${config.name}_http`,
@@ -94,7 +112,7 @@ export class ReplicaRunner {
         { ...batchingOptions(config), arrivals: this.#arrivals },
         stats,
       );
-      if (this.#specs.has(id)) this.#open.set(id, { spec, instance, scheduler });
+      if (this.#specs.has(id)) this.#open.set(id, { spec, instance, scheduler, validate: validateRequest });
       else await instance.close(); // closed while it opened
     } catch (err) {
       await instance?.close().catch(() => {});
@@ -144,7 +162,7 @@ export class ReplicaRunner {
     let response: Promise<InferResponse>;
     try {
       // As on the main thread (ModelVersion.infer): a request refused at validation is not counted.
-      response = r.scheduler.enqueue(validateRequest(request, r.spec.signature), received);
+      response = r.scheduler.enqueue(r.validate(request, r.spec.signature), received);
     } catch (err) {
       return Promise.resolve(failed(err));
     }
