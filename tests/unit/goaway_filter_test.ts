@@ -9,6 +9,7 @@ import { Buffer } from "node:buffer";
 import { EventEmitter } from "node:events";
 import type { Socket } from "node:net";
 import { GoawayFilter } from "../../server/frontends/grpc/goaway_filter.ts";
+import { turns } from "../turns.ts";
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
 
@@ -82,11 +83,6 @@ Deno.test("a connection that does not start with the HTTP/2 preface passes throu
   const input = Buffer.concat([Buffer.from("GET / HTTP/1.1\r\nhost: x\r\n\r\n"), goaway]);
   assert.deepEqual(await run(input, [3]), input);
 });
-
-/** Waits for `n` event-loop turns (setImmediate callbacks). */
-async function turns(n: number): Promise<void> {
-  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
-}
 
 Deno.test("writes of three event-loop turns leave in one socket write, after them", async () => {
   const socket = new FakeSocket();

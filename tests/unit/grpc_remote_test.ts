@@ -14,6 +14,7 @@ import {
   RemoteCalls,
   type RemoteMethod,
 } from "../../server/frontends/grpc/remote.ts";
+import { turns } from "../turns.ts";
 
 const text = {
   serialize: (v: unknown) => Buffer.from(JSON.stringify(v)),
@@ -63,8 +64,6 @@ function setup() {
   return { remote, sent };
 }
 
-const turn = () => new Promise((r) => setTimeout(r, 0));
-
 Deno.test("a forwarded unary call reaches its handler with its message and metadata", async () => {
   const { remote, sent } = setup();
   const md = new grpc.Metadata();
@@ -81,7 +80,7 @@ Deno.test("a forwarded unary call reaches its handler with its message and metad
   });
   remote.handle({ op: "grpc-call", id: 5, method: "Echo", metadata: [], message: encode({ say: "fail" }) });
   remote.handle({ op: "grpc-call", id: 6, method: "Chat", metadata: [], message: encode({}) });
-  await turn();
+  await turns();
   assert.equal(sent.length, 3);
   assert.deepEqual({ ...sent[0], message: decode((sent[0] as { message: Uint8Array }).message) }, {
     op: "grpc-reply",
@@ -106,7 +105,7 @@ Deno.test("a forwarded stream answers each message and ends OK when the client h
   remote.handle({ op: "grpc-data", id: 9, message: encode({ say: "a" }) });
   remote.handle({ op: "grpc-data", id: 9, message: encode({ say: "b" }) });
   remote.handle({ op: "grpc-end", id: 9 });
-  for (let i = 0; i < 5; i++) await turn();
+  await turns(5);
   assert.deepEqual(
     sent.map((m) => m.op === "grpc-write" ? { ...m, message: decode(m.message) } : m),
     [
@@ -122,9 +121,9 @@ Deno.test("a stream its handler ends with a status is closed with it and let go 
   const { remote, sent } = setup();
   remote.handle({ op: "grpc-open", id: 2, method: "Chat", metadata: [] });
   remote.handle({ op: "grpc-data", id: 2, message: encode({ say: "bad" }) });
-  for (let i = 0; i < 3; i++) await turn();
+  await turns(3);
   remote.handle({ op: "grpc-data", id: 2, message: encode({ say: "more" }) });
-  for (let i = 0; i < 3; i++) await turn();
+  await turns(3);
   assert.deepEqual(sent, [{
     op: "grpc-close",
     id: 2,

@@ -5,8 +5,8 @@
  * @module
  */
 
-import { setImmediate } from "node:timers";
 import { assertEquals, assertRejects } from "../assert.ts";
+import { turns } from "../turns.ts";
 import { ServerError } from "../../server/core/errors.ts";
 import type { InferResponse, ParamValue, Tensor } from "../../server/core/types.ts";
 import type { ValidatedRequest } from "../../server/core/validate.ts";
@@ -121,7 +121,7 @@ function rowsOf(response: InferResponse): number[][] {
 async function settle(): Promise<void> {
   // The batcher dispatches from a setImmediate callback: an immediate queued now runs after it (FIFO), and a
   // timer then lets the microtasks of the dispatch and of any execution that finished run too.
-  await new Promise((resolve) => setImmediate(resolve));
+  await turns();
   await new Promise((resolve) => setTimeout(resolve, 0));
 }
 
@@ -707,24 +707,24 @@ Deno.test("a batch goes to the pipelined instance holding the fewest, not behind
 Deno.test("an arrival counter counts per event-loop turn: one alone is not 'together', two are", async () => {
   const arrivals = new ArrivalCounter();
   // A known start whatever ran before: a turn with one arrival.
-  await new Promise((r) => setImmediate(r));
+  await turns();
   arrivals.arrived();
-  await new Promise((r) => setImmediate(r));
+  await turns();
   assertEquals(arrivals.together(), false);
   arrivals.arrived();
   assertEquals(arrivals.together(), false);
   arrivals.arrived();
   assertEquals(arrivals.together(), true);
-  await new Promise((r) => setImmediate(r));
+  await turns();
   // The last turn with arrivals had two: the next arrival still counts as together.
   assertEquals(arrivals.together(), true);
   arrivals.arrived();
   assertEquals(arrivals.together(), true);
-  await new Promise((r) => setImmediate(r));
+  await turns();
   // That turn had one: a lone arrival now runs at once.
   arrivals.arrived();
   assertEquals(arrivals.together(), false);
-  await new Promise((r) => setImmediate(r));
+  await turns();
 });
 
 Deno.test("an arrival counter tells requests arriving one at a time from ones that overlap", () => {
