@@ -11,6 +11,15 @@ import { startServer, StartupError } from "./server/server.ts";
 const stop = new AbortController();
 let failed = false;
 
+/** Prints a line on stderr; a stderr that cannot be written (its reader has gone) loses it. */
+function report(text: string): void {
+  try {
+    console.error(text);
+  } catch {
+    // Nothing is left to tell.
+  }
+}
+
 async function main(args: string[]): Promise<number> {
   if (args[0] === "serve") args = args.slice(1);
   let config;
@@ -18,7 +27,7 @@ async function main(args: string[]): Promise<number> {
     config = parseCommandLine(args);
   } catch (err) {
     if (err instanceof CliError) {
-      console.error(`dinfer: ${err.message}`);
+      report(`dinfer: ${err.message}`);
       return 2;
     }
     throw err;
@@ -35,7 +44,7 @@ async function main(args: string[]): Promise<number> {
     server = await startServer(config, { signal: stop.signal });
   } catch (err) {
     if (err instanceof StartupError || (err instanceof Error && err.name === "ServerError")) {
-      console.error(`dinfer: ${err.message}`);
+      report(`dinfer: ${err.message}`);
       return 1;
     }
     throw err;
@@ -47,11 +56,9 @@ async function main(args: string[]): Promise<number> {
 /** An uncaught error stops the server through the same path as a signal; the process then exits with 1. */
 function uncaught(event: Event, error: unknown): void {
   event.preventDefault();
-  console.error(
-    `dinfer: uncaught error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`,
-  );
   failed = true;
   stop.abort();
+  report(`dinfer: uncaught error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
 }
 
 if (import.meta.main) {

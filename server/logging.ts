@@ -121,8 +121,13 @@ export class Logger {
         String(now.getUTCDate()).padStart(2, "0")
       } ${now.toISOString().slice(11, 23)}`;
     const line = this.#encoder.encode(`${stamp} ${Deno.pid} ${message}\n`);
-    if (this.#file) this.#file.writeSync(line);
-    else Deno.stderr.writeSync(line);
+    try {
+      const out = this.#file ?? Deno.stderr;
+      for (let at = 0; at < line.byteLength;) at += out.writeSync(line.subarray(at));
+    } catch {
+      // A log that cannot be written (the reader of stderr has gone, the disk is full) loses the line; it must
+      // not stop what logs it: a shutdown that logs as it goes would stop halfway and leave the process running.
+    }
   }
 
   /** Logs an info message. */

@@ -978,7 +978,11 @@ class Stub {
     const log = this.#opts.logger;
     const line = `${this.#opts.config.name}: ${message}`;
     if (!log) {
-      console.error(line);
+      try {
+        console.error(line);
+      } catch {
+        // A stderr that cannot be written loses the model's line (see Logger).
+      }
     } else if (level === 1) log.warning(line);
     else if (level === 2) log.error(line);
     else if (level === 3) log.verbose(1, line);

@@ -94,3 +94,39 @@ Deno.test("a normal start serves, is ready, and exits 0 on SIGTERM", async () =>
   const log = decoder.decode(out.stdout) + decoder.decode(out.stderr);
   assert.match(log, new RegExp(`Started HTTPService at 127\\.0\\.0\\.1:${http}`));
 });
+
+Deno.test("a server whose stderr has no reader any more still stops on SIGTERM, and exits 0", async () => {
+  const ports = freePorts(3);
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "main.ts", "serve", `--model-repository=${EXAMPLES}`, ...loopbackFlags(ports)],
+    cwd: ROOT,
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const url = `http://127.0.0.1:${ports[0]}/v2/health/ready`;
+  try {
+    for (let ready = false, until = Date.now() + 20_000; !ready;) {
+      assert.ok(Date.now() < until, "dinfer did not get ready");
+      ready = await fetch(url).then(async (r) => (await r.body?.cancel(), r.status === 200), () => false);
+      if (!ready) await new Promise((r) => setTimeout(r, 50));
+    }
+    // The reader goes away: every log line from now on fails to be written (EPIPE).
+    await child.stderr.cancel();
+    child.kill("SIGTERM");
+    const status = await Promise.race([
+      child.status,
+      new Promise<undefined>((r) => setTimeout(() => r(undefined), 15_000)),
+    ]);
+    assert.ok(status, "the server did not exit within 15 s of SIGTERM");
+    assert.equal(status.code, 0);
+    assert.equal(status.signal, null);
+  } finally {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // Already gone.
+    }
+    await child.status;
+  }
+});
