@@ -43,20 +43,25 @@ const simpleRaw = (id: string) => ({
   raw_input_contents: [int32Bytes(IOTA), int32Bytes(ONES)],
 });
 
+/** A ModelInfer case. */
+function inferCase(name: string, request: Record<string, unknown> | Uint8Array): Case {
+  return {
+    name,
+    method: "ModelInfer",
+    requestType: "ModelInferRequest",
+    responseType: "ModelInferResponse",
+    request,
+  };
+}
+
 const CASES: Case[] = [
-  {
-    name: "ModelInfer with raw contents",
-    method: "ModelInfer",
-    requestType: "ModelInferRequest",
-    responseType: "ModelInferResponse",
-    request: simpleRaw("7"),
-  },
-  {
-    name: "ModelInfer with typed contents and one output asked for",
-    method: "ModelInfer",
-    requestType: "ModelInferRequest",
-    responseType: "ModelInferResponse",
-    request: {
+  inferCase(
+    "ModelInfer with raw contents",
+    simpleRaw("7"),
+  ),
+  inferCase(
+    "ModelInfer with typed contents and one output asked for",
+    {
       model_name: "simple",
       inputs: [
         { name: "INPUT0", datatype: "INT32", shape: [1, 16], contents: { int_contents: IOTA } },
@@ -64,20 +69,14 @@ const CASES: Case[] = [
       ],
       outputs: [{ name: "OUTPUT1" }],
     },
-  },
-  {
-    name: "ModelInfer of an unknown model",
-    method: "ModelInfer",
-    requestType: "ModelInferRequest",
-    responseType: "ModelInferResponse",
-    request: { ...simpleRaw("8"), model_name: "nope" },
-  },
-  {
-    name: "ModelInfer with a wrong shape",
-    method: "ModelInfer",
-    requestType: "ModelInferRequest",
-    responseType: "ModelInferResponse",
-    request: {
+  ),
+  inferCase(
+    "ModelInfer of an unknown model",
+    { ...simpleRaw("8"), model_name: "nope" },
+  ),
+  inferCase(
+    "ModelInfer with a wrong shape",
+    {
       model_name: "simple",
       inputs: [
         { name: "INPUT0", datatype: "INT32", shape: [1, 15] },
@@ -85,20 +84,14 @@ const CASES: Case[] = [
       ],
       raw_input_contents: [int32Bytes(IOTA.slice(1)), int32Bytes(ONES)],
     },
-  },
-  {
-    name: "a ModelInfer message that does not decode",
-    method: "ModelInfer",
-    requestType: "ModelInferRequest",
-    responseType: "ModelInferResponse",
-    request: new Uint8Array([0x0a, 0xff, 0xff, 0xff, 0x0f]),
-  },
-  {
-    name: "ModelInfer naming an unregistered shared-memory region",
-    method: "ModelInfer",
-    requestType: "ModelInferRequest",
-    responseType: "ModelInferResponse",
-    request: {
+  ),
+  inferCase(
+    "a ModelInfer message that does not decode",
+    new Uint8Array([0x0a, 0xff, 0xff, 0xff, 0x0f]),
+  ),
+  inferCase(
+    "ModelInfer naming an unregistered shared-memory region",
+    {
       model_name: "simple",
       inputs: [
         {
@@ -114,7 +107,7 @@ const CASES: Case[] = [
       ],
       raw_input_contents: [int32Bytes(ONES)],
     },
-  },
+  ),
   {
     name: "ServerLive",
     method: "ServerLive",

@@ -385,27 +385,15 @@ Deno.test("every flag's default parses as its kind", () => {
   }
 });
 
-Deno.test("--http-thread-count takes auto or a number from 1 to 256", () => {
-  assertEquals(parse(["--http-thread-count=auto"]).http.threadCount, 0);
-  assertEquals(parse(["--http-thread-count=256"]).http.threadCount, 256);
-  fails(
-    ["--http-thread-count=0"],
-    "Bad value '0' for --http-thread-count: expected 'auto' or a number from 1 to 256",
-  );
-  fails(
-    ["--http-thread-count=2x"],
-    "Bad value '2x' for --http-thread-count: expected 'auto' or a number from 1 to 256",
-  );
-});
-
-Deno.test("--grpc-thread-count takes auto or a number from 1 to 256", () => {
-  assertEquals(parse(["--grpc-thread-count=auto"]).grpc.threadCount, 0);
-  assertEquals(parse(["--grpc-thread-count=3"]).grpc.threadCount, 3);
-  fails(
-    ["--grpc-thread-count=0"],
-    "Bad value '0' for --grpc-thread-count: expected 'auto' or a number from 1 to 256",
-  );
-});
+for (const [flag, section] of [["http-thread-count", "http"], ["grpc-thread-count", "grpc"]] as const) {
+  Deno.test(`--${flag} takes auto or a number from 1 to 256`, () => {
+    assertEquals(parse([`--${flag}=auto`])[section].threadCount, 0);
+    assertEquals(parse([`--${flag}=3`])[section].threadCount, 3);
+    assertEquals(parse([`--${flag}=256`])[section].threadCount, 256);
+    fails([`--${flag}=0`], `Bad value '0' for --${flag}: expected 'auto' or a number from 1 to 256`);
+    fails([`--${flag}=2x`], `Bad value '2x' for --${flag}: expected 'auto' or a number from 1 to 256`);
+  });
+}
 
 Deno.test("HTTP listener threads: auto is half the cores (at most 8), a number is capped at the cores", () => {
   assertEquals(httpListenerCount(0, 1), 1);
