@@ -5,11 +5,12 @@
  */
 
 import { Buffer } from "node:buffer";
-import type * as grpc from "@grpc/grpc-js";
+import * as grpc from "@grpc/grpc-js";
 import type * as protobuf from "protobufjs";
 import { grpcStatus, invalidArg, type ServerError, toServerError } from "../../core/errors.ts";
 import type { InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { GrpcOptions } from "./options.ts";
+import { GRPC_RESTRICTED_PREFIX, matchesRestriction, type Restriction } from "../restricted.ts";
 
 /** The service every method but Health/Check belongs to. */
 export const SERVICE = "inference.GRPCInferenceService";
@@ -77,6 +78,27 @@ export function method(
     responseDeserialize: response.deserialize,
     originalName: path.slice(path.lastIndexOf("/") + 1),
   } as grpc.MethodDefinition<unknown, unknown>;
+}
+
+/**
+ * The PERMISSION_DENIED check of a restricted group (`--grpc-restricted-protocol`): undefined when the group is
+ * open, otherwise a function that answers the status for call metadata without the key
+ * `triton-grpc-protocol-<key>` holding the expected value.
+ * @param rule the group's restriction, if any
+ */
+export function restriction(
+  rule: Restriction | undefined,
+): ((metadata: grpc.Metadata) => Partial<grpc.StatusObject> | undefined) | undefined {
+  if (!rule) return undefined;
+  const key = `${GRPC_RESTRICTED_PREFIX}${rule.key}`.toLowerCase();
+  return (metadata) => {
+    const given = metadata.get(key)[0];
+    if (matchesRestriction(typeof given === "string" ? given : undefined, rule.value)) return undefined;
+    return {
+      code: grpc.status.PERMISSION_DENIED,
+      details: `This protocol is restricted, expecting header '${key}'`,
+    };
+  };
 }
 
 /**

@@ -9,7 +9,6 @@
 import { Buffer } from "node:buffer";
 import { Duplex } from "node:stream";
 import * as grpc from "@grpc/grpc-js";
-import { toServerError } from "../../core/errors.ts";
 import { grpcError } from "./_calls.ts";
 
 /** Metadata as it crosses threads: each key with its values (Uint8Array for `-bin` keys). */
@@ -88,7 +87,7 @@ function statusOf(err: unknown): CallStatus {
   if (e && typeof e === "object" && typeof e.code === "number") {
     return { code: e.code, details: String(e.details ?? (e as { message?: string }).message ?? "") };
   }
-  const s = grpcError(toServerError(err));
+  const s = grpcError(err);
   return { code: s.code ?? grpc.status.INTERNAL, details: s.details ?? "" };
 }
 

@@ -9,8 +9,8 @@ import * as grpc from "@grpc/grpc-js";
 import { connectionCount, grpcServerOptions, listenGrpc } from "./listen.ts";
 import type { RemoteMethod } from "./remote.ts";
 import type { InferencePipeline } from "../../pipeline/pipeline.ts";
-import { type ApiGroup, GRPC_RESTRICTED_PREFIX, matchesRestriction } from "../restricted.ts";
-import { CallCounter, type GrpcDeps, SERVICE } from "./_calls.ts";
+import type { ApiGroup } from "../restricted.ts";
+import { CallCounter, type GrpcDeps, restriction, SERVICE } from "./_calls.ts";
 import { installGrpcJsPatches } from "./framing.ts";
 import type { GrpcOptions } from "./options.ts";
 import { UNARY_METHODS, unaryMethod } from "./unary.ts";
@@ -40,34 +40,13 @@ export const GRPC_METHOD_GROUPS: Readonly<Record<string, ApiGroup>> = {
   ModelStreamInfer: STREAM_GROUP,
 };
 
-/**
- * The PERMISSION_DENIED check of a restricted group: undefined when the group is open, otherwise a function that
- * answers the status for call metadata without the key `triton-grpc-protocol-<key>` holding the expected value.
- */
-function restriction(
-  group: ApiGroup,
-  options: GrpcOptions,
-): ((metadata: grpc.Metadata) => Partial<grpc.StatusObject> | undefined) | undefined {
-  const rule = options.restrictions?.[group];
-  if (!rule) return undefined;
-  const key = `${GRPC_RESTRICTED_PREFIX}${rule.key}`.toLowerCase();
-  return (metadata) => {
-    const given = metadata.get(key)[0];
-    if (matchesRestriction(typeof given === "string" ? given : undefined, rule.value)) return undefined;
-    return {
-      code: grpc.status.PERMISSION_DENIED,
-      details: `This protocol is restricted, expecting header '${key}'`,
-    };
-  };
-}
-
 /** A unary handler behind its group's restriction. */
 function restrictUnary<Req, Res>(
   handler: grpc.handleUnaryCall<Req, Res>,
   group: ApiGroup,
   options: GrpcOptions,
 ): grpc.handleUnaryCall<Req, Res> {
-  const denied = restriction(group, options);
+  const denied = restriction(options.restrictions?.[group]);
   if (!denied) return handler;
   return (call, callback) => {
     const status = denied(call.metadata);
@@ -114,7 +93,7 @@ export async function startGrpcServer(
   const infer = modelInfer(deps);
   add(SERVICE, "ModelInfer", infer.definition, restrictUnary(infer.handler, INFER_GROUP, options));
   const stream = modelStreamInfer(deps);
-  const streamDenied = restriction(STREAM_GROUP, options);
+  const streamDenied = restriction(options.restrictions?.[STREAM_GROUP]);
   add(
     SERVICE,
     "ModelStreamInfer",

@@ -13,8 +13,8 @@ import { type ErrorCode, grpcStatus } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
 import { lookupType } from "../../core/protos.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
-import { GRPC_RESTRICTED_PREFIX, matchesRestriction, type Restriction } from "../restricted.ts";
-import { CallCounter, codec } from "./_calls.ts";
+import type { Restriction } from "../restricted.ts";
+import { CallCounter, type Codec, codec, method, restriction } from "./_calls.ts";
 import { FRAME_PREFIX, FramedMessage, installGrpcJsPatches } from "./framing.ts";
 import {
   decodeModelInferRequest,
@@ -58,11 +58,11 @@ export interface GrpcThreadLink {
   error(message: string): void;
 }
 
-/** Passes messages through as their bytes. */
+/** Passes messages through as their bytes (the main thread's handlers (de)serialize them). */
 const identity = {
   serialize: (value: Buffer) => value,
   deserialize: (buf: Buffer) => buf,
-};
+} as unknown as Codec;
 
 /** A ModelInfer request as this thread reads it: the bytes, and the message when they decode. */
 interface InferCallRequest {
@@ -71,6 +71,23 @@ interface InferCallRequest {
 }
 
 const inferRequestCodec = codec(lookupType("ModelInferRequest"), false);
+
+/** ModelInfer's requests: the bytes kept beside the message, to forward whole when the thread cannot run them. */
+const inferRequest = {
+  serialize: (value: Buffer) => value,
+  deserialize: (bytes: Buffer): InferCallRequest => {
+    const decoded = inferRequestCodec.deserialize(bytes);
+    // A message that does not decode carries the error under a symbol: the main thread words it.
+    const ok = Object.getOwnPropertySymbols(decoded).length === 0;
+    return { bytes, message: ok ? decoded as unknown as ModelInferRequestMessage : undefined };
+  },
+} as unknown as Codec;
+
+/** ModelInfer's responses: framed here, or the main thread's serialized answer to a forwarded call. */
+const inferResponse = {
+  serialize: (value: FramedMessage | Buffer) => value instanceof FramedMessage ? value.message() : value,
+  deserialize: (buf: Buffer) => buf,
+} as unknown as Codec;
 
 /** Whether a ModelInfer request names shared memory for an input or an output. */
 function usesSharedMemory(msg: ModelInferRequestMessage): boolean {
@@ -88,8 +105,12 @@ export class GrpcThreadServer {
   readonly #streams = new Map<number, grpc.ServerDuplexStream<Buffer, Buffer>>();
   #server: grpc.Server | undefined;
   #listener: GrpcListener | undefined;
+  /** The inference group's restriction check: such a call without its key goes to the main thread, which refuses it. */
+  readonly #denied: ReturnType<typeof restriction>;
 
-  private constructor(private readonly options: GrpcThreadOptions, private readonly link: GrpcThreadLink) {}
+  private constructor(options: GrpcThreadOptions, private readonly link: GrpcThreadLink) {
+    this.#denied = restriction(options.inference);
+  }
 
   /** Starts listening. */
   static async start(options: GrpcThreadOptions, link: GrpcThreadLink): Promise<GrpcThreadServer> {
@@ -97,16 +118,9 @@ export class GrpcThreadServer {
     const s = new GrpcThreadServer(options, link);
     const server = new grpc.Server(grpcServerOptions(options.listen));
     for (const m of options.methods) {
-      const definition = (m.name === "ModelInfer" ? s.#inferDefinition(m) : {
-        path: m.path,
-        requestStream: m.streaming,
-        responseStream: m.streaming,
-        requestSerialize: identity.serialize,
-        requestDeserialize: identity.deserialize,
-        responseSerialize: identity.serialize,
-        responseDeserialize: identity.deserialize,
-        originalName: m.name,
-      }) as grpc.MethodDefinition<unknown, unknown>;
+      const definition = m.name === "ModelInfer"
+        ? method(m.path, inferRequest, inferResponse)
+        : method(m.path, identity, identity, m.streaming);
       const handler = m.name === "ModelInfer"
         ? s.#infer
         : m.streaming
@@ -118,25 +132,6 @@ export class GrpcThreadServer {
     s.#server = server;
     s.#listener = await listenGrpc(server, options.listen, options.open, true, link.error);
     return s;
-  }
-
-  #inferDefinition(m: ThreadMethod) {
-    return {
-      path: m.path,
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: identity.serialize,
-      requestDeserialize: (bytes: Buffer): InferCallRequest => {
-        const decoded = inferRequestCodec.deserialize(bytes);
-        // A message that does not decode carries the error under a symbol: the main thread words it.
-        const ok = Object.getOwnPropertySymbols(decoded).length === 0;
-        return { bytes, message: ok ? decoded as unknown as ModelInferRequestMessage : undefined };
-      },
-      responseSerialize: (value: FramedMessage | Buffer) =>
-        value instanceof FramedMessage ? value.message() : value,
-      responseDeserialize: identity.deserialize,
-      originalName: m.name,
-    };
   }
 
   /** Takes a message of the main thread about a forwarded call. */
@@ -166,12 +161,7 @@ export class GrpcThreadServer {
   ) => {
     const recvEnd = nowNs();
     const { bytes, message } = call.request;
-    const rule = this.options.inference;
-    const allowed = !rule ||
-      matchesRestriction(
-        call.metadata.get(`${GRPC_RESTRICTED_PREFIX}${rule.key}`.toLowerCase())[0] as string | undefined,
-        rule.value,
-      );
+    const allowed = this.#denied?.(call.metadata) === undefined;
     let request: InferRequest | undefined;
     if (message && allowed && !usesSharedMemory(message)) {
       try {
