@@ -497,9 +497,7 @@ async function serveThreads(
           hostname: http.addr.hostname,
           port: http.addr.port,
           maxInputSize: s.config.http.maxInputSize,
-          ...(s.config.http.restrictedApi.inference
-            ? { inference: s.config.http.restrictedApi.inference }
-            : {}),
+          inference: s.config.http.restrictedApi.inference,
           limits: http.limits,
         },
       }

@@ -12,7 +12,7 @@ import { type ErrorCode, toServerError } from "../../core/errors.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { HttpFrontend } from "./handler.ts";
 import type { Restriction } from "../restricted.ts";
-import { type ConnectionLimits, NO_LIMITS } from "./listener.ts";
+import type { ConnectionLimits } from "./listener.ts";
 import type { ListenerReplicas, ReplicaMessage } from "./replicas.ts";
 import type { GrpcListenOptions } from "../grpc/listen.ts";
 import { type GrpcFromThread, type GrpcToThread, RemoteCalls, type RemoteMethod } from "../grpc/remote.ts";
@@ -49,9 +49,13 @@ export type ToWorker =
 
 /** What a listener thread serves over HTTP. */
 export interface HttpThreadOptions {
+  /** The address the main thread listens on. */
   hostname: string;
+  /** The port the main thread listens on (the threads join it). */
   port: number;
+  /** `--http-max-input-size`. */
   maxInputSize: number;
+  /** The restriction of the inference API (`--http-restricted-api`), if any. */
   inference: Restriction | undefined;
   /** The connection limits and timeouts (the open-connection count shared with the main thread). */
   limits: ConnectionLimits;
@@ -94,22 +98,12 @@ export type InferDecoded = (
 
 /** What the listener threads serve. */
 export interface HttpWorkersOptions {
-  /** HTTP, when the threads serve it. */
-  http?: {
+  /** HTTP, when the threads serve it: what each thread listens with, and the main thread's frontend. */
+  http?: HttpThreadOptions & {
     /** How many of the threads serve HTTP (the first ones). */
     threads: number;
     /** The main thread's HTTP frontend, which answers what the threads hand over. */
     frontend: HttpFrontend;
-    /** The address the main thread listens on. */
-    hostname: string;
-    /** The port the main thread listens on (the threads join it). */
-    port: number;
-    /** `--http-max-input-size`. */
-    maxInputSize: number;
-    /** The restriction of the inference API (`--http-restricted-api`), if any. */
-    inference?: Restriction;
-    /** The main thread's connection limits and timeouts; its `openConnections` count is shared. */
-    limits?: ConnectionLimits;
   };
   /** gRPC, when the threads serve it. */
   grpc?: {
@@ -218,6 +212,15 @@ export class HttpWorkers {
     const started: Promise<void>[] = [];
     const { http, grpc } = options;
     const methods = grpc ? threadMethods(grpc.methods) : [];
+    // What each HTTP thread listens with: the options less what stays on the main thread.
+    const httpThread: HttpThreadOptions | undefined = http &&
+      {
+        hostname: http.hostname,
+        port: http.port,
+        maxInputSize: http.maxInputSize,
+        inference: http.inference,
+        limits: http.limits,
+      };
     for (let i = 0; i < count; i++) {
       const worker = new Worker(new URL("./http_worker.ts", import.meta.url).href, {
         type: "module",
@@ -263,15 +266,7 @@ export class HttpWorkers {
           op: "start",
           id: -1,
           channel: memory,
-          http: http && i < http.threads
-            ? {
-              hostname: http.hostname,
-              port: http.port,
-              maxInputSize: http.maxInputSize,
-              inference: http.inference,
-              limits: http.limits ?? NO_LIMITS,
-            }
-            : undefined,
+          http: http && i < http.threads ? httpThread : undefined,
           grpc: remote && grpc
             ? { listen: grpc.listen, methods, inference: grpc.inference, open: grpc.open }
             : undefined,
