@@ -47,8 +47,7 @@ function args(protocol: Protocol, ports: { http: number; grpc: number }, s: numb
   const duration = ["-D", `${Math.round(s * 1000)}ms`];
   if (protocol === "grpc4") {
     // 4 connections of 4 streams: the kernel spreads connections, not streams, over a server's threads.
-    const one = grpcInferArgs(ports.grpc, `${dir}/grpc.bin`, 4);
-    return [...duration, "-c", "4", ...one.slice(2)];
+    return [...duration, ...grpcInferArgs(ports.grpc, `${dir}/grpc.bin`, 4, 4)];
   }
   return protocol === "grpc" ? [...duration, ...grpcInferArgs(ports.grpc, `${dir}/grpc.bin`, 16)] : [
     ...duration,

@@ -176,15 +176,17 @@ export async function runH2load(args: string[], options: RunH2loadOptions): Prom
 }
 
 /**
- * h2load's arguments for gRPC ModelInfer calls: one HTTP/2 connection with `streams` calls in flight, each
- * sending the file `body` (one gRPC-framed ModelInferRequest) with the headers gRPC needs.
+ * h2load's arguments for gRPC ModelInfer calls: `connections` HTTP/2 connections (one unless given) with
+ * `streams` calls in flight on each, each sending the file `body` (one gRPC-framed ModelInferRequest) with the
+ * headers gRPC needs.
  * @param port the server's gRPC port on 127.0.0.1
  * @param body the request file
- * @param streams calls in flight
+ * @param streams calls in flight per connection
+ * @param connections connections
  */
-export function grpcInferArgs(port: number, body: string, streams: number): string[] {
+export function grpcInferArgs(port: number, body: string, streams: number, connections = 1): string[] {
   return [
-    ...["-c", "1", "-m", String(streams), "-d", body],
+    ...["-c", String(connections), "-m", String(streams), "-d", body],
     ...["-H", "content-type: application/grpc", "-H", "te: trailers"],
     `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelInfer`,
   ];

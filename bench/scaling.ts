@@ -128,15 +128,12 @@ async function grpcLoad(job: LoadJob): Promise<LoadResult> {
   try {
     await Deno.writeFile(file, grpcFrame(simpleInferRequest(INPUT0, INPUT1)));
     const ms = (s: number) => `${Math.round(s * 1000)}ms`;
-    const args = grpcInferArgs(job.port, file, GRPC_STREAMS);
     const r = await runH2load(
       [
         "-D",
         ms(job.durationS),
         `--warm-up-time=${ms(job.warmupS)}`,
-        "-c",
-        String(job.connections),
-        ...args.slice(2),
+        ...grpcInferArgs(job.port, file, GRPC_STREAMS, job.connections),
       ],
       { path: h2load, timeoutS: job.durationS + job.warmupS + 60 },
     );
