@@ -402,7 +402,7 @@ function serveHttp(
   // The main thread and the listener threads count their open connections together.
   const limits: ConnectionLimits = {
     ...connectionLimits(config),
-    openConnections: new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT)),
+    openConnections: connectionCount(),
   };
   const server = listen(s, "HTTP service", {
     port: config.port,
