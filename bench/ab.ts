@@ -12,10 +12,12 @@
  * does not show in one such run here.
  *
  * Usage: `deno run -A bench/ab.ts [--workload=NAME] [--connections=N] [--rounds=3] [--pairs=4] [--window=1]
- * [--models=DIR] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."]`. A is the server of `--baseline` (another
+ * [--models=DIR] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."] [--a-deno-flags="..."]
+ * [--b-deno-flags="..."]`. A is the server of `--baseline` (another
  * checkout: DIR/main.ts, with this checkout's native libraries in DIR/build for the ONNX workloads, which the
  * script checks) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
- * flags (space-separated) to each (a `--model-repository` among them replaces the workload's repository). The workloads: `mlp` (bench/models, single-sample binary requests, 64
+ * flags (space-separated) to each (a `--model-repository` among them replaces the workload's repository), and
+ * `--a-deno-flags` and `--b-deno-flags` Deno's own (`deno run` flags before the script, e.g. `--v8-flags=...`). The workloads: `mlp` (bench/models, single-sample binary requests, 64
  * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
  * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
  * DINFER_PYTHON or .venv/bin/python runs the stub), `python-grpc` and `simple-grpc` (the same models over gRPC with raw
@@ -43,6 +45,7 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url));
 let workload = "mlp", connections = 0, rounds = 3, pairs = 4, windowS = 1;
 let baseline: string | undefined, models: string | undefined;
 let aFlags: string[] = [], bFlags: string[] = [];
+let aDeno: string[] = [], bDeno: string[] = [];
 for (const arg of Deno.args) {
   const at = arg.indexOf("=");
   const k = at < 0 ? arg : arg.slice(0, at);
@@ -56,6 +59,8 @@ for (const arg of Deno.args) {
   else if (k === "--models") models = v;
   else if (k === "--a-flags") aFlags = v.split(/\s+/).filter(Boolean);
   else if (k === "--b-flags") bFlags = v.split(/\s+/).filter(Boolean);
+  else if (k === "--a-deno-flags") aDeno = v.split(/\s+/).filter(Boolean);
+  else if (k === "--b-deno-flags") bDeno = v.split(/\s+/).filter(Boolean);
   else throw new Error(`Cannot parse '${arg}': unknown flag`);
 }
 const WORKLOADS = [
@@ -148,10 +153,10 @@ interface Side {
   wrong: number;
 }
 
-async function start(name: string, flags: string[], script?: string): Promise<Side> {
+async function start(name: string, flags: string[], denoFlags: string[], script?: string): Promise<Side> {
   const grpcPort = grpc ? freePort() : 0;
   const server = await startChildServer(
-    [],
+    denoFlags,
     [
       // A side's own --model-repository (in --a-flags or --b-flags) replaces the workload's.
       ...(flags.some((f) => f.startsWith("--model-repository=")) ? [] : [`--model-repository=${repository}`]),
@@ -247,9 +252,10 @@ for (let round = 0; round < rounds; round++) {
     start(
       baseline ? `A (${baseline})` : "A",
       aFlags,
+      aDeno,
       baseline ? relative(ROOT, `${baseline}/main.ts`) : undefined,
     );
-  const startB = () => start("B", bFlags);
+  const startB = () => start("B", bFlags, bDeno);
   let a: Side | undefined, b: Side | undefined;
   try {
     // Which server starts first alternates too.
