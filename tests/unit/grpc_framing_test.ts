@@ -163,6 +163,7 @@ class FakeCall {
 }
 
 type Patched = {
+  start(this: unknown, listener: unknown): void;
   serializeMessage(this: unknown, value: unknown): Buffer;
   sendMessage(this: unknown, value: unknown, callback: () => void): void;
 };
@@ -253,4 +254,86 @@ Deno.test("the stream decoder lets go of a message's chunks once it is joined, a
   assertEquals(decoder.write(frame.subarray(11, 16)), []);
   assertEquals(decoder.write(frame.subarray(16)).map((m) => [...m]), [[0, 0, 0, 0, 1, 7]]);
   assertEquals(decoder.readPartialMessage.length, 0);
+});
+
+Deno.test("a call's stream lets go of its listeners once closed, after grpc-js's own, and ignores a late error", () => {
+  installGrpcJsPatches();
+  const stream = new EventEmitter();
+  const seen: string[] = [];
+  stream.once(
+    "close",
+    () => seen.push(`grpc-js saw close with ${stream.listenerCount("data")} data listener`),
+  );
+  stream.on("data", () => seen.push("data"));
+  stream.on("end", () => seen.push("end"));
+  const call = {
+    stream,
+    handler: { path: "/inference.GRPCInferenceService/ModelInfer" },
+    metadata: new grpc.Metadata(),
+    checkCancelled: () => false,
+    listener: undefined as unknown,
+  };
+  const listener = { onReceiveMetadata: () => seen.push("metadata") };
+  patched.start.call(call, listener);
+  assertEquals([call.listener === listener, seen], [true, ["metadata"]]);
+  stream.emit("data", Buffer.from([1]));
+  stream.emit("end");
+  stream.emit("close");
+  assertEquals(seen, ["metadata", "data", "end", "grpc-js saw close with 1 data listener"]);
+  assertEquals(stream.eventNames(), ["error"]);
+  assertEquals(stream.listenerCount("error"), 1);
+  stream.emit("error", new Error("late"));
+});
+
+Deno.test("a real grpc-js call's stream holds no listener of the call once the call is over", async () => {
+  installGrpcJsPatches();
+  const identity = { serialize: (b: Buffer) => b, deserialize: (b: Buffer) => b };
+  const definition = {
+    path: "/test.Echo/Echo",
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: identity.serialize,
+    requestDeserialize: identity.deserialize,
+    responseSerialize: identity.serialize,
+    responseDeserialize: identity.deserialize,
+  };
+  const streams: EventEmitter[] = [];
+  const server = new grpc.Server();
+  server.addService({ Echo: definition }, {
+    Echo: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
+      streams.push((call as unknown as { call: { stream: EventEmitter } }).call.stream);
+      callback(null, call.request);
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(
+      "127.0.0.1:0",
+      grpc.ServerCredentials.createInsecure(),
+      (e, p) => e ? reject(e) : resolve(p),
+    )
+  );
+  const Client = grpc.makeGenericClientConstructor({ Echo: definition }, "Echo");
+  const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  try {
+    const answer = await new Promise<Buffer>((resolve, reject) =>
+      (client as unknown as {
+        Echo(m: Buffer, cb: (e: Error | null, r: Buffer) => void): void;
+      }).Echo(Buffer.from([7, 8]), (e, r) => e ? reject(e) : resolve(r))
+    );
+    assertEquals([...answer], [7, 8]);
+    assertEquals(streams.length, 1);
+    const stream = streams[0]!;
+    for (let i = 0; i < 100 && stream.listenerCount("data") > 0; i++) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assertEquals([stream.listenerCount("data"), stream.listenerCount("end"), stream.listenerCount("close")], [
+      0,
+      0,
+      0,
+    ]);
+    assertEquals(stream.listenerCount("error"), 1);
+  } finally {
+    client.close();
+    await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
+  }
 });
