@@ -110,6 +110,62 @@ Deno.test("a stream's response is a ModelStreamInferResponse carrying the respon
   assertEquals(back.infer_response.raw_output_contents[1], large);
 });
 
+Deno.test("outputs that are parts of their own may be last, or follow each other, with no empty part", () => {
+  const a = bytes(OWN_PART_BYTES, 4), b = bytes(OWN_PART_BYTES + 1, 5);
+  const plain = (outputs: Uint8Array[]): InferResponse => ({
+    model: "m",
+    version: "1",
+    id: "",
+    parameters: {},
+    outputs: outputs.map((data, i) => ({ name: `O${i}`, datatype: "UINT8", shape: [data.byteLength], data })),
+  });
+  const parts = encodeModelInferResponseParts(plain([new Uint8Array([7]), a, b]), undefined);
+  assertEquals(parts.length, 4);
+  assert(parts[1] === a && parts[3] === b, "not the same objects");
+  assertEquals(parts[2]!.byteLength, 1 + 3); // b's tag and length
+  const back = decoded("ModelInferResponse", joined(parts)) as { raw_output_contents: Uint8Array[] };
+  assertEquals(back.raw_output_contents, [new Uint8Array([7]), a, b]);
+});
+
+Deno.test("responses of the same form share their encoded fields; any difference is encoded anew", () => {
+  const plain = (model: string, version: string, shape: number[], id = ""): InferResponse => ({
+    model,
+    version,
+    id,
+    parameters: {},
+    outputs: [{ name: "OUT", datatype: "INT32", shape, data: new Uint8Array(4 * shape[0]!).fill(shape[0]!) }],
+  });
+  const cases: [InferResponse, Record<string, unknown>][] = [];
+  for (
+    const [model, version, n, id] of [["ab", "1", 1, ""], ["a", "b1", 1, ""], ["ab", "1", 2, ""], [
+      "ab",
+      "1",
+      1,
+      "q",
+    ]] as const
+  ) {
+    cases.push([plain(model, version, [n], id), {
+      model_name: model,
+      model_version: version,
+      ...(id ? { id } : {}),
+      outputs: [{ name: "OUT", datatype: "INT32", shape: [n] }],
+      raw_output_contents: [new Uint8Array(4 * n).fill(n)],
+    }]);
+  }
+  // Twice each, in turn: the second time from the kept fields.
+  for (const round of [0, 1]) {
+    for (const [r, expected] of cases) {
+      const parts = encodeModelInferResponseParts(r, undefined, { reserve: FRAME_PREFIX });
+      assertEquals(parts.length, 1, `round ${round}`);
+      assertEquals(
+        decoded("ModelInferResponse", parts[0]!.subarray(FRAME_PREFIX)),
+        expected,
+        `round ${round}`,
+      );
+    }
+  }
+});
+
 Deno.test("a framed message carries gRPC's prefix, and its codec serializes it without the prefix", () => {
   const framed = new FramedMessage([new Uint8Array([7, 7, 7, 7, 7, 1, 2]), new Uint8Array([3, 4, 5])]);
   assertEquals(framed.byteLength, 10);
