@@ -41,6 +41,7 @@ import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import type { Logger } from "../logging.ts";
 import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
+import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
 
 /** Request parameters the server acts on itself; as in Triton, the model's `request.parameters()` leaves them out. */
@@ -528,7 +529,7 @@ class Stub {
   #writing = 0;
   /** Execute ids start at 1: a frame's tag 0 means none. */
   #nextId = 1;
-  #pending = new Map<number, Pending>();
+  #pending = new IdTable<Pending>();
   /** The response senders of decoupled requests that have not sent their final flag, by `<execute>:<index>`. */
   #senders = new Map<string, NonNullable<BackendRequest["send"]>>();
   #control: Pending | undefined;
@@ -1147,7 +1148,9 @@ class Stub {
         outputs: r.outputNames,
       };
     });
-    const id = this.#nextId++;
+    // The id is the frame's 32-bit tag, 0 being the control call's.
+    const id = this.#nextId;
+    this.#nextId = id === 0xffffffff ? 1 : id + 1;
     requests.forEach((r, i) => {
       if (r.send) this.#senders.set(`${id}:${i}`, r.send);
     });
