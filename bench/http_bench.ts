@@ -1017,6 +1017,18 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
   return result;
 }
 
+/** What the garbage collector cost a gRPC call, and what changed it (measured by hand, not by this run). */
+const GRPC_GARBAGE =
+  `**Garbage** (2026-11-27, \`--v8-flags=--trace-gc\` and V8's sampling heap profiler, h2load at 16 streams):
+Deno's \`node:http2\` keeps a closed stream reachable until the next full collection, and grpc-js's listeners on
+the stream kept the whole call with it: 9.2 KB a call were promoted to the old generation, and scavenges took
+10% of the main thread (the fixed-bytes floor promoted as much; \`Deno.serve\` promotes nothing). The stream
+now drops its listeners once closed (\`server/frontends/grpc/framing.ts\`): 2.8–3.1 KB a call (the stream's own
+objects) and 3.4–3.8%; V8's worker threads still spend about 18 µs a call on the full collections that
+follow. A response's protobuf fields are encoded once per form of response (4.2 → 1.15 µs a call). With both,
+dinfer's gRPC reached 0.81 (one connection of 16 streams) and 0.95 (4 × 4) of the floor's rate, against 0.63
+and 0.63 before (\`bench/grpc_floor.ts\`, 2026-11-27).`;
+
 function peersMarkdown(cmp: PeerComparison): string {
   const get = (server: string, c: number) =>
     cmp.points.find((p) => p.server === server && p.connections === c)!;
@@ -1441,6 +1453,8 @@ the data. In a CPU profile at 1 stream (2026-11-27, by hand) the socket writes t
 time with three writes per call and 9% with one; the throughput is in \`goaway_filter.ts\`.
 
 ${grpcTime}
+
+${GRPC_GARBAGE}
 ${
     profile
       ? `

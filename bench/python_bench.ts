@@ -122,6 +122,16 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   \`bench/ab.ts\` at 1 connection read 1.17× (totals 1.20×) with 0.83× the CPU per request. dinfer keeps
   Triton's headers (a client may tell JSON from binary answers by their content type); the floor's answer has
   the same bytes and pays the same.
+- *Promoted requests* (2026-11-27, \`--v8-flags=--trace-gc\` and V8's sampling heap profiler): every request's
+  objects (the decoded request, its tensors and frames, the answer) outlived the young generation's
+  collections and were promoted to the old generation: 2.3–2.8 KB a request over HTTP at 8 connections,
+  scavenges 4–5% of the main thread, and V8's worker threads busy 8.7 µs a request with the full collections
+  that followed (2.3 µs for \`simple\`). The floor and the backend driven alone promoted nothing. The stub's
+  calls in flight were kept in a Map keyed by call id, which, with one id in and one out per call, rebuilds
+  its table every few calls; kept in a ring of slots instead (\`IdTable\`, \`server/core/id_table.ts\`), no
+  request is promoted. \`bench/ab.ts\` against the Map, 3–4 rounds: HTTP JSON at 8 connections 1.22× the
+  requests (0.78× the CPU per request), HTTP binary 1.11× (0.85×), gRPC 1.13× (0.86×); at 1 connection within
+  the noise (1.01–1.06×).
 - *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
   the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
   \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
