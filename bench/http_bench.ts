@@ -1020,8 +1020,8 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
 /** What the garbage collector cost a gRPC call, and what changed it (measured by hand, not by this run). */
 const GRPC_GARBAGE =
   `**Garbage** (2026-11-27, \`--v8-flags=--trace-gc\` and V8's sampling heap profiler, h2load at 16 streams):
-Deno's \`node:http2\` keeps a closed stream reachable until the next full collection, and grpc-js's listeners on
-the stream kept the whole call with it: 9.2 KB a call were promoted to the old generation, and scavenges took
+Deno's \`node:http2\` keeps closed streams past the young generation's collections, and grpc-js's listeners on
+a stream kept the whole call with it: 9.2 KB a call were promoted to the old generation, and scavenges took
 10% of the main thread (the fixed-bytes floor promoted as much; \`Deno.serve\` promotes nothing). The stream
 now drops its listeners once closed (\`server/frontends/grpc/framing.ts\`): 2.8–3.1 KB a call (the stream's own
 objects) and 3.4–3.8%; V8's worker threads still spend about 18 µs a call on the full collections that
