@@ -15,6 +15,7 @@ import { nowNs } from "../core/clock.ts";
 import type { VersionStats } from "../metrics/stats.ts";
 import { batchCompatible, type BatchModel, executeBatch, executeBatchSync, isModelError } from "./batch.ts";
 import { type PendingRequest, QueueingScheduler, recordFailedExecution } from "./pending.ts";
+import { IdTable } from "../core/id_table.ts";
 
 /** Queues requests of one model version and runs them on its instances. */
 export interface Scheduler {
@@ -138,7 +139,7 @@ export class PoolScheduler extends QueueingScheduler implements Scheduler {
   #pumpScheduled = false;
   /** preserve_ordering: the next sequence number to deliver and the finished ones waiting for it. */
   #nextOut = 0;
-  #finished = new Map<number, () => void>();
+  #finished = new IdTable<() => void>();
   /**
    * Whether requests arriving together wait one event-loop turn before they run (see #pumpSoon): the dynamic
    * batcher without a queue delay, to batch them; a model without batching whose instances run on this thread,
