@@ -514,7 +514,7 @@ class Stub {
   #pipeWritten = 0;
   #pipeRead = 0;
   /** `#pipeWritten` after the write of each execute call not yet answered, by id, and of the control call. */
-  #readAt = new Map<number, number>();
+  #readAt = new IdTable<number>();
   #controlReadAt = 0;
   /** The tags of the frames in `#outbox` (-1: a control call). */
   #outboxTags: number[] = [];
