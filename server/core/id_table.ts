@@ -5,7 +5,7 @@
 
 /**
  * Values by integer id, for ids handed out in increasing order and let go in about the same order, a few at a
- * time (the calls in flight to a process): a ring of slots indexed by the id's low bits. A new id whose slot is
+ * time (the calls in flight to a process, the answers waiting for their turn): a ring of slots indexed by the id's low bits. A new id whose slot is
  * taken by an older one still kept doubles the ring when it is half full, and otherwise (one call outlives many
  * later ones) goes to a Map beside it.
  *
