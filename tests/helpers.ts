@@ -19,14 +19,43 @@ export const EXAMPLES: string = fileURLToPath(new URL("../examples/models", impo
 export const FIXTURES: string = fileURLToPath(new URL("./fixtures/models", import.meta.url));
 
 /**
- * Ports that were free a moment ago (bound to port 0, then closed), for servers started as processes.
+ * Where `freePorts` looks: below the range the kernel picks the local ports of outgoing connections from
+ * (`ip_local_port_range`), so that a port found free is not taken by one of the tests' client connections before
+ * the server binds it (seen once: a server's gRPC port taken between the pick and the bind). Undefined, and ports
+ * come from the kernel (port 0), where that range starts too low to leave room below it.
+ */
+const PICK_FROM: { low: number; high: number } | undefined = (() => {
+  try {
+    const start = Number(
+      Deno.readTextFileSync("/proc/sys/net/ipv4/ip_local_port_range").trim().split(/\s+/)[0],
+    );
+    return Number.isInteger(start) && start > 12_000 ? { low: 10_000, high: start - 1 } : undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
+/**
+ * Ports that were free a moment ago (bound, then closed), for servers started as processes: random ones below
+ * the kernel's range for outgoing connections (see {@linkcode PICK_FROM}), else ones the kernel gives.
  * @param n how many
  */
 export function freePorts(n: number): number[] {
-  const listeners = Array.from({ length: n }, () => Deno.listen({ hostname: "127.0.0.1", port: 0 }));
-  const ports = listeners.map((l) => (l.addr as Deno.NetAddr).port);
-  for (const l of listeners) l.close();
-  return ports;
+  const listeners: Deno.Listener[] = [];
+  try {
+    for (let tries = 0; PICK_FROM && listeners.length < n && tries < 100 * n; tries++) {
+      const port = PICK_FROM.low + Math.floor(Math.random() * (PICK_FROM.high - PICK_FROM.low + 1));
+      try {
+        listeners.push(Deno.listen({ hostname: "127.0.0.1", port }));
+      } catch {
+        // Taken: another one.
+      }
+    }
+    while (listeners.length < n) listeners.push(Deno.listen({ hostname: "127.0.0.1", port: 0 }));
+    return listeners.map((l) => (l.addr as Deno.NetAddr).port);
+  } finally {
+    for (const l of listeners) l.close();
+  }
 }
 
 /**
