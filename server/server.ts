@@ -631,8 +631,9 @@ export async function startServer(
       cudaShm,
       traces,
     };
-    const http = serveHttp(s, pipeline, frontend);
+    // gRPC before HTTP (as Triton starts them): once HTTP answers readiness, the gRPC port is bound.
     const grpc = await serveGrpc(s, pipeline, frontend);
+    const http = serveHttp(s, pipeline, frontend);
     await serveThreads(s, pipeline, frontend, http, grpc);
     const grpcPort = grpc?.server.port;
     const metricsServer = serveMetrics(s, metrics);

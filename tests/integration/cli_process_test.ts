@@ -78,10 +78,13 @@ Deno.test("a model that fails to load exits 1 naming it (--exit-on-error default
   }
 });
 
-Deno.test("a normal start serves, is ready, and exits 0 on SIGTERM", async () => {
-  const { child, output, http } = await startServerProcess(["serve", `--model-repository=${EXAMPLES}`], {
-    timeoutMs: 20_000,
-  });
+Deno.test("a normal start serves, is ready (gRPC started before HTTP), and exits 0 on SIGTERM", async () => {
+  const { child, output, http, grpc } = await startServerProcess(
+    ["serve", `--model-repository=${EXAMPLES}`],
+    {
+      timeoutMs: 20_000,
+    },
+  );
   try {
     const meta = await fetch(`http://127.0.0.1:${http}/v2`);
     assert.equal((await meta.json()).name, "dinfer");
@@ -93,6 +96,11 @@ Deno.test("a normal start serves, is ready, and exits 0 on SIGTERM", async () =>
   assert.equal(out.signal, null);
   const log = decoder.decode(out.stdout) + decoder.decode(out.stderr);
   assert.match(log, new RegExp(`Started HTTPService at 127\\.0\\.0\\.1:${http}`));
+  // As Triton: gRPC, then HTTP (which answers readiness), then metrics.
+  const order = ["Started GRPCInferenceService at", "Started HTTPService at", "Started Metrics Service at"]
+    .map((line) => log.indexOf(line));
+  assert.ok(order.every((at, i) => at >= 0 && (i === 0 || at > order[i - 1]!)), `${order}\n${log}`);
+  assert.match(log, new RegExp(`Started GRPCInferenceService at 127\\.0\\.0\\.1:${grpc}`));
 });
 
 Deno.test("a server whose stderr has no reader any more still stops on SIGTERM, and exits 0", async () => {
