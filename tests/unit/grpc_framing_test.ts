@@ -393,3 +393,26 @@ Deno.test("a real grpc-js call's stream holds no listener of the call once the c
     await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
   }
 });
+
+Deno.test("a stream that keeps its listeners some other way has them let go by removeAllListeners", () => {
+  installGrpcJsPatches();
+  const calls: string[] = [];
+  let onClose: (() => void) | undefined;
+  const stream = {
+    once: (event: string, f: () => void) => {
+      calls.push(`once ${event}`);
+      onClose = f;
+    },
+    on: (event: string) => calls.push(`on ${event}`),
+    removeAllListeners: () => calls.push("removeAllListeners"),
+  };
+  const call = {
+    stream,
+    handler: { path: "/inference.GRPCInferenceService/ServerLive" },
+    metadata: new grpc.Metadata(),
+    checkCancelled: () => true,
+  };
+  patched.start.call(call, {});
+  onClose!();
+  assertEquals(calls, ["once close", "removeAllListeners", "on error"]);
+});
