@@ -23,7 +23,7 @@
 import { fileURLToPath } from "node:url";
 import { startChildServer } from "./child_server.ts";
 import { freePort, runLoad } from "./loadgen.ts";
-import { inferRequest } from "./simple_requests.ts";
+import { inferRequest, INPUT0, INPUT1 } from "./simple_requests.ts";
 import { mlpRequest } from "./mlp_load.ts";
 import { findH2load, grpcInferArgs, runH2load } from "./h2load.ts";
 import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
@@ -126,8 +126,7 @@ async function measure(w: Workload): Promise<{ rate: number; gc: IsolateGc[] }> 
       if (!h2) throw new Error("Cannot run simple-grpc: h2load is not installed");
       const body = await Deno.makeTempFile({ prefix: "dinfer-promotion-" });
       try {
-        const i0 = new Int32Array(16).map((_, i) => i), i1 = new Int32Array(16).fill(1);
-        await Deno.writeFile(body, grpcFrame(simpleInferRequest(i0, i1, w.model)));
+        await Deno.writeFile(body, grpcFrame(simpleInferRequest(INPUT0, INPUT1, w.model)));
         await runH2load(["-D", "1", ...grpcInferArgs(grpcPort, body, w.connections)], { path: h2 });
         const res = await runH2load(
           ["-D", String(seconds), ...grpcInferArgs(grpcPort, body, w.connections)],
