@@ -5,20 +5,12 @@
 
 import { CliError, helpText, parseCommandLine } from "./server/cli.ts";
 import { removeOwnFiles } from "./server/cleanup.ts";
+import { printError } from "./server/logging.ts";
 import { startServer, StartupError } from "./server/server.ts";
 
 /** Aborted by SIGTERM, SIGINT or an uncaught error: the server's one cleanup path runs, then the process ends. */
 const stop = new AbortController();
 let failed = false;
-
-/** Prints a line on stderr; a stderr that cannot be written (its reader has gone) loses it. */
-function report(text: string): void {
-  try {
-    console.error(text);
-  } catch {
-    // Nothing is left to tell.
-  }
-}
 
 async function main(args: string[]): Promise<number> {
   if (args[0] === "serve") args = args.slice(1);
@@ -27,7 +19,7 @@ async function main(args: string[]): Promise<number> {
     config = parseCommandLine(args);
   } catch (err) {
     if (err instanceof CliError) {
-      report(`dinfer: ${err.message}`);
+      printError(`dinfer: ${err.message}`);
       return 2;
     }
     throw err;
@@ -44,7 +36,7 @@ async function main(args: string[]): Promise<number> {
     server = await startServer(config, { signal: stop.signal });
   } catch (err) {
     if (err instanceof StartupError || (err instanceof Error && err.name === "ServerError")) {
-      report(`dinfer: ${err.message}`);
+      printError(`dinfer: ${err.message}`);
       return 1;
     }
     throw err;
@@ -58,7 +50,9 @@ function uncaught(event: Event, error: unknown): void {
   event.preventDefault();
   failed = true;
   stop.abort();
-  report(`dinfer: uncaught error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+  printError(
+    `dinfer: uncaught error: ${error instanceof Error ? error.stack ?? error.message : String(error)}`,
+  );
 }
 
 if (import.meta.main) {

@@ -31,6 +31,19 @@ export interface LogSettingsJson {
   log_format: string;
 }
 
+/**
+ * Prints a line on stderr where no Logger is at hand; a stderr that cannot be written (its reader has gone) loses
+ * the line, as the Logger's own lines are lost then, rather than throwing into what reports it.
+ * @param text the line
+ */
+export function printError(text: string): void {
+  try {
+    console.error(text);
+  } catch {
+    // Nothing is left to tell.
+  }
+}
+
 /** A logger. */
 export class Logger {
   #settings: LogSettings;

@@ -39,7 +39,7 @@ import {
 } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
-import type { Logger } from "../logging.ts";
+import { type Logger, printError } from "../logging.ts";
 import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
 import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
@@ -978,13 +978,8 @@ class Stub {
   #log(level: number, message: string): void {
     const log = this.#opts.logger;
     const line = `${this.#opts.config.name}: ${message}`;
-    if (!log) {
-      try {
-        console.error(line);
-      } catch {
-        // A stderr that cannot be written loses the model's line (see Logger).
-      }
-    } else if (level === 1) log.warning(line);
+    if (!log) printError(line);
+    else if (level === 1) log.warning(line);
     else if (level === 2) log.error(line);
     else if (level === 3) log.verbose(1, line);
     else log.info(line);
