@@ -13,18 +13,19 @@
  *
  * Usage: `deno run -A bench/ab.ts [--workload=NAME] [--connections=N] [--rounds=3] [--pairs=4] [--window=1]
  * [--models=DIR] [--baseline=DIR] [--a-flags="..."] [--b-flags="..."] [--a-deno-flags="..."]
- * [--b-deno-flags="..."]`. A is the server of `--baseline` (another
- * checkout: DIR/main.ts, with this checkout's native libraries in DIR/build for the ONNX workloads, which the
- * script checks) or else of this checkout, B this checkout's; `--a-flags` and `--b-flags` add server
- * flags (space-separated) to each (a `--model-repository` among them replaces the workload's repository), and
- * `--a-deno-flags` and `--b-deno-flags` Deno's own (`deno run` flags before the script, e.g. `--v8-flags=...`). The workloads: `mlp` (bench/models, single-sample binary requests, 64
- * connections by default), `simple-json` and `simple-binary` (examples/models, 16 connections by default),
- * `python-json` and `python-binary` (bench/python_models/add_sub_py, the same tensors, 1 connection by default;
- * DINFER_PYTHON or .venv/bin/python runs the stub), `python-grpc` and `simple-grpc` (the same models over gRPC with raw
- * contents, driven by h2load: one HTTP/2 connection, `--connections` streams, 8 and 16 by default; their answers
- * are not checked, the server's statistics are compared with h2load's count instead). `--models` serves another repository with
- * the same models (for example one whose config has more instances).
- * Every 200th answer is checked.
+ * [--b-deno-flags="..."]`. A is the server of `--baseline` (another checkout: DIR/main.ts, with this
+ * checkout's native libraries in DIR/build for the ONNX workloads, which the script checks) or else of this
+ * checkout, B this checkout's; `--a-flags` and `--b-flags` add server flags (space-separated) to each (a
+ * `--model-repository` among them replaces the workload's repository), and `--a-deno-flags` and
+ * `--b-deno-flags` Deno's own (`deno run` flags before the script, e.g. `--v8-flags=...`). The workloads:
+ * `mlp` (bench/models, single-sample binary requests, 64 connections by default), `simple-json` and
+ * `simple-binary` (examples/models, 16 connections by default), `python-json` and `python-binary`
+ * (bench/python_models/add_sub_py, the same tensors, 1 connection by default; DINFER_PYTHON or
+ * .venv/bin/python runs the stub), `python-grpc` and `simple-grpc` (the same models over gRPC with raw
+ * contents, driven by h2load: one HTTP/2 connection, `--connections` streams, 8 and 16 by default; their
+ * answers are not checked, the server's statistics are compared with h2load's count instead). `--models`
+ * serves another repository with the same models (for example one whose config has more instances). Every
+ * 200th answer is checked.
  * @module
  */
 
