@@ -20,6 +20,8 @@ import {
   FramedMessage,
   grpcJsPatchable,
   installGrpcJsPatches,
+  releaseHandle,
+  streamHandle,
   WRITE_PIECE,
 } from "../../server/frontends/grpc/framing.ts";
 import { encodeModelInferResponseParts, OWN_PART_BYTES } from "../../server/frontends/grpc/infer_codec.ts";
@@ -354,10 +356,13 @@ Deno.test("a real grpc-js call's stream holds no listener of the call once the c
     responseDeserialize: identity.deserialize,
   };
   const streams: EventEmitter[] = [];
+  const handles: (Record<PropertyKey, unknown> | undefined)[] = [];
   const server = new grpc.Server();
   server.addService({ Echo: definition }, {
     Echo: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
-      streams.push((call as unknown as { call: { stream: EventEmitter } }).call.stream);
+      const stream = (call as unknown as { call: { stream: EventEmitter } }).call.stream;
+      streams.push(stream);
+      handles.push(streamHandle(stream));
       callback(null, call.request);
     },
   });
@@ -388,10 +393,52 @@ Deno.test("a real grpc-js call's stream holds no listener of the call once the c
       0,
     ]);
     assertEquals(stream.listenerCount("error"), 1);
+    // Deno's node:http2: the native handle pointed back at the stream while it was open, and no longer does.
+    const handle = handles[0];
+    assert(handle !== undefined, "the open stream has a native handle");
+    assertEquals(handle.owner, undefined);
+    assertEquals(Object.getOwnPropertySymbols(handle).filter((k) => handle[k] === stream), []);
   } finally {
     client.close();
     await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
   }
+});
+
+Deno.test("a closed stream's handle lets go of the stream, and of nothing else", () => {
+  installGrpcJsPatches();
+  const stream = new EventEmitter() as EventEmitter & Record<symbol, unknown>;
+  const owner = Symbol("ownerSymbol");
+  const other = { name: "session" };
+  const handle: Record<PropertyKey, unknown> = {
+    owner: stream,
+    [owner]: stream,
+    session: other,
+    [Symbol("x")]: other,
+  };
+  stream[Symbol("kHandle")] = handle;
+  assertEquals(streamHandle(stream), handle);
+  const call = {
+    stream,
+    handler: { path: "/inference.GRPCInferenceService/ModelInfer" },
+    metadata: new grpc.Metadata(),
+    checkCancelled: () => false,
+  };
+  patched.start.call(call, { onReceiveMetadata: () => {} });
+  // Gone from the stream before close, as node:http2 does when it destroys a stream.
+  for (const k of Object.getOwnPropertySymbols(stream)) stream[k] = undefined;
+  assertEquals([handle.owner, handle[owner]], [stream, stream]);
+  stream.emit("close");
+  assertEquals([handle.owner, handle[owner], handle.session], [undefined, undefined, other]);
+  assertEquals(Object.getOwnPropertySymbols(handle).map((k) => handle[k]), [undefined, other]);
+});
+
+Deno.test("a stream without a native handle has none to let go", () => {
+  assertEquals(streamHandle(new EventEmitter()), undefined);
+  const s = { [Symbol("kHandle")]: undefined };
+  assertEquals(streamHandle(s), undefined);
+  const handle = { owner: 1 };
+  releaseHandle(handle, {});
+  assertEquals(handle.owner, 1);
 });
 
 Deno.test("a stream that keeps its listeners some other way has them let go by removeAllListeners", () => {

@@ -25,11 +25,15 @@
  *   message just joined are let go (`readPartialMessage`, which the next message resets anyway).
  * - `start(listener)`, which runs once for every call: when the call's HTTP/2 stream has closed (after grpc-js's
  *   own listeners of its `close`), the stream lets go of its listeners, keeping one that ignores a late `error`
- *   as grpc-js's did. Deno's `node:http2` keeps closed streams past the young generation's collections (a bare
- *   `node:http2` server had 1.6 KB per stream promoted to the old generation), and through grpc-js's listeners
- *   (closures over the call) a stream held everything its call made: the request, the decoded message, the
- *   response. On 2 cores, `simple`'s ModelInfer at 16 streams had 9.2 KB per call promoted, scavenges taking 10%
- *   of the main thread; with the listeners let go, 2.8 KB (the stream's own objects) and 3.8%.
+ *   as grpc-js's did, and the stream's native handle lets go of the stream. Deno's `node:http2` wraps each
+ *   stream's native handle in a JavaScript object that the young generation's collections never free (only a
+ *   full collection does), and the handle points back at its stream (`owner`), so every closed stream outlived
+ *   them (a bare `node:http2` server had 1.6 KB per stream promoted to the old generation), and through
+ *   grpc-js's listeners (closures over the call) it held everything its call made: the request, the decoded
+ *   message, the response. On 2 cores, `simple`'s ModelInfer at 16 streams had 9.2 KB per call promoted,
+ *   scavenges taking 10% of the main thread; with the listeners let go, 2.8 KB (the stream's own objects) and
+ *   3.8%; with the handle's links cut as well, 0.2-0.5 KB (the handles) and 1.3-1.6% (in about three fresh
+ *   servers out of four; see `bench/RESULTS.md`).
  * @module
  */
 
@@ -230,6 +234,37 @@ function releaseListeners(stream: ClosingStream): void {
   stream.on("error", ignore);
 }
 
+/** The symbol under which Deno's `node:http2` streams keep their native handle, once a stream showed it. */
+let handleKey: symbol | undefined;
+
+/**
+ * The native handle of an HTTP/2 stream (in Deno's `node:http2`, an own property keyed by a symbol described as
+ * `kHandle`, present while the stream is open), or undefined where the stream has none.
+ */
+export function streamHandle(stream: object): Record<PropertyKey, unknown> | undefined {
+  if (handleKey === undefined || !Object.hasOwn(stream, handleKey)) {
+    const key = Object.getOwnPropertySymbols(stream).find((k) => k.description === "kHandle");
+    if (key === undefined) return undefined;
+    handleKey = key;
+  }
+  const handle = (stream as Record<symbol, unknown>)[handleKey];
+  return typeof handle === "object" && handle !== null ? handle as Record<PropertyKey, unknown> : undefined;
+}
+
+/**
+ * Lets a closed stream's native handle go of the stream: its own properties that point back at the stream
+ * (`owner` and the symbol-keyed owner) become undefined, which is how the handle's callbacks in `node:http2` find a
+ * stream that is gone (they return at once). Deno wraps the handle in a JavaScript object that the young
+ * generation's collections never free, so through those two properties every closed stream, and all it still
+ * referred to, outlived them until the next full collection (see the module comment).
+ */
+export function releaseHandle(handle: Record<PropertyKey, unknown>, stream: object): void {
+  if (handle.owner === stream) handle.owner = undefined;
+  for (const key of Object.getOwnPropertySymbols(handle)) {
+    if (handle[key] === stream) handle[key] = undefined;
+  }
+}
+
 let installed = false;
 
 /**
@@ -274,7 +309,12 @@ export function installGrpcJsPatches(): boolean {
   call.start = function (this: ServerCall, listener) {
     const stream = this.stream as unknown as Partial<ClosingStream>;
     if (typeof stream.once === "function" && typeof stream.removeAllListeners === "function") {
-      stream.once("close", () => releaseListeners(stream as ClosingStream));
+      // Taken now: the stream drops its own reference to the handle when it is destroyed, before `close`.
+      const handle = streamHandle(stream);
+      stream.once("close", () => {
+        releaseListeners(stream as ClosingStream);
+        if (handle) releaseHandle(handle, stream);
+      });
     }
     start.call(this, listener);
   };
