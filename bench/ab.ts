@@ -267,9 +267,9 @@ for (let round = 0; round < rounds; round++) {
       b = await startB();
       a = await startA();
     }
-    // One window each first, not counted: both servers warm (JIT, ONNX Runtime's arenas) before any pair.
-    await window(a);
-    await window(b);
+    // One window each first, not counted: both servers warm (JIT, ONNX Runtime's arenas) before any pair, in
+    // the order they started.
+    for (const s of round % 2 === 0 ? [a, b] : [b, a]) await window(s);
     for (const s of [a, b]) {
       Object.assign(s, { rates: [], count: 0, seconds: 0, cpu: 0, errors: 0, wrong: 0 });
     }
