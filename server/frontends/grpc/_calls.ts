@@ -46,6 +46,15 @@ export function codec(type: protobuf.Type, plainEncode: boolean) {
 export type Codec = ReturnType<typeof codec>;
 
 /**
+ * What grpc-js takes of a method's message (de)serializers: a `Codec`, or a listener thread's, which pass bytes
+ * through or keep them beside the decoded message (server/frontends/grpc/thread.ts).
+ */
+export interface MessageCodec {
+  serialize(value: unknown): Buffer;
+  deserialize(buf: Buffer): unknown;
+}
+
+/**
  * The INVALID_ARGUMENT error for a message that did not decode, or undefined for a decoded one.
  * @param msg the request message
  * @param method the method's name, for the message
@@ -64,8 +73,8 @@ export function undecodable(msg: Record<string | symbol, unknown>, method: strin
  */
 export function method(
   path: string,
-  request: Codec,
-  response: Codec,
+  request: MessageCodec,
+  response: MessageCodec,
   streaming = false,
 ): grpc.MethodDefinition<unknown, unknown> {
   return {

@@ -14,7 +14,7 @@ import { nowNs } from "../../core/clock.ts";
 import { lookupType } from "../../core/protos.ts";
 import type { InferRequest, InferResponse } from "../../core/types.ts";
 import type { Restriction } from "../restricted.ts";
-import { CallCounter, type Codec, codec, method, restriction } from "./_calls.ts";
+import { CallCounter, codec, type MessageCodec, method, restriction } from "./_calls.ts";
 import { FRAME_PREFIX, FramedMessage, installGrpcJsPatches } from "./framing.ts";
 import {
   decodeModelInferRequest,
@@ -59,10 +59,10 @@ export interface GrpcThreadLink {
 }
 
 /** Passes messages through as their bytes (the main thread's handlers (de)serialize them). */
-const identity = {
+const identity: MessageCodec = {
   serialize: (value: Buffer) => value,
   deserialize: (buf: Buffer) => buf,
-} as unknown as Codec;
+};
 
 /** A ModelInfer request as this thread reads it: the bytes, and the message when they decode. */
 interface InferCallRequest {
@@ -73,7 +73,7 @@ interface InferCallRequest {
 const inferRequestCodec = codec(lookupType("ModelInferRequest"), false);
 
 /** ModelInfer's requests: the bytes kept beside the message, to forward whole when the thread cannot run them. */
-const inferRequest = {
+const inferRequest: MessageCodec = {
   serialize: (value: Buffer) => value,
   deserialize: (bytes: Buffer): InferCallRequest => {
     const decoded = inferRequestCodec.deserialize(bytes);
@@ -81,13 +81,13 @@ const inferRequest = {
     const ok = Object.getOwnPropertySymbols(decoded).length === 0;
     return { bytes, message: ok ? decoded as unknown as ModelInferRequestMessage : undefined };
   },
-} as unknown as Codec;
+};
 
 /** ModelInfer's responses: framed here, or the main thread's serialized answer to a forwarded call. */
-const inferResponse = {
+const inferResponse: MessageCodec = {
   serialize: (value: FramedMessage | Buffer) => value instanceof FramedMessage ? value.message() : value,
   deserialize: (buf: Buffer) => buf,
-} as unknown as Codec;
+};
 
 /** Whether a ModelInfer request names shared memory for an input or an output. */
 function usesSharedMemory(msg: ModelInferRequestMessage): boolean {
