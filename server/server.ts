@@ -13,7 +13,7 @@ import { type GrpcServer, startGrpcServer } from "./frontends/grpc/server.ts";
 import { grpcInferDecoded } from "./frontends/grpc/infer.ts";
 import { connectionCount, type GrpcListenOptions } from "./frontends/grpc/listen.ts";
 import { createHttpFrontend, type HttpFrontend } from "./frontends/http/handler.ts";
-import { HttpWorkers } from "./frontends/http/workers.ts";
+import { ListenerThreads } from "./frontends/http/workers.ts";
 import { ListenerReplicas } from "./frontends/http/replicas.ts";
 import {
   type ConnectionLimits,
@@ -488,7 +488,7 @@ async function serveThreads(
   const count = Math.max(httpThreads, grpcThreads);
   if (count === 0) return;
   const inference = s.config.grpc.restrictedProtocol.inference;
-  const workers = await HttpWorkers.start(count, {
+  const workers = await ListenerThreads.start(count, {
     ...(http && httpThreads > 0
       ? {
         http: {

@@ -97,7 +97,7 @@ export type InferDecoded = (
 ) => Promise<InferResponse>;
 
 /** What the listener threads serve. */
-export interface HttpWorkersOptions {
+export interface ListenerThreadsOptions {
   /** HTTP, when the threads serve it: what each thread listens with, and the main thread's frontend. */
   http?: HttpThreadOptions & {
     /** How many of the threads serve HTTP (the first ones). */
@@ -149,7 +149,7 @@ function outputBuffers(response: InferResponse): ArrayBuffer[] {
 }
 
 /** What runs a request a thread decoded: the gRPC frontend's or the HTTP frontend's entry. */
-function inferOf(options: HttpWorkersOptions, grpc: boolean | undefined): InferDecoded {
+function inferOf(options: ListenerThreadsOptions, grpc: boolean | undefined): InferDecoded {
   const run = grpc ? options.grpc?.infer : options.http?.frontend.inferDecoded;
   if (!run) throw new Error(`This server does not serve ${grpc ? "gRPC" : "HTTP"} on listener threads`);
   return run;
@@ -191,7 +191,7 @@ function rebuildRequest(msg: Extract<FromWorker, { op: "http" }>, maxInputSize: 
 }
 
 /** The running listener threads. */
-export class HttpWorkers {
+export class ListenerThreads {
   #workers: Worker[] = [];
   #channels: Channel[] = [];
   /** The gRPC calls each thread that serves gRPC forwards. */
@@ -207,8 +207,8 @@ export class HttpWorkers {
    * @param options what they serve, where they listen and their limits
    * @returns the threads, once all listen
    */
-  static async start(count: number, options: HttpWorkersOptions): Promise<HttpWorkers> {
-    const pool = new HttpWorkers();
+  static async start(count: number, options: ListenerThreadsOptions): Promise<ListenerThreads> {
+    const pool = new ListenerThreads();
     const started: Promise<void>[] = [];
     const { http, grpc } = options;
     const methods = grpc ? threadMethods(grpc.methods) : [];
@@ -305,7 +305,7 @@ export class HttpWorkers {
   }
 
   /** Takes the requests a listener thread writes into its channel, as long as the pool runs. */
-  async #poll(channel: Channel, worker: Worker, options: HttpWorkersOptions): Promise<void> {
+  async #poll(channel: Channel, worker: Worker, options: ListenerThreadsOptions): Promise<void> {
     let seen = 0;
     while (!this.#stopped) {
       const bell = Atomics.load(channel.control, 0);
@@ -324,7 +324,12 @@ export class HttpWorkers {
     }
   }
 
-  async #runSlot(channel: Channel, worker: Worker, slot: number, options: HttpWorkersOptions): Promise<void> {
+  async #runSlot(
+    channel: Channel,
+    worker: Worker,
+    slot: number,
+    options: ListenerThreadsOptions,
+  ): Promise<void> {
     let answer: Answer;
     try {
       const { header, bytes } = channel.read(slot);
@@ -348,7 +353,7 @@ export class HttpWorkers {
     Atomics.notify(channel.control, channel.stateIndex(slot));
   }
 
-  async #serve(worker: Worker, msg: FromWorker, options: HttpWorkersOptions) {
+  async #serve(worker: Worker, msg: FromWorker, options: ListenerThreadsOptions) {
     if (msg.op === "infer") {
       let reply: ToWorker;
       let transfer: ArrayBuffer[] = [];
