@@ -1029,6 +1029,32 @@ follow. A response's protobuf fields are encoded once per form of response (4.2 
 dinfer's gRPC reached 0.81 (one connection of 16 streams) and 0.95 (4 × 4) of the floor's rate, against 0.63
 and 0.63 before (\`bench/grpc_floor.ts\`, 2026-11-27).`;
 
+/** What kept closed gRPC streams, and the change that lets them go (measured by hand, not by this run). */
+const GRPC_CLOSED_STREAMS =
+  `**What kept closed streams** (2026-11-28, by hand). A bare \`node:http2\` server that registered each stream with
+a \`FinalizationRegistry\` saw them freed only at full collections, in bursts, never by a scavenge. Deno wraps a
+stream's native handle in a JavaScript object backed by its C++ heap, and such objects outlive every scavenge
+(\`new URLPattern()\` objects, also wrapped, each with 600 B of plain objects attached, had the 600 B promoted; a
+plain object with the same attachment had nothing promoted); the handle points back at its stream (\`owner\` and
+a symbol-keyed owner). With those two properties set to undefined once the stream closed, the streams were
+freed continuously between full collections; clearing the handle's other properties (its write functions)
+changed nothing. dinfer now does this on every gRPC call's \`close\` (\`framing.ts\`). \`bench/promotion.ts\`
+(simple-grpc, fresh servers): 190–380 B per call promoted and scavenges at 1.3–1.6% of the main thread in about
+one server out of three to four; the others still read 1.7–2.1 KB and 3–4%. Which of the two a server showed did
+not depend on the handle's other properties: with its write functions and \`onread\` replaced as well (they close
+over the stream's state and its session), 2 of 4 servers read 260–560 B, as did 2 of 4 without, in alternation;
+the low readings went with the faster runs (13–14k calls/s against 9–13k). With V8's page promotion off
+(\`--v8-flags=--no-page-promotion\`: a scavenge then copies a mostly live young page instead of moving it whole
+into the old generation) four servers of four read 190–360 B. **What it does to throughput is below what this
+machine can tell apart with confidence**: \`bench/ab.ts\` against 8c04d78 (server CPU per call, B over A) read
+0.93, 0.91, 0.95 and 0.92 (\`simple-grpc\`, 16 streams; 3–6 rounds of 3–4 pairs) and 0.87 (\`python-grpc\`, 8), but
+three A/A runs of the same server against itself read 0.94, 0.95 and 1.03, so the gain is a few percent at
+most; eight alternating pairs of fresh servers measured one at a time (main thread and V8's worker threads per
+call) had the machine's speed move 1.4× between runs and showed no difference either way. Page promotion off
+against on, the same way: 0.96 (\`simple-grpc\`), 0.99 (\`simple-json\`), 0.96 (\`mlp\`), 0.93 (\`python-json\`, 1
+connection), also within that noise; the flag is not set (it would have to be on every way the server is
+started: V8 ignores it when set from inside the process).`;
+
 function peersMarkdown(cmp: PeerComparison): string {
   const get = (server: string, c: number) =>
     cmp.points.find((p) => p.server === server && p.connections === c)!;
@@ -1455,6 +1481,8 @@ time with three writes per call and 9% with one; the throughput is in \`goaway_f
 ${grpcTime}
 
 ${GRPC_GARBAGE}
+
+${GRPC_CLOSED_STREAMS}
 ${
     profile
       ? `
