@@ -1047,9 +1047,9 @@ the low readings went with the faster runs (13–14k calls/s against 9–13k). W
 (\`--v8-flags=--no-page-promotion\`: a scavenge then copies a mostly live young page instead of moving it whole
 into the old generation) four servers of four read 190–360 B. **What it does to throughput is below what this
 machine can tell apart with confidence**: \`bench/ab.ts\` against 8c04d78 (server CPU per call, B over A) read
-0.93, 0.91, 0.95 and 0.92 (\`simple-grpc\`, 16 streams; 3–6 rounds of 3–4 pairs) and 0.87 (\`python-grpc\`, 8), but
-three A/A runs of the same server against itself read 0.94, 0.95 and 1.03, so the gain is a few percent at
-most; eight alternating pairs of fresh servers measured one at a time (main thread and V8's worker threads per
+0.93, 0.91, 0.95, 0.92 and 1.03 (\`simple-grpc\`, 16 streams; 3–6 rounds of 3–4 pairs) and 0.87 (\`python-grpc\`,
+8), but four A/A runs of the same server against itself read 0.94, 0.95, 1.03 and 0.98, so the gain is a few
+percent at most; eight alternating pairs of fresh servers measured one at a time (main thread and V8's worker threads per
 call) had the machine's speed move 1.4× between runs and showed no difference either way. Page promotion off
 against on, the same way: 0.96 (\`simple-grpc\`), 0.99 (\`simple-json\`), 0.96 (\`mlp\`), 0.93 (\`python-json\`, 1
 connection), also within that noise; the flag is not set (it would have to be on every way the server is
