@@ -12,9 +12,11 @@
  * V8's worker threads. This is how the Python backend's Map of calls in flight (2.3–2.8 KB a request) and gRPC's
  * closed streams (9.2 KB a call) were found (bench/RESULTS.md).
  *
- * Usage: `deno run -A bench/promotion.ts [--seconds=3] [--workloads=simple-json,python-json,...] [--write]
- * [-- server flags...]`; `--write` puts the table in its section of bench/RESULTS.md (between
- * `<!-- promotion:start -->` and `<!-- promotion:end -->`). Workloads: simple-json (16 connections), simple-json-1 (1), simple-binary (16),
+ * Usage: `deno run -A bench/promotion.ts [--seconds=3] [--workloads=simple-json,python-json,...] [--runs=1]
+ * [--v8-flags=FLAG,...] [--write] [-- server flags...]`; `--runs` measures each workload that many times, each
+ * on a fresh server (a gRPC server keeps one of two levels of garbage for its whole life, see bench/RESULTS.md);
+ * `--v8-flags` adds V8 flags to the server's `--trace-gc` (e.g. `--no-page-promotion`); `--write` puts the table
+ * in its section of bench/RESULTS.md (between `<!-- promotion:start -->` and `<!-- promotion:end -->`). Workloads: simple-json (16 connections), simple-json-1 (1), simple-binary (16),
  * python-json (8), python-json-1 (1), python-binary (8), mlp (64), simple-grpc (h2load, 16 streams). Python
  * workloads run `DINFER_PYTHON`, else `.venv/bin/python`.
  * @module
@@ -55,6 +57,11 @@ const own = dash < 0 ? Deno.args : Deno.args.slice(0, dash);
 const serverFlags = dash < 0 ? [] : Deno.args.slice(dash + 1);
 const option = (name: string) => own.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 const seconds = Number(option("seconds") ?? 3);
+const runs = Number(option("runs") ?? 1);
+if (!Number.isInteger(runs) || runs < 1) {
+  throw new Error(`Cannot run ${option("runs")} times: expected a whole number >= 1`);
+}
+const v8Flags = option("v8-flags");
 const write = own.includes("--write");
 const START = "<!-- promotion:start -->";
 const END = "<!-- promotion:end -->";
@@ -115,7 +122,7 @@ function scavenges(log: string, rate: number): IsolateGc[] {
 /** Runs one workload on a fresh server; returns its rate and the scavenges logged during the measured run. */
 async function measure(w: Workload): Promise<{ rate: number; gc: IsolateGc[] }> {
   const grpcPort = w.kind === "grpc" ? freePort() : 0;
-  const server = await startChildServer(["--v8-flags=--trace-gc"], [
+  const server = await startChildServer([`--v8-flags=--trace-gc${v8Flags ? `,${v8Flags}` : ""}`], [
     `--model-repository=${ROOT}${w.repository}`,
     ...(grpcPort ? [`--grpc-port=${grpcPort}`] : []),
     ...serverFlags,
@@ -157,14 +164,17 @@ const rows = [
   "|---|---:|---|---:|---:|---:|---:|---:|",
 ];
 for (const name of names) {
-  const { rate, gc } = await measure(WORKLOADS[name]!);
-  for (const g of gc) {
-    const promoted = Number.isNaN(g.promotedPerRequest) ? "-" : String(Math.round(g.promotedPerRequest));
-    rows.push(
-      `| ${name} | ${Math.round(rate)} | ${g.isolate} | ${g.scavenges} | ${g.everyMs.toFixed(0)} | ${
-        g.meanMs.toFixed(2)
-      } | ${(g.share * 100).toFixed(1)}% | ${promoted} |`,
-    );
+  for (let run = 1; run <= runs; run++) {
+    const { rate, gc } = await measure(WORKLOADS[name]!);
+    const label = runs > 1 ? `${name} (${run})` : name;
+    for (const g of gc) {
+      const promoted = Number.isNaN(g.promotedPerRequest) ? "-" : String(Math.round(g.promotedPerRequest));
+      rows.push(
+        `| ${label} | ${Math.round(rate)} | ${g.isolate} | ${g.scavenges} | ${g.everyMs.toFixed(0)} | ${
+          g.meanMs.toFixed(2)
+        } | ${(g.share * 100).toFixed(1)}% | ${promoted} |`,
+      );
+    }
   }
 }
 console.log(rows.join("\n"));
@@ -180,6 +190,8 @@ Measured ${
     new Date().toISOString()
   } on ${navigator.hardwareConcurrency} CPUs (${cpu}), server code ${commit}${
     serverFlags.length ? `, server flags \`${serverFlags.join(" ")}\`` : ""
+  }${v8Flags ? `, V8 flags \`${v8Flags}\`` : ""}${
+    runs > 1 ? `, ${runs} fresh servers per workload` : ""
   }: each workload on a fresh server with V8's \`--trace-gc\`, 1 s of warm-up, ${seconds} s measured; the last
 scavenges it logged, per V8 isolate. "Promoted" is the old generation's growth per request of the whole server
 (the median over those scavenges). A request whose objects die young promotes 0 B; see the notes under the Python
