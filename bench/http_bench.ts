@@ -1045,12 +1045,14 @@ not depend on the handle's other properties: with its write functions and \`onre
 over the stream's state and its session), 2 of 4 servers read 260–560 B, as did 2 of 4 without, in alternation;
 the low readings went with the faster runs (13–14k calls/s against 9–13k). With V8's page promotion off
 (\`--v8-flags=--no-page-promotion\`: a scavenge then copies a mostly live young page instead of moving it whole
-into the old generation) four servers of four read 190–360 B. **What it does to throughput is below what this
-machine can tell apart with confidence**: \`bench/ab.ts\` against 8c04d78 (server CPU per call, B over A) read
+into the old generation) four servers of four read 190–360 B at first; later, with the machine slower (7–9k
+calls/s), three of three read 1.6–2.3 KB with it off and two of two without: which level a server keeps goes
+with how fast the machine runs while it warms up, not with page promotion. **What the release does to
+throughput is below what this machine can tell apart with confidence**: \`bench/ab.ts\` against 8c04d78 (server CPU per call, B over A) read
 0.93, 0.91, 0.95, 0.92 and 1.03 (\`simple-grpc\`, 16 streams; 3–6 rounds of 3–4 pairs) and 0.87 (\`python-grpc\`,
 8), but four A/A runs of the same server against itself read 0.94, 0.95, 1.03 and 0.98, so the gain is a few
-percent at most; eight alternating pairs of fresh servers measured one at a time (main thread and V8's worker threads per
-call) had the machine's speed move 1.4× between runs and showed no difference either way. Page promotion off
+percent at most; eight alternating pairs of fresh servers measured one at a time (main thread and V8's worker
+threads per call) had the machine's speed move 1.4× between runs and showed no difference either way. Page promotion off
 against on, the same way: 0.96 (\`simple-grpc\`), 0.99 (\`simple-json\`), 0.96 (\`mlp\`), 0.93 (\`python-json\`, 1
 connection), also within that noise; the flag is not set (it would have to be on every way the server is
 started: V8 ignores it when set from inside the process).`;

@@ -33,7 +33,7 @@
  *   message, the response. On 2 cores, `simple`'s ModelInfer at 16 streams had 9.2 KB per call promoted,
  *   scavenges taking 10% of the main thread; with the listeners let go, 2.8 KB (the stream's own objects) and
  *   3.8%; with the handle's links cut as well, 0.2-0.4 KB (the handles) and 1.3-1.6% in about one fresh server
- *   of three to four, the others as before (V8's page promotion; see `bench/RESULTS.md`).
+ *   of three to four, the others as before (the higher level when the machine ran slow; see `bench/RESULTS.md`).
  * @module
  */
 
