@@ -1047,7 +1047,7 @@ the low readings went with the faster runs (13–14k calls/s against 9–13k). W
 (\`--v8-flags=--no-page-promotion\`: a scavenge then copies a mostly live young page instead of moving it whole
 into the old generation) four servers of four read 190–360 B at first; later, with the machine slower (7–9k
 calls/s), three of three read 1.6–2.3 KB with it off and two of two without: which level a server keeps goes
-with how fast the machine runs while it warms up, not with page promotion. **What the release does to
+with how fast the machine runs, not with page promotion. **What the release does to
 throughput is below what this machine can tell apart with confidence**: \`bench/ab.ts\` against 8c04d78 (server CPU per call, B over A) read
 0.93, 0.91, 0.95, 0.92 and 1.03 (\`simple-grpc\`, 16 streams; 3–6 rounds of 3–4 pairs) and 0.87 (\`python-grpc\`,
 8), but four A/A runs of the same server against itself read 0.94, 0.95, 1.03 and 0.98, so the gain is a few

@@ -14,7 +14,7 @@
  *
  * Usage: `deno run -A bench/promotion.ts [--seconds=3] [--workloads=simple-json,python-json,...] [--runs=1]
  * [--v8-flags=FLAG,...] [--write] [-- server flags...]`; `--runs` measures each workload that many times, each
- * on a fresh server (a gRPC server keeps one of two levels of garbage for its whole life, see bench/RESULTS.md);
+ * on a fresh server (a gRPC server's run reads one of two levels of garbage, see bench/RESULTS.md);
  * `--v8-flags` adds V8 flags to the server's `--trace-gc` (e.g. `--no-page-promotion`); `--write` puts the table
  * in its section of bench/RESULTS.md (between `<!-- promotion:start -->` and `<!-- promotion:end -->`). Workloads: simple-json (16 connections), simple-json-1 (1), simple-binary (16),
  * python-json (8), python-json-1 (1), python-binary (8), mlp (64), simple-grpc (h2load, 16 streams). Python
