@@ -273,8 +273,9 @@ Deno.test("the stub's spin: the config's setting, then as much of it as the core
 
 Deno.test("the stub spins before a wait only while the recent waits were short enough for a spin", async () => {
   // The stub's reader on a pipe of our own, spin_s 50 ms: waits averaging under 75 ms (1.5 times the spin; the
-  // average weighs the last wait a quarter) keep the next wait spinning. Frames after 10 ms, 600 ms and three
-  // times 10 ms: averages of 2.5, 152, 116, 90 and 70 ms.
+  // average weighs the last wait a quarter) keep the next wait spinning. A frame already written, one after
+  // 600 ms, then three already written: averages of about 0, 150, 112, 84 and 63 ms. Frames written before the
+  // read keep the short waits near zero however slow the machine; the long one may come 110 ms late.
   const source = `
 import json, os, struct, sys, threading, time
 sys.path.insert(0, "server/backends/python")
@@ -287,8 +288,11 @@ def frame():
     head = json.dumps({"op": "noop"}).encode()
     return struct.pack("<III", 8 + len(head), len(head), 0) + head
 seen = []
-for delay in (0.01, 0.6, 0.01, 0.01, 0.01):
-    threading.Timer(delay, lambda: os.write(w, frame())).start()
+for delay in (0, 0.6, 0, 0, 0):
+    if delay:
+        threading.Timer(delay, lambda: os.write(w, frame())).start()
+    else:
+        os.write(w, frame())
     msg, payload, tag = conn._recv_frame()
     seen.append([msg["op"], conn.spin])
 print(json.dumps(seen))
