@@ -269,6 +269,14 @@ export function encodeModelInferResponse(
   response: InferResponse,
   shmOutputs?: Map<string, Record<string, ParamValue>>,
 ): Record<string, unknown> {
+  return { ...responseFields(response, shmOutputs), raw_output_contents: rawContents(response, shmOutputs) };
+}
+
+/** A `ModelInferResponse` object's fields but `raw_output_contents`. */
+function responseFields(
+  response: InferResponse,
+  shmOutputs: Map<string, Record<string, ParamValue>> | undefined,
+): Record<string, unknown> {
   return {
     model_name: response.model,
     model_version: response.version,
@@ -280,7 +288,6 @@ export function encodeModelInferResponse(
         ? { name: t.name, datatype: t.datatype, shape: t.shape, parameters: toInferParameters(inShm) }
         : { name: t.name, datatype: t.datatype, shape: t.shape };
     }),
-    raw_output_contents: rawContents(response, shmOutputs),
   };
 }
 
@@ -379,8 +386,10 @@ export function encodeModelInferResponseParts(
   const key = plainFieldsKey(response, shmOutputs, options.parameters);
   let head = key === undefined ? undefined : encodedFields.get(key);
   if (head === undefined) {
-    const { raw_output_contents: _, ...fields } = encodeModelInferResponse(withParameters, shmOutputs);
-    head = (responseType ??= lookupType("ModelInferResponse")).encode(fields).finish();
+    head = (responseType ??= lookupType("ModelInferResponse")).encode(
+      responseFields(withParameters, shmOutputs),
+    )
+      .finish();
     if (key !== undefined) encodedFields.set(key, head);
   }
   const raw = rawContents(response, shmOutputs);
