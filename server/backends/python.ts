@@ -41,6 +41,7 @@ import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import { type Logger, printError } from "../logging.ts";
 import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
+import { Slab } from "../core/slab.ts";
 import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
 
@@ -74,7 +75,7 @@ const ERROR_CODES = new Set<string>([
 
 /** Padding bytes (read only). */
 const ZEROS = new Uint8Array(8);
-/** Frames are cut from slabs of this size (see `Stub.#frameBuffer`). */
+/** Frames are cut from slabs of this size (see `Stub.#slab`). */
 const SLAB_BYTES = 256 * 1024;
 const EMPTY = new Uint8Array(0);
 
@@ -520,8 +521,8 @@ class Stub {
   #outboxTags: number[] = [];
   #child: Deno.ChildProcess | undefined;
   #writes: Promise<void> = Promise.resolve();
-  #slab = new Uint8Array(SLAB_BYTES);
-  #slabAt = 0;
+  /** Frames follow each other in a slab with no gap, so that those written together are one view of it. */
+  #slab = new Slab(SLAB_BYTES);
   /** Frames waiting for the microtask that writes them (see `#send`), and that write's promise. */
   #outbox: Uint8Array[] = [];
   #flush: Promise<void> | undefined;
@@ -722,7 +723,7 @@ class Stub {
     // The header is padded with spaces so that the payload starts 8-aligned in the frame (12 + h).
     const headMax = head.length * 3;
     const size = packed?.size ?? 0;
-    const frame = this.#frameBuffer(12 + headMax + 8 + size);
+    const frame = this.#slab.room(12 + headMax + 8 + size);
     const written = encoder.encodeInto(head, frame.subarray(12, 12 + headMax)).written;
     const h = ((written + 4 + 7) & ~7) - 4;
     frame.fill(0x20, 12 + written, 12 + h);
@@ -736,7 +737,7 @@ class Stub {
     putUint32(frame, 0, 8 + h + size);
     putUint32(frame, 4, h);
     putUint32(frame, 8, tag);
-    this.#slabUsed(frame, at);
+    this.#slab.keep(frame, at);
     if (!this.#commands) {
       return Promise.reject(internal(`Cannot run ${this.#what}: the Python stub is not connected`));
     }
@@ -837,20 +838,6 @@ class Stub {
    * written twice (a full slab is replaced by a new one and freed once its writes are done), so that a
    * message costs no buffer allocation of its own; `#slabUsed` gives back what the frame did not take.
    */
-  #frameBuffer(n: number): Uint8Array {
-    if (n > SLAB_BYTES / 4) return new Uint8Array(n);
-    if (this.#slabAt + n > SLAB_BYTES) {
-      this.#slab = new Uint8Array(SLAB_BYTES);
-      this.#slabAt = 0;
-    }
-    return this.#slab.subarray(this.#slabAt, this.#slabAt + n);
-  }
-
-  #slabUsed(frame: Uint8Array, used: number): void {
-    // Frames follow each other with no gap, so that those written together are one view of the slab.
-    if (frame.buffer === this.#slab.buffer) this.#slabAt = frame.byteOffset + used;
-  }
-
   async #readLoop(conn: Deno.Conn): Promise<void> {
     // Bytes of an incomplete frame, carried over to the next read.
     let rest = EMPTY;

@@ -24,6 +24,7 @@ import { shmLocation } from "../../shm/regions.ts";
 import { readShmInput, type ShmReader } from "../../shm/session.ts";
 import { DEFERRED_DATA, JSON_STREAM_BYTES, jsonChunks, jsonWhole } from "./json_chunks.ts";
 import { SmallCache } from "../../core/small_cache.ts";
+import { Slab } from "../../core/slab.ts";
 
 /** The header that splits a body into its JSON part and its binary part. */
 export const HEADER_LENGTH = "inference-header-content-length";
@@ -607,31 +608,15 @@ function jsonPartBytes(text: string): Uint8Array {
   return bytes;
 }
 
-/** The slab that small joined answers are cut from (see bodyBuffer). */
-const BODY_SLAB_BYTES = 8 * 1024;
-let bodySlab = new Uint8Array(BODY_SLAB_BYTES);
-let bodySlabAt = 0;
-
 /**
- * Room for a joined answer of `n` bytes: up to a quarter of BODY_SLAB_BYTES cut from a slab whose bytes are
- * never handed out twice (a full slab is replaced by a new one, and freed once no answer holds a view of it),
- * so that an answer costs no buffer of its own. `new Response` copies the body anyway. In a loop on 2 cores a
- * 363-byte `new Uint8Array` took 0.61 µs and a cut 0.11 µs. `bench/ab.ts`, 3 rounds of 4 pairs, 2026-11-27:
- * `simple` over HTTP binary at 16 connections 1.06x and 1.17x the requests in two runs (totals 1.04x and 1.10x)
- * at 0.94x and 0.90x the server's CPU per request; the MLP at 64 connections 1.01x at 0.97x; `add_sub_py` over
- * HTTP binary at 8 connections 0.96x, 1.10x and 1.09x at 1.05x, 0.97x and 0.93x.
- * @param n the answer's length
+ * Small joined answers (up to a quarter of the slab) are cut from a slab: an answer costs no buffer of its own,
+ * and `new Response` copies the body anyway. In a loop on 2 cores a 363-byte `new Uint8Array` took 0.61 µs and a
+ * cut 0.11 µs. `bench/ab.ts`, 3 rounds of 4 pairs, 2026-11-27: `simple` over HTTP binary at 16 connections 1.06x
+ * and 1.17x the requests in two runs (totals 1.04x and 1.10x) at 0.94x and 0.90x the server's CPU per request;
+ * the MLP at 64 connections 1.01x at 0.97x; `add_sub_py` over HTTP binary at 8 connections 0.96x, 1.10x and
+ * 1.09x at 1.05x, 0.97x and 0.93x.
  */
-function bodyBuffer(n: number): Uint8Array {
-  if (n > BODY_SLAB_BYTES / 4) return new Uint8Array(n);
-  if (bodySlabAt + n > BODY_SLAB_BYTES) {
-    bodySlab = new Uint8Array(BODY_SLAB_BYTES);
-    bodySlabAt = 0;
-  }
-  const out = bodySlab.subarray(bodySlabAt, bodySlabAt + n);
-  bodySlabAt += (n + 7) & ~7;
-  return out;
-}
+const bodies = new Slab(8 * 1024);
 
 /** A small response with binary data as one buffer: the JSON text, then the binary parts. */
 class JoinedResponse implements EncodedResponse {
@@ -650,7 +635,7 @@ class JoinedResponse implements EncodedResponse {
     this.headerLength = json.byteLength;
     this.byteLength = json.byteLength + binaryBytes;
     // Two parts at least (chunks is not empty): bytes of its own, never the shared JSON part's.
-    const body = bodyBuffer(this.byteLength);
+    const body = bodies.take(this.byteLength);
     body.set(json, 0);
     copyInto(body, chunks, json.byteLength);
     this.body = body;
