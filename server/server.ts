@@ -604,7 +604,9 @@ export async function startServer(
     if (!options.logger) log.close();
   });
   const s: Startup = { config, log, stack, signal: options.signal };
-  let stopping = false;
+  // Readiness: once every endpoint has started on all its threads (a connection made earlier stays on the main
+  // thread), until shutting down begins.
+  let serving = false;
   let started: Omit<RunningServer, "shutdown" | "finished">;
   const ended: Promise<void>[] = [];
   try {
@@ -625,7 +627,7 @@ export async function startServer(
       serverVersion: VERSION,
       extensions: EXTENSIONS,
       strictReadiness: config.server.strictReadiness,
-      isStopping: () => stopping,
+      serving: () => serving,
       logger: log,
       shm,
       cudaShm,
@@ -641,7 +643,7 @@ export async function startServer(
     // that asked for them: they are cancelled before it.
     stack.defer("loads in progress", () => registry.cancelLoads());
     // The first undo: readiness turns false before the endpoints stop.
-    stack.defer("readiness", () => void (stopping = true));
+    stack.defer("readiness", () => void (serving = false));
     checkAborted(s);
     ended.push(...[http?.finished, metricsServer?.finished].filter((p) => p !== undefined));
     warnUnrestrictedRepository(s, http?.addr, grpcPort);
@@ -656,6 +658,7 @@ export async function startServer(
       loadFailures,
       config,
     };
+    serving = true;
   } catch (err) {
     await stack.unwind(timeoutMs);
     if (err instanceof StartupError || err instanceof ConfigError) throw err;

@@ -91,12 +91,13 @@ export interface ServerProcess {
  * an environment of their own, signals or an exit code.
  * @param flags command-line arguments besides the ports and addresses (they come first, so `serve` may lead)
  * @param options `env`: extra environment variables; `readyPath`: the endpoint that must answer 200 (default
- *   `/v2/health/ready`); `timeoutMs`: how long to wait (default 30 s)
+ *   `/v2/health/ready`); `timeoutMs`: how long to wait (default 30 s); `pollMs`: the pause between two
+ *   questions (default 50 ms)
  * @returns the process, which the caller stops
  */
 export async function startServerProcess(
   flags: string[],
-  options: { env?: Record<string, string>; readyPath?: string; timeoutMs?: number } = {},
+  options: { env?: Record<string, string>; readyPath?: string; timeoutMs?: number; pollMs?: number } = {},
 ): Promise<ServerProcess> {
   const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
   const child = new Deno.Command(Deno.execPath(), {
@@ -118,7 +119,7 @@ export async function startServerProcess(
     } catch {
       // Not listening yet.
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, options.pollMs ?? 50));
   }
   try {
     child.kill("SIGKILL");

@@ -21,8 +21,11 @@ export interface FrontendOptions {
   extensions: string[];
   /** Whether readiness needs every model ready (`--strict-readiness`). */
   strictReadiness: boolean;
-  /** Whether the server is shutting down (readiness then answers not ready). */
-  isStopping?: () => boolean;
+  /**
+   * Whether the server serves: every endpoint started, on all its threads, and not shutting down; readiness
+   * answers not ready otherwise. Always, when not given.
+   */
+  serving?: () => boolean;
   /** The server's logger (the logging extension; verbose level 1 logs every HTTP request). */
   logger?: Logger;
   /** System shared-memory regions. */
@@ -36,10 +39,11 @@ export interface FrontendOptions {
 }
 
 /**
- * Whether the server is ready: not shutting down and, with strict readiness, every model ready.
+ * Whether the server is ready: serving (started, not shutting down) and, with strict readiness, every model
+ * ready.
  * @param registry the models
  * @param options the frontend options
  */
 export function serverReady(registry: ModelRegistry, options: FrontendOptions): boolean {
-  return !(options.isStopping?.() ?? false) && (!options.strictReadiness || registry.allReady());
+  return (options.serving?.() ?? true) && (!options.strictReadiness || registry.allReady());
 }

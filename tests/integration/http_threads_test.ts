@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { startTestServer } from "../helpers.ts";
+import { startServerProcess, startTestServer } from "../helpers.ts";
 import { binaryBody, rawRequest, SIMPLE_DIFF, SIMPLE_REQUEST, SIMPLE_SUM } from "./_http.ts";
 
 const ROUNDS = 24;
@@ -285,5 +285,31 @@ Deno.test("an inference restriction holds on every HTTP thread", async () => {
     assert.equal(allowed.status, 200);
     const outputs = (JSON.parse(decoder.decode(allowed.body)) as { outputs: { data: number[] }[] }).outputs;
     assert.deepEqual(outputs.map((o) => o.data), [SIMPLE_SUM, SIMPLE_DIFF]);
+  }
+});
+
+/** The sockets listening on a TCP port of this machine (/proc/net/tcp and tcp6, state 0A). */
+function listeningSockets(port: number): number {
+  const hex = `:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  let n = 0;
+  for (const file of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    for (const line of Deno.readTextFileSync(file).split("\n").slice(1)) {
+      const [, local, , state] = line.trim().split(/\s+/);
+      if (local?.endsWith(hex) && state === "0A") n++;
+    }
+  }
+  return n;
+}
+
+Deno.test("readiness answers ready only once every listener thread listens on the HTTP and gRPC ports", async () => {
+  // A connection made before a thread listens stays on the main thread for its life: a client that waits for
+  // readiness and then opens its connections must find every thread listening. Asked every 2 ms, a server whose
+  // readiness did not wait for the threads answered ready before they listened in 4 starts of 4.
+  const server = await startServerProcess(["--http-thread-count=2", "--grpc-thread-count=2"], { pollMs: 2 });
+  try {
+    assert.deepEqual([listeningSockets(server.http), listeningSockets(server.grpc)], [2, 2]);
+  } finally {
+    server.child.kill("SIGTERM");
+    await server.output;
   }
 });
