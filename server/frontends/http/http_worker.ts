@@ -40,6 +40,7 @@ import {
   FREE,
   REQUEST,
   RESPONSE,
+  RoundTrips,
   SLOTS,
 } from "./_channel.ts";
 
@@ -75,25 +76,33 @@ let active = 0;
 /**
  * How long a lone request may block this thread waiting for its answer (ms). Blocking (`Atomics.wait`) wakes
  * in a few µs where an asynchronous wait goes through the event loop (about 25 µs more a round trip); with no
- * other request in flight, nothing else waits meanwhile. After that the wait becomes asynchronous.
+ * other request in flight, nothing else waits meanwhile (but the next requests of other connections, hence
+ * `RoundTrips.loneMayBlock`). After that the wait becomes asynchronous.
  */
 const LONE_WAIT_MS = 2;
+/** The channel's round trips, which decide whether a lone request blocks. */
+const roundTrips = new RoundTrips();
 
 async function waitForAnswer(ch: Channel, slot: number): Promise<void> {
   const i = ch.stateIndex(slot);
-  if (active === 1) {
-    const until = performance.now() + LONE_WAIT_MS;
-    for (let left = LONE_WAIT_MS; left > 0; left = until - performance.now()) {
+  const start = performance.now();
+  try {
+    if (active === 1 && roundTrips.loneMayBlock()) {
+      const until = start + LONE_WAIT_MS;
+      for (let left = LONE_WAIT_MS; left > 0; left = until - performance.now()) {
+        const state = Atomics.load(ch.control, i);
+        if (state === RESPONSE) return;
+        Atomics.wait(ch.control, i, state, left);
+      }
+    }
+    for (;;) {
       const state = Atomics.load(ch.control, i);
       if (state === RESPONSE) return;
-      Atomics.wait(ch.control, i, state, left);
+      const w = Atomics.waitAsync(ch.control, i, state);
+      if (w.async) await w.value;
     }
-  }
-  for (;;) {
-    const state = Atomics.load(ch.control, i);
-    if (state === RESPONSE) return;
-    const w = Atomics.waitAsync(ch.control, i, state);
-    if (w.async) await w.value;
+  } finally {
+    roundTrips.record(performance.now() - start);
   }
 }
 
