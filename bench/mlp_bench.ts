@@ -539,6 +539,13 @@ Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.
   not this run): dinfer/peer per round 0.88–1.30, median 1.10, with the machine's own speed moving 1.5× between
   rounds; two intra-op threads on the worker, the instance on the main thread, and the main-thread instance with
   spinning pool threads (ONNX Runtime's default, as the peer has) gave medians 1.08, 1.00 and 0.87 of the peer.
+- The row with two HTTP threads (by hand, 2026-11-28, not this run): before 3945526 a server answered ready
+  before its listener thread listened, and in some starts the load's connections all stayed on the main thread
+  (the listener thread used no CPU in 4 starts of 14); before 11a92eb a request that arrived alone at the
+  listener thread blocked it for up to 2 ms waiting for its answer, while the next requests of its other
+  connections, which came just after a batch's answers, waited apart from the rest. With both changes, five
+  starts gave p99 10.4–13.6 ms against 21–39 ms, mean batches of 18.1–18.4 against 11–15, and \`bench/ab.ts\`
+  (against the code before the second change) 1.08× the throughput (totals 1.05×) at 0.96× the CPU per request.
 `;
 }
 
