@@ -521,7 +521,11 @@ class Stub {
   #outboxTags: number[] = [];
   #child: Deno.ChildProcess | undefined;
   #writes: Promise<void> = Promise.resolve();
-  /** Frames follow each other in a slab with no gap, so that those written together are one view of it. */
+  /**
+   * The slab frames are cut from, so that a message costs no buffer of its own: `#send` takes room for the
+   * largest frame it may write and keeps what it wrote, so that frames follow each other with no gap and those
+   * written together are one view of the slab.
+   */
   #slab = new Slab(SLAB_BYTES);
   /** Frames waiting for the microtask that writes them (see `#send`), and that write's promise. */
   #outbox: Uint8Array[] = [];
@@ -833,11 +837,6 @@ class Stub {
     }
   }
 
-  /**
-   * Room for a frame of at most `n` bytes. Frames are cut one after another from a slab that is never
-   * written twice (a full slab is replaced by a new one and freed once its writes are done), so that a
-   * message costs no buffer allocation of its own; `#slabUsed` gives back what the frame did not take.
-   */
   async #readLoop(conn: Deno.Conn): Promise<void> {
     // Bytes of an incomplete frame, carried over to the next read.
     let rest = EMPTY;

@@ -386,10 +386,8 @@ export function encodeModelInferResponseParts(
   const key = plainFieldsKey(response, shmOutputs, options.parameters);
   let head = key === undefined ? undefined : encodedFields.get(key);
   if (head === undefined) {
-    head = (responseType ??= lookupType("ModelInferResponse")).encode(
-      responseFields(withParameters, shmOutputs),
-    )
-      .finish();
+    const fields = responseFields(withParameters, shmOutputs);
+    head = (responseType ??= lookupType("ModelInferResponse")).encode(fields).finish();
     if (key !== undefined) encodedFields.set(key, head);
   }
   const raw = rawContents(response, shmOutputs);

@@ -36,7 +36,7 @@ export const RESPONSE = 3;
  * that batches, a busy main thread), their next requests arrive while it waits. The MLP of `bench/mlp_bench.ts`
  * (dynamic batching, 64 connections, two HTTP threads, 2 cores) with every lone request blocking: the requests
  * of the listener thread's connections that came just after a batch's answers waited apart from the rest,
- * batches of 13-15 instead of 18, p99 21-30 ms against 13-14 with this limit.
+ * mean batches of 11-15 instead of 18, p99 21-39 ms against 10-14 with this limit.
  */
 export const LONE_WAIT_AVG_MS = 0.5;
 /** The weight of the last round trip in their running average. */
