@@ -29,39 +29,6 @@ export const REQUEST = 1;
 export const TAKEN = 2;
 export const RESPONSE = 3;
 
-/**
- * A lone request of a listener thread (none other in flight there) may block the thread while it waits for its
- * answer (see `waitForAnswer` in http_worker.ts), but only while the channel's recent round trips averaged
- * under this (ms): a blocked thread reads none of its other connections, and where answers take long (a model
- * that batches, a busy main thread), their next requests arrive while it waits. The MLP of `bench/mlp_bench.ts`
- * (dynamic batching, 64 connections, two HTTP threads, 2 cores) with every lone request blocking: the requests
- * of the listener thread's connections that came just after a batch's answers waited apart from the rest,
- * mean batches of 11-15 instead of 18, p99 21-39 ms against 10-14 with this limit.
- */
-export const LONE_WAIT_AVG_MS = 0.5;
-/** The weight of the last round trip in their running average. */
-export const ROUND_TRIP_WEIGHT = 0.25;
-
-/** The running average of a listener thread's round trips through its channel (request written to answer read). */
-export class RoundTrips {
-  #averageMs = 0;
-
-  /** The average, in ms. */
-  get averageMs(): number {
-    return this.#averageMs;
-  }
-
-  /** Adds a round trip of `ms` to the average. */
-  record(ms: number): void {
-    this.#averageMs += (ms - this.#averageMs) * ROUND_TRIP_WEIGHT;
-  }
-
-  /** Whether a lone request may block its thread for its answer: the recent round trips were short. */
-  loneMayBlock(): boolean {
-    return this.#averageMs < LONE_WAIT_AVG_MS;
-  }
-}
-
 /** The shared memory of one channel. */
 export interface ChannelMemory {
   /** [0]: the doorbell (a counter the listener increments); [1 + s]: the state of slot s; then lengths. */

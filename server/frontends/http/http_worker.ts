@@ -40,7 +40,6 @@ import {
   FREE,
   REQUEST,
   RESPONSE,
-  RoundTrips,
   SLOTS,
 } from "./_channel.ts";
 
@@ -70,39 +69,22 @@ function slotOf(id: number): number {
   return -2 - id;
 }
 
-/** Inference requests (HTTP, and gRPC ModelInfer) this thread is answering. */
-let active = 0;
-
 /**
- * How long a lone request may block this thread waiting for its answer (ms). Blocking (`Atomics.wait`) wakes
- * in a few µs where an asynchronous wait goes through the event loop (about 25 µs more a round trip); with no
- * other request in flight, nothing else waits meanwhile (but the next requests of other connections, hence
- * `RoundTrips.loneMayBlock`). After that the wait becomes asynchronous.
+ * Waits for a slot's answer through the event loop, also when the request is the only one in flight. Blocking
+ * the thread with `Atomics.wait` until the answer comes would save the event loop's wake-up, but the thread
+ * reads none of its other connections meanwhile. Measured on 2 cores (2026-11-28, at most 2 ms of blocking for
+ * a request alone in flight): nothing gained at one connection (add_sub_py, the MLP); over a listener thread's
+ * connections add_sub_py at 8 connections answered 3,600-4,200 requests/s with it against 10,500-12,500
+ * without it (the main thread's CPU per request 77-88 µs against 26-31), and the MLP's batches split (64
+ * connections, two threads: mean batches of 10-15 against 18, p99 17-45 ms against 9-12).
  */
-const LONE_WAIT_MS = 2;
-/** The channel's round trips, which decide whether a lone request blocks. */
-const roundTrips = new RoundTrips();
-
 async function waitForAnswer(ch: Channel, slot: number): Promise<void> {
   const i = ch.stateIndex(slot);
-  const start = performance.now();
-  try {
-    if (active === 1 && roundTrips.loneMayBlock()) {
-      const until = start + LONE_WAIT_MS;
-      for (let left = LONE_WAIT_MS; left > 0; left = until - performance.now()) {
-        const state = Atomics.load(ch.control, i);
-        if (state === RESPONSE) return;
-        Atomics.wait(ch.control, i, state, left);
-      }
-    }
-    for (;;) {
-      const state = Atomics.load(ch.control, i);
-      if (state === RESPONSE) return;
-      const w = Atomics.waitAsync(ch.control, i, state);
-      if (w.async) await w.value;
-    }
-  } finally {
-    roundTrips.record(performance.now() - start);
+  for (;;) {
+    const state = Atomics.load(ch.control, i);
+    if (state === RESPONSE) return;
+    const w = Atomics.waitAsync(ch.control, i, state);
+    if (w.async) await w.value;
   }
 }
 
@@ -288,8 +270,7 @@ function handle(request: Request): Promise<Response> {
   if (request.method === "POST") {
     const m = INFER_PATH.exec(pathOf(request.url));
     if (m && (!inference || matchesRestriction(request.headers.get(inference.key), inference.value))) {
-      active++;
-      return infer(request, m[1]!, m[2] ?? "").finally(() => active--);
+      return infer(request, m[1]!, m[2] ?? "");
     }
   }
   if (request.method === "GET" || request.method === "HEAD") return forward(request, null);
@@ -318,11 +299,7 @@ async function start(msg: Extract<ToWorker, { op: "start" }>): Promise<void> {
     // Loaded only by threads that serve gRPC: grpc-js and the protobuf types cost a thread memory.
     const { GrpcThreadServer } = await import("../grpc/thread.ts");
     grpcServer = await GrpcThreadServer.start(msg.grpc, {
-      // Counted with the HTTP requests: a lone one waits for its answer blocking (see waitForAnswer).
-      infer: (request, recvStart, recvEnd) => {
-        active++;
-        return runDecoded(request, recvStart, recvEnd, true).finally(() => active--);
-      },
+      infer: (request, recvStart, recvEnd) => runDecoded(request, recvStart, recvEnd, true),
       post: (m, transfer) => self.postMessage(m satisfies FromWorker, transfer),
       nextId: () => nextId++,
       error: log("error"),
