@@ -541,11 +541,11 @@ Target: at least ${TARGET}× the in-process throughput with batching: **${ratio.
   spinning pool threads (ONNX Runtime's default, as the peer has) gave medians 1.08, 1.00 and 0.87 of the peer.
 - The row with two HTTP threads (by hand, 2026-11-28, not this run): before 3945526 a server answered ready
   before its listener thread listened, and in some starts the load's connections all stayed on the main thread
-  (the listener thread used no CPU in 4 starts of 14); before 11a92eb a request that arrived alone at the
+  (the listener thread used no CPU in 4 starts of 14); before e4ec3ba a request that arrived alone at the
   listener thread blocked it for up to 2 ms waiting for its answer, while the next requests of its other
-  connections, which came just after a batch's answers, waited apart from the rest. With both changes, five
-  starts gave p99 10.4–13.6 ms against 21–39 ms, mean batches of 18.1–18.4 against 11–15, and \`bench/ab.ts\`
-  (against the code before the second change) 1.08× the throughput (totals 1.05×) at 0.96× the CPU per request.
+  connections, which came just after a batch's answers, waited apart from the rest. Six fresh servers, three
+  before e4ec3ba and three after, alternating: p99 17–45 ms against 9.3–11.5 ms, mean batches of 10–15 against
+  18, throughput the same within the noise (10.5–12.9k against 11.4–14.5k inferences/s).
 `;
 }
 
