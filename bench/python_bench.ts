@@ -134,7 +134,15 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   the noise (1.01–1.06×).
 - *Outside the backend*: at 8 connections one JS thread parses HTTP, schedules and exchanges messages with
   the stub, and under load that thread is the bottleneck. dinfer's gRPC frontend (@grpc/grpc-js over
-  \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.`;
+  \`node:http2\`) costs several times Triton's C++ gRPC per call (CPU column), whichever client drives it.
+- *Calls that arrive together* (2026-11-28, gRPC through h2load, one connection with 8 streams): the 8 calls
+  arrive in one read, and the server's frames for the stub went out in one write after the last of them was
+  decoded (8.0 frames per write, counted in the server): the stub idled while the server decoded, the server
+  while the stub ran them, and the main thread was busy 66% of the time at 85-95 µs per call. A call that finds
+  the stub with no other call now goes out at once (3.8 frames per write), and the stub runs it while the
+  server decodes the rest. \`bench/ab.ts\` against the code before, 3 rounds of 4 pairs: 1.23x (totals
+  1.20x) at the same CPU per request; HTTP at 1 and 8 connections and gRPC at 1 stream within the noise
+  (0.94-1.11x).`;
 
 const EXPECTED: Record<string, Int32Array> = { OUTPUT0, OUTPUT1 };
 const decoder = new TextDecoder();
