@@ -62,6 +62,12 @@ let VARIANTS: { name: string; args: string[]; script?: string }[] = [
     args: ["--intra-op-threads=1"],
     script: "bench/mlp_peer_server.ts",
   },
+  { name: "batching floor", args: [], script: "bench/mlp_floor_server.ts" },
+  {
+    name: "batching floor, 1 intra-op thread",
+    args: ["--intra-op-threads=1"],
+    script: "bench/mlp_floor_server.ts",
+  },
   { name: "bare exchange", args: [], script: "bench/mlp_bare_server.ts" },
 ];
 if (baseline) {

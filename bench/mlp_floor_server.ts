@@ -1,0 +1,161 @@
+/**
+ * The batching floor for the MLP benchmark: the least a server on dinfer's stack (Deno.serve, onnxruntime-node,
+ * a worker thread) can do to batch this one model, so that what it reaches bounds what a real server can. It
+ * has dinfer's shape without dinfer's work: `Deno.serve` reads each single-sample binary request, takes the 784
+ * floats from behind the JSON header (whose length the `Inference-Header-Content-Length` header gives; the JSON
+ * is not parsed), and queues them; up to 64 queued samples go into one of two shared-memory slots, and a worker
+ * thread runs them through onnxruntime-node as one batch while the main thread reads the next requests and
+ * fills the other slot. The two threads hand slots over with `Atomics` (the worker waits with
+ * `Atomics.waitAsync`, the main thread likewise for the answers). Each request is answered with its 10 logits as
+ * binary tensor data. No validation beyond the sizes, no statistics beyond two counters, no other model.
+ *
+ * Usage: `deno run -A bench/mlp_floor_server.ts --http-port=N --model-repository=<bench/models>
+ * [--intra-op-threads=K]` (other `--flags` are ignored; `--intra-op-threads` defaults to ONNX Runtime's own
+ * choice). It answers `POST /v2/models/{m}/infer`, health, and statistics with its inference and execution
+ * counts (so the load generator reads it as it reads the server).
+ * @module
+ */
+
+/** The most samples in one batch. */
+const MAX_BATCH = 64;
+/** Floats per sample in. */
+const MLP_IN = 784;
+/** Logits per sample out. */
+const MLP_OUT = 10;
+
+/** The shared blocks: a control block and the two slots' input and output blocks. */
+export interface SlotBlocks {
+  control: SharedArrayBuffer;
+  inputs: SharedArrayBuffer[];
+  outputs: SharedArrayBuffer[];
+}
+
+function flag(name: string): string | undefined {
+  return Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+}
+
+const port = Number(flag("http-port"));
+const models = flag("model-repository");
+if (!Number.isInteger(port) || port <= 0 || !models) {
+  console.error("Cannot start the MLP floor server: --http-port=N and --model-repository=DIR are required");
+  Deno.exit(2);
+}
+const intraOp = flag("intra-op-threads");
+
+const blocks: SlotBlocks = {
+  control: new SharedArrayBuffer(4 * 4),
+  inputs: [0, 1].map(() => new SharedArrayBuffer(MAX_BATCH * MLP_IN * 4)),
+  outputs: [0, 1].map(() => new SharedArrayBuffer(MAX_BATCH * MLP_OUT * 4)),
+};
+// [0] batches handed to the worker, [1] batches it finished, [2 + slot] the samples in a slot's batch.
+const control = new Int32Array(blocks.control);
+const inputs = blocks.inputs.map((b) => new Float32Array(b));
+const outputs = blocks.outputs.map((b) => new Uint8Array(b));
+
+const worker = new Worker(new URL("./mlp_floor_worker.ts", import.meta.url).href, { type: "module" });
+await new Promise<void>((resolve, reject) => {
+  worker.onmessage = (e) => (e.data === "ready" ? resolve() : reject(new Error(String(e.data))));
+  worker.onerror = (e) => reject(e.error ?? new Error(e.message));
+  worker.postMessage({
+    path: `${models}/mlp/1/model.onnx`,
+    sampleIn: MLP_IN,
+    intraOpNumThreads: intraOp === undefined ? undefined : Number(intraOp),
+    blocks,
+  });
+});
+
+const encoder = new TextEncoder();
+const header = encoder.encode(JSON.stringify({
+  model_name: "mlp",
+  model_version: "1",
+  outputs: [{
+    name: "logits",
+    datatype: "FP32",
+    shape: [1, MLP_OUT],
+    parameters: { binary_data_size: MLP_OUT * 4 },
+  }],
+}));
+const headers = {
+  "content-type": "application/octet-stream",
+  "inference-header-content-length": String(header.byteLength),
+};
+
+interface Queued {
+  sample: Float32Array;
+  resolve: (r: Response) => void;
+}
+let queue: Queued[] = [];
+/** The requests of the batch in each slot. */
+const inSlot: Queued[][] = [[], []];
+let handed = 0;
+let finished = 0;
+let waiting = false;
+let inferences = 0;
+
+/** Hands queued samples to free slots: at most two batches on the worker, one running and one waiting. */
+function pump(): void {
+  while (queue.length > 0 && handed - finished < 2) {
+    const slot = handed & 1;
+    const batch = queue.length <= MAX_BATCH ? queue : queue.slice(0, MAX_BATCH);
+    queue = queue.length <= MAX_BATCH ? [] : queue.slice(MAX_BATCH);
+    const input = inputs[slot]!;
+    batch.forEach((q, i) => input.set(q.sample, i * MLP_IN));
+    inSlot[slot] = batch;
+    control[2 + slot] = batch.length;
+    Atomics.store(control, 0, ++handed);
+    Atomics.notify(control, 0);
+  }
+  if (handed > finished && !waiting) awaitAnswers();
+}
+
+/** Answers the requests of every batch the worker finished, then hands it more. */
+function awaitAnswers(): void {
+  waiting = true;
+  const wait = Atomics.waitAsync(control, 1, finished);
+  const done = () => {
+    waiting = false;
+    const now = Atomics.load(control, 1);
+    for (; finished < now; finished++) {
+      const slot = finished & 1;
+      const logits = outputs[slot]!;
+      const batch = inSlot[slot]!;
+      inSlot[slot] = [];
+      inferences += batch.length;
+      batch.forEach((q, i) => {
+        const answer = new Uint8Array(header.byteLength + MLP_OUT * 4);
+        answer.set(header, 0);
+        answer.set(logits.subarray(i * MLP_OUT * 4, (i + 1) * MLP_OUT * 4), header.byteLength);
+        q.resolve(new Response(answer, { headers }));
+      });
+    }
+    pump();
+  };
+  if (wait.async) wait.value.then(done);
+  else done();
+}
+
+function bad(message: string): Response {
+  return Response.json({ error: message }, { status: 400 });
+}
+
+Deno.serve({ port, hostname: "127.0.0.1", onListen: () => {} }, async (request) => {
+  if (request.method === "POST") {
+    const body = new Uint8Array(await request.arrayBuffer());
+    const hl = Number(request.headers.get("inference-header-content-length"));
+    if (!Number.isInteger(hl) || hl < 0 || body.byteLength - hl !== MLP_IN * 4) {
+      return bad("expected [1, 784]");
+    }
+    // A copy of its own: aligned for Float32Array, and a plain buffer, so that the copy into the slot is fast.
+    const sample = new Float32Array(body.slice(hl).buffer);
+    return await new Promise<Response>((resolve) => {
+      queue.push({ sample, resolve });
+      pump();
+    });
+  }
+  if (request.url.endsWith("/stats")) {
+    return Response.json({
+      model_stats: [{ inference_count: inferences, execution_count: finished, batch_stats: [] }],
+    });
+  }
+  return new Response(null);
+});

@@ -1,0 +1,46 @@
+/**
+ * The worker thread of bench/mlp_floor_server.ts: runs each batch the main thread puts in a shared-memory slot
+ * through onnxruntime-node and writes the logits back into the slot's output block.
+ * @module
+ */
+
+/// <reference lib="deno.worker" />
+
+import * as ort from "onnxruntime-node";
+import type { SlotBlocks } from "./mlp_floor_server.ts";
+
+interface Start {
+  path: string;
+  /** Floats per sample in. */
+  sampleIn: number;
+  intraOpNumThreads?: number;
+  blocks: SlotBlocks;
+}
+
+/** Runs batches as the main thread hands them over, in order, for as long as the thread lives. */
+async function serve(start: Start): Promise<void> {
+  const session = await ort.InferenceSession.create(
+    start.path,
+    start.intraOpNumThreads === undefined ? {} : { intraOpNumThreads: start.intraOpNumThreads },
+  );
+  const control = new Int32Array(start.blocks.control);
+  const inputs = start.blocks.inputs.map((b) => new Float32Array(b));
+  const outputs = start.blocks.outputs.map((b) => new Float32Array(b));
+  self.postMessage("ready");
+  for (let done = 0;; done++) {
+    const wait = Atomics.waitAsync(control, 0, done);
+    if (wait.async) await wait.value;
+    const slot = done & 1;
+    const n = control[2 + slot]!;
+    // onnxruntime-node takes tensors over plain memory: the batch is copied out of the slot.
+    const input = inputs[slot]!.slice(0, n * start.sampleIn);
+    const out = await session.run({ input: new ort.Tensor("float32", input, [n, start.sampleIn]) });
+    outputs[slot]!.set(out.logits!.data as Float32Array);
+    Atomics.store(control, 1, done + 1);
+    Atomics.notify(control, 1);
+  }
+}
+
+self.onmessage = (e: MessageEvent<Start>) => {
+  serve(e.data).catch((err) => self.postMessage(`the worker failed: ${(err as Error).message}`));
+};
