@@ -10,8 +10,9 @@
  * as one more variant, to compare a change with what it replaces in the same run; `--only` keeps the variants
  * whose name contains one of the substrings, the bare exchange always; the server flags after `--` go to every
  * dinfer variant; the hand-written peer, bench/mlp_peer_server.ts, runs as a variant with ONNX Runtime's
- * default threads and with one intra-op thread). Besides throughput, each variant's line gives the CPU per inference of the server's main
- * thread, of its instance worker threads (`worker-N`, with the ONNX Runtime pool threads they start) and of
+ * default threads and with one intra-op thread, and so does the batching floor, bench/mlp_floor_server.ts).
+ * Besides throughput, each variant's line gives the CPU per inference of the server's main thread, of its
+ * instance worker threads (`worker-N`, with the ONNX Runtime pool threads they start) and of
  * V8's helper threads (garbage collection), the share of the wall time the instance spent executing, and the
  * CPU other processes used meanwhile (a point where they used more than a quarter of a core is measured again,
  * up to 3 times, and the least disturbed one is kept).
