@@ -390,7 +390,8 @@ Against the combined limit (${f(combined)} inferences/s, measured above): dinfer
     floor / combined < TARGET
       ? ` The floor, which does nothing a server of this design could leave out, stays below ${TARGET} of the combined
 limit: the limit counts the HTTP side and the model as if they shared the cores perfectly, with no cost for
-handing requests between them, and no server of this design on this stack reaches ${TARGET} of it here.`
+handing requests between them, and a server of this design would have to do better than its own floor to reach ${TARGET}
+of it here.`
       : ""
   }
 `;
