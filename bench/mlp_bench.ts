@@ -371,9 +371,9 @@ its instances got a worker thread. The batching floor (\`bench/mlp_floor_server.
 dinfer's design can do on this stack: the same reading and queueing without parsing the JSON header, batches of up
 to 64 handed through two shared-memory slots to a worker thread that runs them through onnxruntime-node (one
 intra-op thread: with ONNX Runtime's default threads, which spin, it read 0.53 of the combined limit against
-0.67 in three rounds by hand, 2026-11-28), so that the main thread reads and answers requests while a batch
-runs. ${PEER_ROUNDS} rounds, dinfer (default flags), the peer and the floor each on a fresh process, the order
-rotated every round; each point as above.
+0.67 in three rounds by hand, and with two threads that do not spin 0.55 against 0.56 in three more, 2026-11-28),
+so that the main thread reads and answers requests while a batch runs. ${PEER_ROUNDS} rounds, dinfer (default flags), the
+peer and the floor each on a fresh process, the order rotated every round; each point as above.
 
 | round | dinfer infer/s | peer infer/s | floor infer/s | dinfer / peer | dinfer / floor | mean batch (dinfer / peer / floor) | server CPU µs/infer (dinfer / peer / floor) | errors |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|

@@ -10,8 +10,8 @@
  * binary tensor data. No validation beyond the sizes, no statistics beyond two counters, no other model.
  *
  * Usage: `deno run -A bench/mlp_floor_server.ts --http-port=N --model-repository=<bench/models>
- * [--intra-op-threads=K]` (other `--flags` are ignored; `--intra-op-threads` defaults to ONNX Runtime's own
- * choice). It answers `POST /v2/models/{m}/infer`, health, and statistics with its inference and execution
+ * [--intra-op-threads=K] [--spinning=0]` (other `--flags` are ignored; `--intra-op-threads` defaults to ONNX
+ * Runtime's own choice, and `--spinning=0` keeps its pool threads from spinning between runs). It answers `POST /v2/models/{m}/infer`, health, and statistics with its inference and execution
  * counts (so the load generator reads it as it reads the server).
  * @module
  */
@@ -60,9 +60,19 @@ await new Promise<void>((resolve, reject) => {
     path: `${models}/mlp/1/model.onnx`,
     sampleIn: MLP_IN,
     intraOpNumThreads: intraOp === undefined ? undefined : Number(intraOp),
+    spinning: flag("spinning") === undefined ? undefined : flag("spinning") !== "0",
     blocks,
   });
 });
+// From here on the worker only speaks when it failed: the server cannot go on without it.
+worker.onmessage = (e) => {
+  console.error(`Cannot serve: ${e.data}`);
+  Deno.exit(1);
+};
+worker.onerror = (e) => {
+  console.error(`Cannot serve: the worker failed: ${e.message}`);
+  Deno.exit(1);
+};
 
 const encoder = new TextEncoder();
 const header = encoder.encode(JSON.stringify({

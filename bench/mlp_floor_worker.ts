@@ -14,15 +14,17 @@ interface Start {
   /** Floats per sample in. */
   sampleIn: number;
   intraOpNumThreads?: number;
+  /** Whether ONNX Runtime's intra-op pool threads spin between runs (its default: they do). */
+  spinning?: boolean;
   blocks: SlotBlocks;
 }
 
 /** Runs batches as the main thread hands them over, in order, for as long as the thread lives. */
 async function serve(start: Start): Promise<void> {
-  const session = await ort.InferenceSession.create(
-    start.path,
-    start.intraOpNumThreads === undefined ? {} : { intraOpNumThreads: start.intraOpNumThreads },
-  );
+  const options: ort.InferenceSession.SessionOptions = {};
+  if (start.intraOpNumThreads !== undefined) options.intraOpNumThreads = start.intraOpNumThreads;
+  if (start.spinning === false) options.extra = { "session.intra_op.allow_spinning": "0" };
+  const session = await ort.InferenceSession.create(start.path, options);
   const control = new Int32Array(start.blocks.control);
   const inputs = start.blocks.inputs.map((b) => new Float32Array(b));
   const outputs = start.blocks.outputs.map((b) => new Float32Array(b));

@@ -69,6 +69,11 @@ let VARIANTS: { name: string; args: string[]; script?: string }[] = [
     args: ["--intra-op-threads=1"],
     script: "bench/mlp_floor_server.ts",
   },
+  {
+    name: "batching floor, 2 intra-op threads that do not spin",
+    args: ["--intra-op-threads=2", "--spinning=0"],
+    script: "bench/mlp_floor_server.ts",
+  },
   { name: "bare exchange", args: [], script: "bench/mlp_bare_server.ts" },
 ];
 if (baseline) {
