@@ -5,14 +5,15 @@
  * floats from behind the JSON header (whose length the `Inference-Header-Content-Length` header gives; the JSON
  * is not parsed), and queues them; up to 64 queued samples go into one of two shared-memory slots, and a worker
  * thread runs them through onnxruntime-node as one batch while the main thread reads the next requests and
- * fills the other slot. The two threads hand slots over with `Atomics` (the worker waits with
- * `Atomics.waitAsync`, the main thread likewise for the answers). Each request is answered with its 10 logits as
- * binary tensor data. No validation beyond the sizes, no statistics beyond two counters, no other model.
+ * fills the other slot. The two threads hand slots over with `Atomics` (the worker waits with `Atomics.wait`, the
+ * main thread with `Atomics.waitAsync` for the answers). Each request is answered with its 10 logits as binary
+ * tensor data. No validation beyond the sizes, no statistics beyond two counters, no other model.
  *
  * Usage: `deno run -A bench/mlp_floor_server.ts --http-port=N --model-repository=<bench/models>
  * [--intra-op-threads=K] [--spinning=0]` (other `--flags` are ignored; `--intra-op-threads` defaults to ONNX
- * Runtime's own choice, and `--spinning=0` keeps its pool threads from spinning between runs). It answers `POST /v2/models/{m}/infer`, health, and statistics with its inference and execution
- * counts (so the load generator reads it as it reads the server).
+ * Runtime's own choice, and `--spinning=0` keeps its pool threads from spinning between runs). It answers
+ * `POST /v2/models/{m}/infer`, health, and statistics with its inference and execution counts (so the load
+ * generator reads it as it reads the server).
  * @module
  */
 

@@ -30,8 +30,10 @@ async function serve(start: Start): Promise<void> {
   const outputs = start.blocks.outputs.map((b) => new Float32Array(b));
   self.postMessage("ready");
   for (let done = 0;; done++) {
-    const wait = Atomics.waitAsync(control, 0, done);
-    if (wait.async) await wait.value;
+    // A blocking wait, as dinfer's instance workers do: a thread with nothing else to do may not be woken for an
+    // `Atomics.waitAsync` (https://github.com/denoland/deno/issues/14786), and a floor server that waited so once
+    // stopped answering under load.
+    Atomics.wait(control, 0, done);
     const slot = done & 1;
     const n = control[2 + slot]!;
     // onnxruntime-node takes tensors over plain memory: the batch is copied out of the slot.
