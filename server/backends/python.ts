@@ -10,9 +10,10 @@
  * the frame's own stay within the pipe's size, which the stub reports; otherwise a thread writes it. Small tensors
  * (up to 64 KiB per message in all) travel inline in the payload, so that a request costs one write and one
  * read each way; larger ones go through a shared-memory file per instance, which the stub maps so that its
- * numpy inputs are views, not copies. Frames sent in the same run of microtasks go out in one write, and the
- * stub answers quick calls that it has already read in one write too, so that under load each side wakes
- * once for several calls. A stub looks for its next message for a while (800 µs by default) before it sleeps,
+ * numpy inputs are views, not copies. A call that finds the stub with nothing to do is written at once; the
+ * frames sent while it has calls, in the same run of microtasks, go out in one write, and the stub answers
+ * quick calls that it has already read in one write too, so that under load each side wakes once for several
+ * calls. A stub looks for its next message for a while (800 µs by default) before it sleeps,
  * where its recent waits were about as short and a core is free for it (see waitSpinUs).
  *
  * The interpreter: the model parameter `python_executable` (or `EXECUTION_ENV_PATH`, an unpacked environment
