@@ -7,13 +7,13 @@
  * thread runs them through onnxruntime-node as one batch while the main thread reads the next requests and
  * fills the other slot. The two threads hand slots over with `Atomics` (the worker waits with `Atomics.wait`, the
  * main thread with `Atomics.waitAsync` for the answers). Each request is answered with its 10 logits as binary
- * tensor data. No validation beyond the sizes, no statistics beyond two counters, no other model.
+ * tensor data. No validation beyond the sizes, no statistics beyond a few counters, no other model.
  *
  * Usage: `deno run -A bench/mlp_floor_server.ts --http-port=N --model-repository=<bench/models>
  * [--intra-op-threads=K] [--spinning=0]` (other `--flags` are ignored; `--intra-op-threads` defaults to ONNX
  * Runtime's own choice, and `--spinning=0` keeps its pool threads from spinning between runs). It answers
- * `POST /v2/models/{m}/infer`, health, and statistics with its inference and execution counts (so the load
- * generator reads it as it reads the server).
+ * `POST /v2/models/{m}/infer`, health, and statistics with its inference, execution, success and failure counts
+ * (so the load generators read it as they read the server).
  * @module
  */
 
@@ -102,6 +102,7 @@ let handed = 0;
 let finished = 0;
 let waiting = false;
 let inferences = 0;
+let failures = 0;
 
 /** Hands queued samples to free slots: at most two batches on the worker, one running and one waiting. */
 function pump(): void {
@@ -146,6 +147,7 @@ function awaitAnswers(): void {
 }
 
 function bad(message: string): Response {
+  failures++;
   return Response.json({ error: message }, { status: 400 });
 }
 
@@ -165,7 +167,12 @@ Deno.serve({ port, hostname: "127.0.0.1", onListen: () => {} }, async (request) 
   }
   if (request.url.endsWith("/stats")) {
     return Response.json({
-      model_stats: [{ inference_count: inferences, execution_count: finished, batch_stats: [] }],
+      model_stats: [{
+        inference_count: inferences,
+        execution_count: finished,
+        inference_stats: { success: { count: inferences }, fail: { count: failures } },
+        batch_stats: [],
+      }],
     });
   }
   return new Response(null);

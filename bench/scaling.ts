@@ -9,8 +9,10 @@
  *   (bench/peer_onnx_server.ts: one JavaScript thread); and the peer run as N processes on one port
  *   (SO_REUSEPORT, one ONNX Runtime intra-op thread each), as a user would run it on N cores.
  * - The MLP 784-1024-1024-10 (bench/models/mlp, dynamic batching), single-sample binary requests, 32·N
- *   connections (at least 64): dinfer with N, half as many and one HTTP thread; ONNX Runtime in-process at batch
- *   64 on the same cores, the model's own limit.
+ *   connections (at least 64): dinfer with N, half as many and one HTTP thread; the batching floor
+ *   (bench/mlp_floor_server.ts: dinfer's design with nothing else, its worker's ONNX Runtime with N-1 intra-op
+ *   threads that do not spin, as dinfer's worker has by default); ONNX Runtime in-process at batch 64 on the
+ *   same cores, the model's own limit.
  * - `grpc`: `simple` (Triton's config) over gRPC, ModelInfer with raw contents, from h2load: 4·N connections (at
  *   least 4) of 4 streams each; dinfer with N, half as many and one gRPC thread. h2load cannot read gRPC
  *   statuses, so the model's statistics must count no failure over the window.
@@ -74,7 +76,7 @@ export interface ScalingPoint {
   workload: Workload;
   /**
    * Who served: `dinfer` (N HTTP threads), `dinfer-half` (N/2), `dinfer-1` (one), `dinfer-batching` (the
-   * bundled config, N/2), `peer`, `peer-xN`, `ort` (in-process).
+   * bundled config, N/2), `peer`, `peer-xN`, `floor` (bench/mlp_floor_server.ts), `ort` (in-process).
    */
   server: string;
   /** HTTP threads (dinfer), processes (peer-xN). */
@@ -469,6 +471,13 @@ async function measureCores(
     for (const threads of threadCounts(n)) {
       await measure([await dinfer(MODELS, threads)], "mlp", dinferName(threads, n), threads);
     }
+    // The batching floor, its worker's ONNX Runtime with as many intra-op threads as dinfer's worker takes.
+    const floor = await startChildServer([], [
+      `--model-repository=${MODELS}`,
+      `--intra-op-threads=${Math.max(1, n - 1)}`,
+      "--spinning=0",
+    ], { script: "bench/mlp_floor_server.ts", prefix });
+    await measure([floor], "mlp", "floor", 1);
     add(await inProcess(n, opts.durationS));
   }
   return points;
@@ -559,10 +568,20 @@ export function render(result: ScalingResult): string {
     "",
     ...dinferRows("mlp"),
   );
+  lines.push(
+    `| batching floor (bench/mlp_floor_server.ts, N-1 intra-op threads) | ${
+      scaled("mlp", "floor").join(" | ")
+    } |`,
+  );
   lines.push(`| ONNX Runtime in-process, batch 64 | ${scaled("mlp", "ort").join(" | ")} |`);
   lines.push(
     `| dinfer / in-process | ${
       cores.map((n) => ratio(at("mlp", "dinfer", n), at("mlp", "ort", n))).join(" | ")
+    } |`,
+  );
+  lines.push(
+    `| dinfer / floor | ${
+      cores.map((n) => ratio(at("mlp", "dinfer", n), at("mlp", "floor", n))).join(" | ")
     } |`,
   );
   lines.push(
