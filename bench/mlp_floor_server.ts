@@ -17,12 +17,7 @@
  * @module
  */
 
-/** The most samples in one batch. */
-const MAX_BATCH = 64;
-/** Floats per sample in. */
-const MLP_IN = 784;
-/** Logits per sample out. */
-const MLP_OUT = 10;
+import { badRequest, MAX_BATCH, MLP_IN, MLP_OUT, mlpAnswer, mlpServerArgs } from "./mlp_serving.ts";
 
 /** The shared blocks: a control block and the two slots' input and output blocks. */
 export interface SlotBlocks {
@@ -31,16 +26,7 @@ export interface SlotBlocks {
   outputs: SharedArrayBuffer[];
 }
 
-function flag(name: string): string | undefined {
-  return Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
-}
-
-const port = Number(flag("http-port"));
-const models = flag("model-repository");
-if (!Number.isInteger(port) || port <= 0 || !models) {
-  console.error("Cannot start the MLP floor server: --http-port=N and --model-repository=DIR are required");
-  Deno.exit(2);
-}
+const { port, models, flag } = mlpServerArgs("MLP floor server");
 const intraOp = flag("intra-op-threads");
 
 const blocks: SlotBlocks = {
@@ -73,22 +59,6 @@ worker.onmessage = (e) => {
 worker.onerror = (e) => {
   console.error(`Cannot serve: the worker failed: ${e.message}`);
   Deno.exit(1);
-};
-
-const encoder = new TextEncoder();
-const header = encoder.encode(JSON.stringify({
-  model_name: "mlp",
-  model_version: "1",
-  outputs: [{
-    name: "logits",
-    datatype: "FP32",
-    shape: [1, MLP_OUT],
-    parameters: { binary_data_size: MLP_OUT * 4 },
-  }],
-}));
-const headers = {
-  "content-type": "application/octet-stream",
-  "inference-header-content-length": String(header.byteLength),
 };
 
 interface Queued {
@@ -133,12 +103,7 @@ function awaitAnswers(): void {
       const batch = inSlot[slot]!;
       inSlot[slot] = [];
       inferences += batch.length;
-      batch.forEach((q, i) => {
-        const answer = new Uint8Array(header.byteLength + MLP_OUT * 4);
-        answer.set(header, 0);
-        answer.set(logits.subarray(i * MLP_OUT * 4, (i + 1) * MLP_OUT * 4), header.byteLength);
-        q.resolve(new Response(answer, { headers }));
-      });
+      batch.forEach((q, i) => q.resolve(mlpAnswer(logits, i)));
     }
     pump();
   };
@@ -148,7 +113,7 @@ function awaitAnswers(): void {
 
 function bad(message: string): Response {
   failures++;
-  return Response.json({ error: message }, { status: 400 });
+  return badRequest(message);
 }
 
 Deno.serve({ port, hostname: "127.0.0.1", onListen: () => {} }, async (request) => {

@@ -16,36 +16,14 @@
  */
 
 import * as ort from "onnxruntime-node";
+import { badRequest, MAX_BATCH, MLP_IN as IN, mlpAnswer, mlpServerArgs } from "./mlp_serving.ts";
 
-function flag(name: string): string | undefined {
-  return Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
-}
-
-const port = Number(flag("http-port"));
-const models = flag("model-repository");
-if (!Number.isInteger(port) || port <= 0 || !models) {
-  console.error("Cannot start the MLP peer server: --http-port=N and --model-repository=DIR are required");
-  Deno.exit(2);
-}
+const { port, models, flag } = mlpServerArgs("MLP peer server");
 const intraOp = flag("intra-op-threads");
 const session = await ort.InferenceSession.create(
   `${models}/mlp/1/model.onnx`,
   intraOp === undefined ? {} : { intraOpNumThreads: Number(intraOp) },
 );
-
-const MAX_BATCH = 64;
-const IN = 784;
-const OUT = 10;
-const encoder = new TextEncoder();
-const header = encoder.encode(JSON.stringify({
-  model_name: "mlp",
-  model_version: "1",
-  outputs: [{ name: "logits", datatype: "FP32", shape: [1, OUT], parameters: { binary_data_size: OUT * 4 } }],
-}));
-const headers = {
-  "content-type": "application/octet-stream",
-  "inference-header-content-length": String(header.byteLength),
-};
 
 interface Queued {
   sample: Uint8Array;
@@ -69,12 +47,7 @@ async function drain(): Promise<void> {
       const logits = new Uint8Array((out.logits!.data as Float32Array).buffer);
       executions++;
       inferences += batch.length;
-      batch.forEach((q, i) => {
-        const answer = new Uint8Array(header.byteLength + OUT * 4);
-        answer.set(header, 0);
-        answer.set(logits.subarray(i * OUT * 4, (i + 1) * OUT * 4), header.byteLength);
-        q.resolve(new Response(answer, { headers }));
-      });
+      batch.forEach((q, i) => q.resolve(mlpAnswer(logits, i)));
     } catch (err) {
       for (const q of batch) q.resolve(new Response(String(err), { status: 500 }));
     }
@@ -82,20 +55,16 @@ async function drain(): Promise<void> {
   running = false;
 }
 
-function bad(message: string): Response {
-  return Response.json({ error: message }, { status: 400 });
-}
-
 Deno.serve({ port, hostname: "127.0.0.1", onListen: () => {} }, async (request) => {
   if (request.method === "POST") {
     const body = new Uint8Array(await request.arrayBuffer());
     const hl = Number(request.headers.get("inference-header-content-length"));
-    if (!Number.isInteger(hl) || hl < 0 || hl > body.byteLength) return bad("bad header length");
+    if (!Number.isInteger(hl) || hl < 0 || hl > body.byteLength) return badRequest("bad header length");
     const json = JSON.parse(new TextDecoder().decode(body.subarray(0, hl))) as {
       inputs?: { shape?: number[] }[];
     };
     if (json.inputs?.[0]?.shape?.[0] !== 1 || body.byteLength - hl !== IN * 4) {
-      return bad("expected [1, 784]");
+      return badRequest("expected [1, 784]");
     }
     return await new Promise<Response>((resolve) => {
       queue.push({ sample: body.subarray(hl), resolve });
