@@ -47,22 +47,30 @@ function sweep(dir: string, names: RegExp, remove: (pid: number) => boolean): st
   return removed;
 }
 
+/** Where the server's files live: the shared-memory folder and the temporary folder. */
+export interface FileDirs {
+  /** Default: /dev/shm. */
+  shm?: string;
+  /** Default: the temporary folder ($TMPDIR, else /tmp). */
+  tmp?: string;
+}
+
 /**
  * Removes the shared-memory objects and temporary folders that processes no longer running left behind.
  * @returns the paths removed
  */
-export function removeStaleFiles(): string[] {
+export function removeStaleFiles(dirs: FileDirs = {}): string[] {
   const dead = (pid: number) => !alive(pid);
-  return [...sweep(SHM_DIR, SHM_NAMES, dead), ...sweep(tmpdir(), TMP_NAMES, dead)];
+  return [...sweep(dirs.shm ?? SHM_DIR, SHM_NAMES, dead), ...sweep(dirs.tmp ?? tmpdir(), TMP_NAMES, dead)];
 }
 
 /**
  * Removes this process's own shared-memory objects and temporary folders (at exit, whatever the way out).
  * @returns the paths removed
  */
-export function removeOwnFiles(): string[] {
+export function removeOwnFiles(dirs: FileDirs = {}): string[] {
   const own = (pid: number) => pid === Deno.pid;
-  return [...sweep(SHM_DIR, SHM_NAMES, own), ...sweep(tmpdir(), TMP_NAMES, own)];
+  return [...sweep(dirs.shm ?? SHM_DIR, SHM_NAMES, own), ...sweep(dirs.tmp ?? tmpdir(), TMP_NAMES, own)];
 }
 
 /** How a registered step is undone. */

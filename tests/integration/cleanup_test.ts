@@ -20,7 +20,6 @@ import {
   pythonPath,
   ROOT,
   startServerProcess,
-  startTestServer,
 } from "../helpers.ts";
 
 const PYTHON_MODELS = new URL("../fixtures/python_models", import.meta.url).pathname;
@@ -74,30 +73,35 @@ async function deadPid(): Promise<number> {
   return child.pid;
 }
 
-Deno.test("a start-up removes the objects and folders of servers that no longer run, and only those", async () => {
-  const dead = await deadPid();
-  const mine = [`/dev/shm/dinfer-py-${Deno.pid}-keep`, `${tmpdir()}/dinfer-upload-${Deno.pid}-keep`];
-  const leave = async () => {
-    await Deno.writeFile(`/dev/shm/dinfer-py-${dead}-abc`, new Uint8Array(8));
-    await Deno.writeFile(`/dev/shm/dinfer-resp-${dead}-1-2`, new Uint8Array(8));
-    await Deno.mkdir(`${tmpdir()}/dinfer-upload-${dead}-abc/m/1`, { recursive: true });
-    await Deno.writeTextFile(`${tmpdir()}/dinfer-upload-${dead}-abc/m/1/model.py`, "");
-    await Deno.mkdir(`${tmpdir()}/dinfer-py-${dead}-abc`, { recursive: true });
-  };
-  await Deno.writeFile(mine[0]!, new Uint8Array(8));
-  await Deno.mkdir(mine[1]!);
+Deno.test("a start-up removes the folders of servers that no longer run, and only those", async () => {
+  // The server gets a temporary folder of its own: the start-ups of other tests' servers sweep the shared one
+  // too. (The same sweep over /dev/shm is tested on folders of its own in tests/unit/cleanup_test.ts.)
+  const tmp = await Deno.makeTempDir({ prefix: "cleanup-test-" });
   try {
-    // Servers of other tests, starting meanwhile, remove them too: left again until all four are there.
-    for (let i = 0; i < 5 && filesOf(dead).length < 4; i++) await leave();
-    assert.equal(filesOf(dead).length, 4);
-    await using _s = await startTestServer([`--model-repository=${EXAMPLES}`]);
-    assert.deepEqual(filesOf(dead), []);
-    // A running process's files stay.
-    for (const path of mine) Deno.statSync(path);
-  } finally {
-    for (const path of [...mine, ...filesOf(dead)]) {
-      await Deno.remove(path, { recursive: true }).catch(() => {});
+    const dead = await deadPid();
+    await Deno.mkdir(`${tmp}/dinfer-upload-${dead}-abc/m/1`, { recursive: true });
+    await Deno.writeTextFile(`${tmp}/dinfer-upload-${dead}-abc/m/1/model.py`, "");
+    await Deno.mkdir(`${tmp}/dinfer-py-${dead}-abc`);
+    // A running process's folders, and a name that is not the server's, stay.
+    await Deno.mkdir(`${tmp}/dinfer-upload-${Deno.pid}-keep`);
+    await Deno.mkdir(`${tmp}/dinfer-other-${dead}-keep`);
+    const server = await startServerProcess([`--model-repository=${EXAMPLES}`], { env: { TMPDIR: tmp } });
+    try {
+      // (Libraries the server loads put files of their own there too.)
+      const left = [...Deno.readDirSync(tmp)].map((e) => e.name).filter((n) => n.startsWith("dinfer-"))
+        .sort();
+      assert.deepEqual(left, [`dinfer-other-${dead}-keep`, `dinfer-upload-${Deno.pid}-keep`]);
+    } finally {
+      server.child.kill("SIGTERM");
+      await server.output;
     }
+    const stderr = new TextDecoder().decode((await server.output).stderr);
+    assert.match(
+      stderr,
+      /Removed \d+ shared-memory objects and temporary folders of servers no longer running/,
+    );
+  } finally {
+    await Deno.remove(tmp, { recursive: true });
   }
 });
 
