@@ -233,7 +233,8 @@ async function drive(
   statsModel?: string,
   loadPort = port,
 ): Promise<Omit<ScalingPoint, "cores" | "workload" | "server" | "threads">> {
-  const { cpus } = loaders(n, total);
+  // No more load processes than connections (gRPC at N=1 has 4).
+  const cpus = loaders(n, total).cpus.slice(0, Math.max(1, job.connections));
   const startAt = Date.now() + 1500;
   const per = Math.floor(job.connections / cpus.length);
   const extra = job.connections - per * cpus.length;
