@@ -8,14 +8,20 @@
  * Frames larger than a slot, and requests whose parameters JSON cannot carry (64-bit integers), go by
  * `postMessage` instead.
  *
- * A frame: 4 bytes little-endian length of a JSON header, the header, then the tensors' bytes in header
- * order (BYTES tensors as 4-byte length-prefixed elements).
+ * A frame: 4 bytes little-endian length of a JSON header, 4 bytes unused, the header, then the tensors' bytes in
+ * header order (BYTES tensors as 4-byte length-prefixed elements), each starting at a multiple of 8 bytes from
+ * the slot's start. V8 copies between a SharedArrayBuffer and another buffer word by word only where both sides
+ * have the same alignment to 8 bytes, and byte by byte, several times slower, otherwise; so the header and the
+ * tensors lie aligned, tensors are written through `setBytes` (which aligns a source that is not) and read into
+ * views of a slab (aligned, and without a buffer of their own, which costs more than the copy).
  * @module
  */
 
 import { BytesTensor } from "../../core/bytes_tensor.ts";
 import type { Datatype } from "../../core/dtypes.ts";
 import type { ErrorCode } from "../../core/errors.ts";
+import { setBytes } from "../../core/shared_copy.ts";
+import { Slab } from "../../core/slab.ts";
 import type { InferRequest, InferResponse, ParamValue, RequestedOutput, Tensor } from "../../core/types.ts";
 
 /** Slots per listener thread: the most requests one thread has in flight through the channel. */
@@ -67,29 +73,50 @@ export class Channel {
 
   /** Writes a frame into a slot; false when it does not fit. */
   write(slot: number, frame: Frame): boolean {
-    const total = 4 + frame.header.byteLength + frame.bodies.reduce((n, b) => n + b.byteLength, 0);
+    let total = HEADER_AT + frame.header.byteLength;
+    for (const b of frame.bodies) total = align8(total) + b.byteLength;
     if (total > SLOT_BYTES) return false;
     const base = slot * SLOT_BYTES;
     new DataView(this.data.buffer, base, 4).setUint32(0, frame.header.byteLength, true);
-    this.data.set(frame.header, base + 4);
-    let off = base + 4 + frame.header.byteLength;
+    this.data.set(frame.header, base + HEADER_AT);
+    let off = HEADER_AT + frame.header.byteLength;
     for (const b of frame.bodies) {
-      this.data.set(b, off);
+      off = align8(off);
+      setBytes(this.data, b, base + off);
       off += b.byteLength;
     }
     Atomics.store(this.control, this.lengthIndex(slot), total);
     return true;
   }
 
-  /** Reads a slot's frame: its header and a copy of its bodies' bytes. */
+  /**
+   * Reads a slot's frame: its header, and a copy of its bodies' bytes in which each body starts at a multiple of
+   * 8 bytes (`tensorsOf` finds them there).
+   */
   read(slot: number): { header: unknown; bytes: Uint8Array } {
     const base = slot * SLOT_BYTES;
     const total = Atomics.load(this.control, this.lengthIndex(slot));
     const headerLength = new DataView(this.data.buffer, base, 4).getUint32(0, true);
-    const header = JSON.parse(DECODER.decode(this.data.slice(base + 4, base + 4 + headerLength)));
-    const bytes = this.data.slice(base + 4 + headerLength, base + total);
+    // TextDecoder does not read shared memory: the header goes through a plain buffer kept for it.
+    const plain = headerBuffer.subarray(0, headerLength);
+    plain.set(this.data.subarray(base + HEADER_AT, base + HEADER_AT + headerLength));
+    const header = JSON.parse(DECODER.decode(plain));
+    const from = align8(HEADER_AT + headerLength);
+    const bytes = total > from ? READ_SLAB.take(total - from) : new Uint8Array(0);
+    bytes.set(this.data.subarray(base + from, base + total));
     return { header, bytes };
   }
+}
+
+/** Where a frame's header starts in its slot (after its length and 4 unused bytes). */
+const HEADER_AT = 8;
+/** The plain buffer a header is decoded from (no header is larger than a slot). */
+const headerBuffer = new Uint8Array(SLOT_BYTES);
+/** Where the bodies of the frames read are copied. */
+const READ_SLAB = new Slab(256 * 1024);
+
+function align8(n: number): number {
+  return (n + 7) & ~7;
 }
 
 const ENCODER = new TextEncoder();
@@ -123,6 +150,7 @@ function tensorBodies(tensors: readonly Tensor[]): { heads: TensorHeader[]; bodi
 function tensorsOf(heads: readonly TensorHeader[], bytes: Uint8Array): Tensor[] {
   let off = 0;
   return heads.map((h) => {
+    off = align8(off);
     const part = bytes.subarray(off, off + h.b);
     off += h.b;
     const data = h.d === "BYTES"

@@ -317,7 +317,12 @@ export class ListenerThreads {
       seen = bell;
       for (let slot = 0; slot < SLOTS; slot++) {
         const i = channel.stateIndex(slot);
-        if (Atomics.compareExchange(channel.control, i, REQUEST, TAKEN) === REQUEST) {
+        // A load first: a compare-exchange is a locked write to the line even where it fails, and most slots
+        // are not waiting.
+        if (
+          Atomics.load(channel.control, i) === REQUEST &&
+          Atomics.compareExchange(channel.control, i, REQUEST, TAKEN) === REQUEST
+        ) {
           void this.#runSlot(channel, worker, slot, options);
         }
       }
