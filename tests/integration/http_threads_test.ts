@@ -239,6 +239,43 @@ Deno.test("requests answered by HTTP listener threads are counted in the model's
   assert.equal(model.inference_stats.success.count, n);
 });
 
+Deno.test("requests in flight together through a listener thread's channel each get their own answer", async () => {
+  // simple_string (BYTES tensors) runs on the main thread: a listener thread's requests for it cross the channel.
+  await using two = await startTestServer(["--http-thread-count=2"]);
+  const n = 96;
+  const answers = await Promise.all(
+    Array.from({ length: n }, (_, k) =>
+      rawRequest(two.url, {
+        method: "POST",
+        path: "/v2/models/simple_string/infer",
+        body: json({
+          id: `r${k}`,
+          inputs: [
+            { name: "INPUT0", datatype: "BYTES", shape: [1, 16], data: Array(16).fill(String(k)) },
+            {
+              name: "INPUT1",
+              datatype: "BYTES",
+              shape: [1, 16],
+              data: Array.from({ length: 16 }, (_, i) => `${i}`),
+            },
+          ],
+        }),
+      })),
+  );
+  for (const [k, a] of answers.entries()) {
+    assert.equal(a.status, 200);
+    const body = JSON.parse(decoder.decode(a.body)) as {
+      id: string;
+      outputs: { name: string; data: string[] }[];
+    };
+    assert.equal(body.id, `r${k}`);
+    assert.deepEqual(body.outputs.map((o) => [o.name, o.data]), [
+      ["OUTPUT0", Array.from({ length: 16 }, (_, i) => String(k + i))],
+      ["OUTPUT1", Array.from({ length: 16 }, (_, i) => String(k - i))],
+    ]);
+  }
+});
+
 Deno.test("a server with HTTP listener threads finishes requests in flight when it shuts down", async () => {
   const two = await startTestServer(["--http-thread-count=2"]);
   const body = json(SIMPLE_REQUEST);

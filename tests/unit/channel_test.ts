@@ -110,7 +110,7 @@ Deno.test("an answer frame reads back exactly, and an error as its code and mess
 Deno.test("a frame larger than a slot is refused, counting the alignment of its tensors", () => {
   const channel = new Channel(Channel.allocate());
   const frame = (sizes: number[]) => ({
-    header: new TextEncoder().encode("{}"),
+    header: "{}",
     bodies: sizes.map((n) => new Uint8Array(n)),
   });
   // Header at 8, 2 bytes: the body starts at 16.
@@ -119,4 +119,13 @@ Deno.test("a frame larger than a slot is refused, counting the alignment of its 
   // Two bodies: the second starts at the next multiple of 8 after the first.
   assert.equal(channel.write(0, frame([1, SLOT_BYTES - 24])), true);
   assert.equal(channel.write(0, frame([1, SLOT_BYTES - 23])), false);
+});
+
+Deno.test("a header larger than a slot is refused, and the slot then takes the next frame", () => {
+  const channel = new Channel(Channel.allocate());
+  const long = JSON.stringify({ e: { code: "INTERNAL", message: "é".repeat(SLOT_BYTES) } });
+  assert.equal(channel.write(1, { header: long, bodies: [] }), false);
+  assert.equal(channel.write(1, encodeAnswer({ error: { code: "INTERNAL", message: "é" } })!), true);
+  const { header, bytes } = channel.read(1);
+  assert.deepEqual(decodeAnswer(header, bytes), { error: { code: "INTERNAL", message: "é" } });
 });

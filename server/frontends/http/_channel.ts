@@ -29,6 +29,12 @@ export const SLOTS = 128;
 /** Bytes per slot: the largest frame the channel carries. */
 export const SLOT_BYTES = 16 * 1024;
 
+/**
+ * The index in a channel's `control` of the answers' doorbell, rung after every answer: the listener waits on it
+ * alone, not on each slot, so that answers given while it is awake cost no wake-up each.
+ */
+export const ANSWERS = 1 + 2 * SLOTS;
+
 /** Slot states. */
 export const FREE = 0;
 export const REQUEST = 1;
@@ -37,7 +43,10 @@ export const RESPONSE = 3;
 
 /** The shared memory of one channel. */
 export interface ChannelMemory {
-  /** [0]: the doorbell (a counter the listener increments); [1 + s]: the state of slot s; then lengths. */
+  /**
+   * [0]: the requests' doorbell (a counter the listener increments); [1 + s]: the state of slot s; then the
+   * frames' lengths; last, the answers' doorbell (a counter the main thread increments, see `ANSWERS`).
+   */
   control: SharedArrayBuffer;
   /** The slots' bytes. */
   data: SharedArrayBuffer;
@@ -56,7 +65,7 @@ export class Channel {
   /** Allocates the memory of a channel. */
   static allocate(): ChannelMemory {
     return {
-      control: new SharedArrayBuffer(4 * (1 + 2 * SLOTS)),
+      control: new SharedArrayBuffer(4 * (2 + 2 * SLOTS)),
       data: new SharedArrayBuffer(SLOTS * SLOT_BYTES),
     };
   }
@@ -73,13 +82,18 @@ export class Channel {
 
   /** Writes a frame into a slot; false when it does not fit. */
   write(slot: number, frame: Frame): boolean {
-    let total = HEADER_AT + frame.header.byteLength;
+    const base = slot * SLOT_BYTES;
+    // The header is encoded straight into the slot (TextEncoder.encode would make a buffer of its own).
+    const { read, written } = ENCODER.encodeInto(
+      frame.header,
+      this.data.subarray(base + HEADER_AT, base + SLOT_BYTES),
+    );
+    if (read < frame.header.length) return false;
+    let total = HEADER_AT + written;
     for (const b of frame.bodies) total = align8(total) + b.byteLength;
     if (total > SLOT_BYTES) return false;
-    const base = slot * SLOT_BYTES;
-    new DataView(this.data.buffer, base, 4).setUint32(0, frame.header.byteLength, true);
-    this.data.set(frame.header, base + HEADER_AT);
-    let off = HEADER_AT + frame.header.byteLength;
+    new DataView(this.data.buffer, base, 4).setUint32(0, written, true);
+    let off = HEADER_AT + written;
     for (const b of frame.bodies) {
       off = align8(off);
       setBytes(this.data, b, base + off);
@@ -122,9 +136,9 @@ function align8(n: number): number {
 const ENCODER = new TextEncoder();
 const DECODER = new TextDecoder();
 
-/** A frame to write: its JSON header's bytes and the tensors' bytes. */
+/** A frame to write: its JSON header and the tensors' bytes. */
 export interface Frame {
-  header: Uint8Array;
+  header: string;
   bodies: Uint8Array[];
 }
 
@@ -190,7 +204,7 @@ export function encodeRequest(f: RequestFrame): Frame | undefined {
   } catch {
     return undefined;
   }
-  return { header: ENCODER.encode(header), bodies };
+  return { header, bodies };
 }
 
 /** Decodes a request frame. */
@@ -226,14 +240,12 @@ export type Answer = { response: InferResponse } | { error: { code: ErrorCode; m
 
 /** Encodes an answer frame; undefined when JSON cannot carry its parameters. */
 export function encodeAnswer(answer: Answer): Frame | undefined {
-  if ("error" in answer) return { header: ENCODER.encode(JSON.stringify({ e: answer.error })), bodies: [] };
+  if ("error" in answer) return { header: JSON.stringify({ e: answer.error }), bodies: [] };
   const r = answer.response;
   const { heads, bodies } = tensorBodies(r.outputs);
   try {
     return {
-      header: ENCODER.encode(
-        JSON.stringify({ m: r.model, v: r.version, id: r.id, p: r.parameters, o: heads }),
-      ),
+      header: JSON.stringify({ m: r.model, v: r.version, id: r.id, p: r.parameters, o: heads }),
       bodies,
     };
   } catch {

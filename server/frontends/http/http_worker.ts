@@ -34,6 +34,7 @@ import { matchesRestriction, type Restriction } from "../restricted.ts";
 import { ReplicaRunner } from "./_replica_runner.ts";
 import {
   type Answer,
+  ANSWERS,
   Channel,
   decodeAnswer,
   encodeRequest,
@@ -69,6 +70,42 @@ function slotOf(id: number): number {
   return -2 - id;
 }
 
+/** The slots whose answer is awaited, and what wakes each (by slot). */
+const answering: number[] = [];
+const answerWaiters: ((() => void) | undefined)[] = [];
+let watching = false;
+
+/**
+ * Wakes the requests whose answers came, as long as some are awaited: scans the awaited slots, then waits on
+ * the answers' doorbell. One waiter for the channel: the main thread's `Atomics.notify` after an answer that
+ * comes while the thread is awake finds no waiter, and a wake-up finds every answer given meanwhile (an MLP
+ * batch's, 64 of them), where a waiter per slot took a wake-up, a task on this thread's event loop, per answer.
+ * The doorbell is read before the scan, so an answer given after the scan changes it and the wait returns at
+ * once.
+ */
+async function watchAnswers(ch: Channel): Promise<void> {
+  watching = true;
+  try {
+    while (answering.length > 0) {
+      const bell = Atomics.load(ch.control, ANSWERS);
+      for (let k = answering.length - 1; k >= 0; k--) {
+        const slot = answering[k]!;
+        if (Atomics.load(ch.control, ch.stateIndex(slot)) !== RESPONSE) continue;
+        answering[k] = answering[answering.length - 1]!;
+        answering.pop();
+        const wake = answerWaiters[slot];
+        answerWaiters[slot] = undefined;
+        wake?.();
+      }
+      if (answering.length === 0) break;
+      const w = Atomics.waitAsync(ch.control, ANSWERS, bell);
+      if (w.async) await w.value;
+    }
+  } finally {
+    watching = false;
+  }
+}
+
 /**
  * Waits for a slot's answer through the event loop, also when the request is the only one in flight. Blocking
  * the thread with `Atomics.wait` until the answer comes would save the event loop's wake-up, but the thread
@@ -78,14 +115,13 @@ function slotOf(id: number): number {
  * without it (the main thread's CPU per request 77-88 µs against 26-31), and the MLP's batches split (64
  * connections, two threads: mean batches of 10-15 against 18, p99 17-45 ms against 9-12).
  */
-async function waitForAnswer(ch: Channel, slot: number): Promise<void> {
-  const i = ch.stateIndex(slot);
-  for (;;) {
-    const state = Atomics.load(ch.control, i);
-    if (state === RESPONSE) return;
-    const w = Atomics.waitAsync(ch.control, i, state);
-    if (w.async) await w.value;
-  }
+function waitForAnswer(ch: Channel, slot: number): Promise<void> | undefined {
+  if (Atomics.load(ch.control, ch.stateIndex(slot)) === RESPONSE) return undefined;
+  return new Promise((resolve) => {
+    answerWaiters[slot] = resolve;
+    answering.push(slot);
+    if (!watching) void watchAnswers(ch);
+  });
 }
 
 /** Runs a decoded request on the main thread through the shared-memory channel; undefined if it cannot. */
@@ -105,7 +141,8 @@ async function viaChannel(frame: Parameters<typeof encodeRequest>[0]): Promise<A
   Atomics.store(ch.control, ch.stateIndex(slot), REQUEST);
   Atomics.add(ch.control, 0, 1);
   Atomics.notify(ch.control, 0);
-  await waitForAnswer(ch, slot);
+  const answered = waitForAnswer(ch, slot);
+  if (answered) await answered;
   const { header, bytes } = ch.read(slot);
   let answer: Answer;
   if ((header as { pm?: boolean }).pm) {

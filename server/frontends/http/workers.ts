@@ -19,6 +19,7 @@ import { type GrpcFromThread, type GrpcToThread, RemoteCalls, type RemoteMethod 
 import type { GrpcThreadOptions, ThreadMethod } from "../grpc/thread.ts";
 import {
   type Answer,
+  ANSWERS,
   Channel,
   type ChannelMemory,
   decodeRequest,
@@ -352,10 +353,11 @@ export class ListenerThreads {
         ? { op: "error", id, code: answer.error.code, message: answer.error.message }
         : { op: "inferred", id, response: answer.response };
       worker.postMessage(reply, "response" in answer ? outputBuffers(answer.response) : []);
-      channel.write(slot, { header: new TextEncoder().encode('{"pm":true}'), bodies: [] });
+      channel.write(slot, { header: '{"pm":true}', bodies: [] });
     }
     Atomics.store(channel.control, channel.stateIndex(slot), RESPONSE);
-    Atomics.notify(channel.control, channel.stateIndex(slot));
+    Atomics.add(channel.control, ANSWERS, 1);
+    Atomics.notify(channel.control, ANSWERS);
   }
 
   async #serve(worker: Worker, msg: FromWorker, options: ListenerThreadsOptions) {
