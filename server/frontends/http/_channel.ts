@@ -126,8 +126,12 @@ export class Channel {
 const HEADER_AT = 8;
 /** The plain buffer a header is decoded from (no header is larger than a slot). */
 const headerBuffer = new Uint8Array(SLOT_BYTES);
-/** Where the bodies of the frames read are copied. */
-const READ_SLAB = new Slab(256 * 1024);
+/**
+ * Where the bodies of the frames read are copied: slabs of one slot's size, so that a view held long (an
+ * answer a slow client reads) keeps no more memory than a frame of its own would at most; a body over a quarter
+ * of it is a buffer of its own.
+ */
+const READ_SLAB = new Slab(SLOT_BYTES);
 
 function align8(n: number): number {
   return (n + 7) & ~7;
