@@ -510,7 +510,8 @@ export function render(result: ScalingResult): string {
             l.pinned ? "on cores of their own" : "sharing the server's cores"
           }`
         ).join("; ")
-      }. "cores busy" is the server's CPU time over the window divided by its length.`,
+      } (at most one per connection: gRPC's 4 connections at N=1 take 4). "cores busy" is the server's CPU time ` +
+      `over the window divided by its length.`,
     "",
   );
   /** Each point's rate, its ratio to `base` (default: the same server) at the fewest cores, and cores busy. */
