@@ -35,6 +35,13 @@ const PICK_FROM: { low: number; high: number } | undefined = (() => {
   }
 })();
 
+/** A process id that is not running (a process that has exited). */
+export async function deadPid(): Promise<number> {
+  const child = new Deno.Command("true").spawn();
+  await child.status;
+  return child.pid;
+}
+
 /**
  * Ports that were free a moment ago (bound, then closed), for servers started as processes: random ones below
  * the kernel's range for outgoing connections (see {@linkcode PICK_FROM}), else ones the kernel gives.

@@ -13,6 +13,7 @@ import type { ServerConfig } from "../../server/config.ts";
 import { Logger } from "../../server/logging.ts";
 import { startServer, StartupError } from "../../server/server.ts";
 import {
+  deadPid,
   EXAMPLES,
   FIXTURES,
   freePorts,
@@ -64,13 +65,6 @@ function listening(port: number): boolean {
   } catch {
     return true;
   }
-}
-
-/** A process id that is not running (a process that has exited). */
-async function deadPid(): Promise<number> {
-  const child = new Deno.Command("true").spawn();
-  await child.status;
-  return child.pid;
 }
 
 Deno.test("a start-up removes the folders of servers that no longer run, and only those", async () => {

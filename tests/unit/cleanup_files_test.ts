@@ -6,13 +6,7 @@
 
 import assert from "node:assert/strict";
 import { removeOwnFiles, removeStaleFiles } from "../../server/cleanup.ts";
-
-/** A process id that is not running (a process that has exited). */
-async function deadPid(): Promise<number> {
-  const child = new Deno.Command("true").spawn();
-  await child.status;
-  return child.pid;
-}
+import { deadPid } from "../helpers.ts";
 
 /** Two folders standing for /dev/shm and the temporary folder, with files of a dead process, this one and others. */
 async function layout(dead: number): Promise<{ shm: string; tmp: string }> {
