@@ -506,6 +506,12 @@ function backendSettings(values: string[]): Record<string, Record<string, string
   for (const entry of values) {
     const m = /^(?:([^,=]+),)?([^,=]+)=(.*)$/.exec(entry);
     if (!m) throw new CliError(`Bad value '${entry}' for --backend-config: expected <backend>,<key>=<value>`);
+    // The listener threads' copy limit (frontends/http/replicas.ts, copyMaxBytes).
+    if (m[1] === "onnxruntime" && m[2] === "thread-copy-max-bytes" && !/^\d{1,15}$/.test(m[3]!)) {
+      throw new CliError(
+        `Bad value '${entry}' for --backend-config: thread-copy-max-bytes takes a number of bytes`,
+      );
+    }
     (settings[m[1] ?? ""] ??= {})[m[2]!] = m[3]!;
   }
   return settings;

@@ -56,6 +56,11 @@ export interface InstanceContext {
    * a time (else one arrives while another is inside a model: others wait behind each).
    */
   arrivals?: Pick<ArrivalCounter, "alone">;
+  /**
+   * The instance is an HTTP listener thread's copy of a version (frontends/http/replicas.ts): it runs on that
+   * thread, with one intra-op thread unless the config sets them.
+   */
+  copy?: boolean;
 }
 
 /** One model instance: executes whole batches. */

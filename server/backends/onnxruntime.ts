@@ -1410,6 +1410,8 @@ export function mainSessionOptions(
 /** Opens the session of one instance: on a worker thread or the server's, through libortshim, the native binding or the public API. */
 async function openRunner(config: ModelConfig, ctx: InstanceContext): Promise<SessionRunner> {
   const options = sessionOptions(config);
+  // A listener thread's copy runs where the thread reads its requests, as the other threads' copies do theirs.
+  if (ctx.copy) return await openMainRunner(modelPathOf(ctx), withIntraOpThreads(options, 1));
   const bytes = await fileBytes(modelPathOf(ctx));
   if (instanceThread(config, ctx.backendConfig, bytes) === "worker") {
     let worker: WorkerRunner;

@@ -238,3 +238,53 @@ replicaTest(
     assert.equal((await stats(two.url)).inference_count, ROUNDS);
   },
 );
+
+/** The MLP of bench/models (a 7 MB file, dynamic batching: its instances run on worker threads). */
+async function mlpRepo(): Promise<string> {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
+  const from = new URL("../../bench/models/mlp", import.meta.url).pathname;
+  await Deno.mkdir(`${repo}/mlp/1`, { recursive: true });
+  await Deno.copyFile(`${from}/config.pbtxt`, `${repo}/mlp/config.pbtxt`);
+  await Deno.copyFile(`${from}/1/model.onnx`, `${repo}/mlp/1/model.onnx`);
+  return repo;
+}
+
+replicaTest(
+  "with thread-copy-max-bytes a larger model, whose instances run on worker threads, runs on the listener threads too",
+  async (repo, log) => {
+    const flags = [`--model-repository=${repo}`];
+    const body = {
+      inputs: [{
+        name: "input",
+        datatype: "FP32",
+        shape: [1, 784],
+        data: Array.from({ length: 784 }, (_, i) => (i % 13) / 13),
+      }],
+    };
+    // Without the setting the model is too big to copy.
+    const plainLog = await Deno.makeTempFile();
+    try {
+      await using plain = await twoThreads(plainLog, flags);
+      assert.equal((await infer(plain.url, body, "mlp")).status, 200);
+      assert.doesNotMatch(await Deno.readTextFile(plainLog), /Listener threads run requests of/);
+    } finally {
+      await Deno.remove(plainLog);
+    }
+    await using one = await startTestServer([...flags, "--http-thread-count=1"]);
+    await using two = await twoThreads(log, [
+      ...flags,
+      "--backend-config=onnxruntime,thread-copy-max-bytes=16777216",
+    ]);
+    assert.match(await Deno.readTextFile(log), /Listener threads run requests of mlp\/1 themselves\n/);
+    const expected = await infer(one.url, body, "mlp");
+    assert.equal(expected.status, 200, expected.body);
+    const logits = (JSON.parse(expected.body) as { outputs: { name: string; data: number[] }[] }).outputs;
+    assert.deepEqual(logits.map((o) => [o.name, o.data.length]), [["logits", 10]]);
+    for (let i = 0; i < ROUNDS; i++) assert.deepEqual(await infer(two.url, body, "mlp"), expected);
+    const s = await stats(two.url, "mlp");
+    assert.equal(s.inference_count, ROUNDS);
+    assert.equal(s.inference_stats.success!.count, ROUNDS);
+    assert.equal(s.inference_stats.fail!.count, 0);
+  },
+  mlpRepo,
+);

@@ -236,6 +236,19 @@ Deno.test("--backend-config parses <backend>,<key>=<value> and global <key>=<val
   });
 });
 
+Deno.test("--backend-config=onnxruntime,thread-copy-max-bytes takes a number of bytes", () => {
+  assertEquals(
+    parse(["--backend-config=onnxruntime,thread-copy-max-bytes=16777216"]).backends.settings,
+    { onnxruntime: { "thread-copy-max-bytes": "16777216" } },
+  );
+  for (const bad of ["", "16M", "-1", "1.5", "1e6"]) {
+    fails(
+      [`--backend-config=onnxruntime,thread-copy-max-bytes=${bad}`],
+      `Bad value 'onnxruntime,thread-copy-max-bytes=${bad}' for --backend-config: thread-copy-max-bytes takes a number of bytes`,
+    );
+  }
+});
+
 Deno.test("a later --backend-config for the same key wins", () => {
   const o = parse(["--backend-config=onnxruntime,k=1", "--backend-config=onnxruntime,k=2"]);
   assertEquals(o.backends.settings, { onnxruntime: { k: "2" } });

@@ -98,6 +98,7 @@ export class ReplicaRunner {
         instanceName: `${config.name}_http`,
         kind: "KIND_CPU",
         deviceId: 0,
+        copy: true,
       });
       if (!await same()) throw new Error(`'${context.modelPath}' changed while the copy opened`);
       const stats = new SharedVersionStats(new Float64Array(cells), config.name, String(context.version));

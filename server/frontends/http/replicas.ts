@@ -13,6 +13,12 @@
  * about to unload is first taken out of the tables, and its copies closed, on every thread (ModelVersion
  * awaits `withdraw`), so that no thread runs a request on it after it has unloaded. Requests that the server
  * traces, logs verbosely or times in latency summaries keep going to the main thread.
+ *
+ * `--backend-config=onnxruntime,thread-copy-max-bytes=N` copies bigger versions too: any whose folder holds
+ * under N bytes, also those whose instances run on worker threads (the MLP of bench/models), each copy running
+ * on its listener thread with one intra-op thread unless the config sets them. Then no request that a listener
+ * thread reads for such a model passes through the main thread, at the cost of one more session of the model
+ * per thread that serves it.
  * @module
  */
 
@@ -44,8 +50,21 @@ export type ReplicaMessage =
   /** Where the thread counts the requests it runs itself (cell `index` of an Int32Array). */
   | { op: "replica-served"; id: -1; cells: SharedArrayBuffer; index: number };
 
-/** The most bytes a version folder may hold for the listener threads to copy the version. */
+/** The most bytes a version folder may hold for the listener threads to copy the version, by default. */
 const MAX_COPY_BYTES = 1 << 20;
+
+/**
+ * `--backend-config=onnxruntime,thread-copy-max-bytes=N`: the listener threads copy every version (that the
+ * other conditions allow) whose folder holds under N bytes, wherever its instances run, each copy on its thread
+ * with one intra-op thread unless the config sets them; undefined where not set (then only small models whose
+ * instances run on the main thread are copied).
+ * @param backendConfig the ONNX Runtime backend's settings
+ */
+function copyMaxBytes(backendConfig: Record<string, string>): number | undefined {
+  // server/cli.ts checks the value.
+  const v = backendConfig["thread-copy-max-bytes"];
+  return v === undefined ? undefined : Number(v);
+}
 
 /**
  * Whether a version may run on the listener threads (see the module's documentation).
@@ -62,6 +81,8 @@ export function replicable(mv: ModelVersion): boolean {
   if ([...sig.inputs, ...sig.outputs].some((t) => t.datatype === "BYTES")) return false;
   // The whole version folder counts: ONNX Runtime reads external data files beside the model file, and each
   // thread would hold its own copy of them.
+  const limit = copyMaxBytes(source.context.backendConfig);
+  if (limit !== undefined) return folderBytes(source.context.versionDir, limit) < limit;
   const bytes = folderBytes(source.context.versionDir, MAX_COPY_BYTES);
   if (bytes >= MAX_COPY_BYTES || source.file.size >= WORKER_MIN_MODEL_BYTES) return false;
   try {
