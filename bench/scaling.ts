@@ -9,7 +9,8 @@
  *   (bench/peer_onnx_server.ts: one JavaScript thread); and the peer run as N processes on one port
  *   (SO_REUSEPORT, one ONNX Runtime intra-op thread each), as a user would run it on N cores.
  * - The MLP 784-1024-1024-10 (bench/models/mlp, dynamic batching), single-sample binary requests, 32·N
- *   connections (at least 64): dinfer with N, half as many and one HTTP thread; the batching floor
+ *   connections (at least 64): dinfer with N, half as many and one HTTP thread; from 2 cores, dinfer with
+ *   N/2 threads (2 at least) that run copies of the model themselves (`thread-copy-max-bytes`); the batching floor
  *   (bench/mlp_floor_server.ts: dinfer's design with nothing else, its worker's ONNX Runtime with N-1 intra-op
  *   threads that do not spin, as dinfer's worker has by default); ONNX Runtime in-process at batch 64 on the
  *   same cores, the model's own limit.
@@ -47,6 +48,8 @@ const RESULTS = `${ROOT}bench/RESULTS.md`;
 const MODELS = `${ROOT}bench/models`;
 const START = "<!-- scaling:start -->";
 const END = "<!-- scaling:end -->";
+/** `thread-copy-max-bytes` of the `dinfer-copies` points: more than the MLP's folder holds. */
+const COPY_BYTES = 64 << 20;
 /** Load-generator processes at most. */
 const MAX_LOADERS = 8;
 
@@ -424,8 +427,10 @@ async function measureCores(
       add({ cores: n, workload, server, threads, ...p });
     });
   };
-  const dinfer = (repo: string, threads: number) =>
-    startChildServer([], [`--model-repository=${repo}`, `--http-thread-count=${threads}`], { prefix });
+  const dinfer = (repo: string, threads: number, extra: string[] = []) =>
+    startChildServer([], [`--model-repository=${repo}`, `--http-thread-count=${threads}`, ...extra], {
+      prefix,
+    });
 
   if (opts.workloads.includes("simple")) {
     for (const threads of threadCounts(n)) {
@@ -471,6 +476,14 @@ async function measureCores(
   if (opts.workloads.includes("mlp")) {
     for (const threads of threadCounts(n)) {
       await measure([await dinfer(MODELS, threads)], "mlp", dinferName(threads, n), threads);
+    }
+    if (n > 1) {
+      // The listener threads with copies of the model (see the README's HTTP threads), N/2 of them, two at least.
+      const threads = Math.max(2, Math.floor(n / 2));
+      const copies = await dinfer(MODELS, threads, [
+        `--backend-config=onnxruntime,thread-copy-max-bytes=${COPY_BYTES}`,
+      ]);
+      await measure([copies], "mlp", "dinfer-copies", threads);
     }
     // The batching floor, its worker's ONNX Runtime with as many intra-op threads as dinfer's worker takes.
     const floor = await startChildServer([], [
@@ -570,6 +583,13 @@ export function render(result: ScalingResult): string {
     "",
     ...dinferRows("mlp"),
   );
+  if (result.points.some((p) => p.server === "dinfer-copies")) {
+    lines.push(
+      `| dinfer, N/2 HTTP threads (2 at least) with copies of the model (thread-copy-max-bytes) | ${
+        scaled("mlp", "dinfer-copies", "dinfer").join(" | ")
+      } |`,
+    );
+  }
   lines.push(
     `| batching floor (bench/mlp_floor_server.ts, N-1 intra-op threads) | ${
       scaled("mlp", "floor").join(" | ")
