@@ -72,6 +72,8 @@ export interface MlpResult {
   unbatched: MlpPoint;
   /** The same load with the server's HTTP side on two threads (`--http-thread-count=2`). */
   batchedTwoThreads: MlpPoint;
+  /** Two threads, the listener thread running a copy of the model (`thread-copy-max-bytes`). */
+  batchedTwoThreadsCopies: MlpPoint;
   /**
    * The same load with the instance on the server's main thread (`--backend-config=onnxruntime,
    * instance-thread=main`), as dynamic-batching models ran before they got a worker thread by default.
@@ -256,7 +258,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
   const expected = await expectedLogits();
   const server = await startServer();
   let batched: MlpPoint, unbatched: MlpPoint, empty: EmptyPoint, batchedTwoThreads: MlpPoint, bare: MlpPoint;
-  let batchedMainThread: MlpPoint;
+  let batchedMainThread: MlpPoint, batchedTwoThreadsCopies: MlpPoint;
   const runOn = (s: ChildServer, model: string) =>
     leastDisturbed(
       () => loadOnce(s, { model, connections: CONNECTIONS, durationS, warmupS, expected }),
@@ -274,6 +276,15 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     batchedTwoThreads = await runOn(twoThreads, "mlp");
   } finally {
     await twoThreads.stop();
+  }
+  const copies = await startServer([
+    "--http-thread-count=2",
+    `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`,
+  ]);
+  try {
+    batchedTwoThreadsCopies = await runOn(copies, "mlp");
+  } finally {
+    await copies.stop();
   }
   const mainThread = await startServer(["--backend-config=onnxruntime,instance-thread=main"]);
   try {
@@ -318,6 +329,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     batched,
     unbatched,
     batchedTwoThreads,
+    batchedTwoThreadsCopies,
     batchedMainThread,
     bare,
     empty,
@@ -445,6 +457,7 @@ export function mlpMarkdown(r: MlpResult): string {
   const errors = [
     b,
     r.batchedTwoThreads,
+    r.batchedTwoThreadsCopies,
     r.batchedMainThread,
     r.unbatched,
     r.bare,
@@ -483,6 +496,7 @@ it; a point above ${DISTURBED_PCT}% is measured again, up to 3 times, and the le
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 ${row("mlp (dynamic batching)", b)}
 ${row("mlp, 2 HTTP threads", r.batchedTwoThreads)}
+${row("mlp, 2 HTTP threads with copies", r.batchedTwoThreadsCopies)}
 ${row("mlp, instance on the main thread", r.batchedMainThread)}
 ${row("mlp_nobatch", r.unbatched)}
 ${row("bare exchange (no model)", r.bare)}
@@ -499,9 +513,9 @@ dynamic batching: **${(b.load.rate / combined).toFixed(2)}** of it at the point 
     rounds === undefined ? "" : `, **${(rounds / combined).toFixed(2)}** at the median of the rounds below`
   } (target ≥ 0.8: ${(rounds ?? b.load.rate) / combined >= 0.8 ? "met" : "**not met**"}${
     floorRate === undefined ? "" : `; the batching floor below: **${(floorRate / combined).toFixed(2)}**`
-  }); with two HTTP threads: **${
-    (r.batchedTwoThreads.load.rate / combined).toFixed(2)
-  }**; with the instance on
+  }); with two HTTP threads: **${(r.batchedTwoThreads.load.rate / combined).toFixed(2)}**, and **${
+    (r.batchedTwoThreadsCopies.load.rate / combined).toFixed(2)
+  }** with the listener thread running a copy of the model (\`--backend-config=onnxruntime,thread-copy-max-bytes=...\`); with the instance on
 the main thread (\`--backend-config=onnxruntime,instance-thread=main\`, the default before instances of
 dynamic-batching models got a worker thread): **${(r.batchedMainThread.load.rate / combined).toFixed(2)}**.
 ${peerMarkdown(r, combined)}

@@ -57,6 +57,10 @@ let VARIANTS: { name: string; args: string[]; script?: string }[] = [
     args: ["--backend-config=onnxruntime,instance-thread=main"],
   },
   { name: "dinfer, 2 HTTP threads", args: ["--http-thread-count=2"] },
+  {
+    name: "dinfer, 2 HTTP threads with copies of the model",
+    args: ["--http-thread-count=2", `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`],
+  },
   { name: "hand-written peer", args: [], script: "bench/mlp_peer_server.ts" },
   {
     name: "hand-written peer, 1 intra-op thread",
