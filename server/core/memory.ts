@@ -21,6 +21,11 @@ export interface ReclaimOptions {
   reclaim?: () => void;
   /** How many inference requests have arrived so far (the server passes its ArrivalCounter's total). */
   arrivals: () => number;
+  /**
+   * Also reclaim at the first look that finds the process idle, whatever it grew by: what the start left
+   * (module compilation, model loading) is garbage by then.
+   */
+  afterStart?: boolean;
 }
 
 type Gc = (options?: { type: "major"; execution: "sync" }) => void;
@@ -99,6 +104,8 @@ export class MemoryReclaimer {
   #wait = 0;
   /** The last wait set after a reclaim that left the RSS high (0: the last reclaim brought it back). */
   #backoff = 0;
+  /** Whether the first idle look reclaims (see ReclaimOptions.afterStart) and has not yet. */
+  #afterStart: boolean;
 
   /** @param options interval, growth threshold, and the readings tests replace */
   constructor(options: ReclaimOptions) {
@@ -109,6 +116,7 @@ export class MemoryReclaimer {
     this.#arrivals = options.arrivals;
     this.#floor = this.#rss();
     this.#lastArrivals = this.#arrivals();
+    this.#afterStart = options.afterStart ?? false;
   }
 
   /** How many times memory was reclaimed. */
@@ -141,6 +149,13 @@ export class MemoryReclaimer {
     this.#lastArrivals = arrivals;
     const rss = this.#rss();
     if (rss < this.#floor) this.#floor = rss;
+    if (!busy && this.#afterStart) {
+      this.#afterStart = false;
+      this.#reclaim();
+      this.#reclaims++;
+      this.#floor = Math.min(this.#floor, this.#rss());
+      return true;
+    }
     if (busy || rss <= this.#floor + this.#growth) return false;
     if (this.#wait > 0) {
       this.#wait--;

@@ -3,11 +3,12 @@ import { MAX_BACKOFF_LOOKS, MemoryReclaimer, reclaimMemory } from "../../server/
 
 const MB = 2 ** 20;
 
-function fake(rss: number[]) {
+function fake(rss: number[], afterStart = false) {
   let arrivals = 0;
   let reclaimed = 0;
   const state = { rss: rss[0]!, arrive: () => arrivals++, reclaimed: () => reclaimed };
   const reclaimer = new MemoryReclaimer({
+    afterStart,
     growthBytes: 16 * MB,
     rss: () => state.rss,
     arrivals: () => arrivals,
@@ -30,6 +31,20 @@ Deno.test("memory reclaimer reclaims at the first idle look once RSS grew past t
   // Nothing grew since: no second reclaim.
   assert.equal(reclaimer.check(), false);
   assert.equal(reclaimer.reclaims, 1);
+});
+
+Deno.test("with afterStart the first idle look reclaims whatever the growth, and its result is the level", () => {
+  const { reclaimer, state } = fake([130 * MB, 116 * MB], true);
+  state.arrive();
+  assert.equal(reclaimer.check(), false); // requests arrived since the start: not idle yet
+  assert.equal(reclaimer.check(), true); // idle: the start's garbage goes, though it did not grow
+  assert.equal(state.rss, 116 * MB);
+  assert.equal(reclaimer.reclaims, 1);
+  assert.equal(reclaimer.check(), false); // once only
+  // Growth is measured from the level after that reclaim: 116 + 16 MB.
+  state.rss = 140 * MB;
+  assert.equal(reclaimer.check(), true);
+  assert.equal(reclaimer.reclaims, 2);
 });
 
 Deno.test("memory reclaimer leaves growth under the threshold alone", () => {

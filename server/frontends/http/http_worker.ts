@@ -32,6 +32,7 @@ import { handlerFailed, receiveBody, type ResilientServer, serveResilient } from
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
 import { ReplicaRunner } from "./_replica_runner.ts";
+import { reclaimMemory } from "../../core/memory.ts";
 import {
   type Answer,
   ANSWERS,
@@ -359,6 +360,9 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
           });
         },
       );
+      return;
+    case "reclaim":
+      reclaimMemory();
       return;
     case "stop":
       void Promise.all([server?.shutdown(), grpcServer?.shutdown()]).then(() => replicas.closeAll()).then(

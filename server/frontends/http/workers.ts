@@ -42,6 +42,8 @@ export type ToWorker =
     grpc: GrpcThreadOptions | undefined;
   }
   | { op: "stop"; id: -1 }
+  /** Collect the thread's garbage and give free memory back (the main thread's MemoryReclaimer, idle). */
+  | { op: "reclaim"; id: -1 }
   | { op: "inferred"; id: number; response: InferResponse }
   | { op: "error"; id: number; code: ErrorCode; message: string }
   | { op: "http"; id: number; status: number; headers: [string, string][]; body: Uint8Array | null }
@@ -295,6 +297,12 @@ export class ListenerThreads {
    */
   post(thread: number, msg: ReplicaMessage): void {
     this.#workers[thread]?.postMessage(msg satisfies ToWorker);
+  }
+
+  /** Asks every thread to collect its garbage and give free memory back (it does so on its own thread). */
+  reclaim(): void {
+    if (this.#stopped) return;
+    for (const w of this.#workers) w.postMessage({ op: "reclaim", id: -1 } satisfies ToWorker);
   }
 
   /**
