@@ -567,9 +567,9 @@ function serveMetrics(
 
 /**
  * An idle server gives back what its start left and what a burst of requests grew it by (see core/memory.ts),
- * on every thread: each listener thread collects its own garbage when asked. With the MLP and `simple` loaded,
- * the first reclaim took the idle RSS from 129-132 MB to 115-116 (one thread; 2 cores, 2026-11-28) and each
- * listener thread's share from about 27 MB to 18.
+ * on every thread: each listener thread collects its own garbage when asked. With the bundled models, the
+ * first reclaim took the idle RSS from 129-132 MB to 116-118 (one thread; 2 cores, 2026-11-28) and each
+ * listener thread's share from about 27 MB to 17.
  */
 function reclaimIdleMemory(s: Startup, registry: ModelRegistry, threads: ListenerThreads | undefined): void {
   const reclaimer = new MemoryReclaimer({
