@@ -18,7 +18,7 @@
  * under N bytes, also those whose instances run on worker threads (the MLP of bench/models), each copy running
  * on its listener thread with one intra-op thread unless the config sets them. Then no request that a listener
  * thread reads for such a model passes through the main thread, at the cost of one more session of the model
- * per thread that serves it.
+ * per thread that serves it, and of the thread's other connections waiting while a copy runs a batch.
  * @module
  */
 
