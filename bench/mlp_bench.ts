@@ -257,8 +257,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
   const best = inProc.reduce((a, b) => (b.rate > a.rate ? b : a));
   const expected = await expectedLogits();
   const server = await startServer();
-  let batched: MlpPoint, unbatched: MlpPoint, empty: EmptyPoint, batchedTwoThreads: MlpPoint, bare: MlpPoint;
-  let batchedMainThread: MlpPoint, batchedTwoThreadsCopies: MlpPoint;
+  let batched: MlpPoint, unbatched: MlpPoint, empty: EmptyPoint, bare: MlpPoint;
   const runOn = (s: ChildServer, model: string) =>
     leastDisturbed(
       () => loadOnce(s, { model, connections: CONNECTIONS, durationS, warmupS, expected }),
@@ -271,27 +270,21 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
   } finally {
     await server.stop();
   }
-  const twoThreads = await startServer(["--http-thread-count=2"]);
-  try {
-    batchedTwoThreads = await runOn(twoThreads, "mlp");
-  } finally {
-    await twoThreads.stop();
-  }
-  const copies = await startServer([
+  /** The MLP on a server of its own with these flags. */
+  const mlpWith = async (flags: string[]) => {
+    const s = await startServer(flags);
+    try {
+      return await runOn(s, "mlp");
+    } finally {
+      await s.stop();
+    }
+  };
+  const batchedTwoThreads = await mlpWith(["--http-thread-count=2"]);
+  const batchedTwoThreadsCopies = await mlpWith([
     "--http-thread-count=2",
     `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`,
   ]);
-  try {
-    batchedTwoThreadsCopies = await runOn(copies, "mlp");
-  } finally {
-    await copies.stop();
-  }
-  const mainThread = await startServer(["--backend-config=onnxruntime,instance-thread=main"]);
-  try {
-    batchedMainThread = await runOn(mainThread, "mlp");
-  } finally {
-    await mainThread.stop();
-  }
+  const batchedMainThread = await mlpWith(["--backend-config=onnxruntime,instance-thread=main"]);
   const bareServer = await startServer([], "bench/mlp_bare_server.ts");
   try {
     bare = await runOn(bareServer, "mlp");
