@@ -288,3 +288,54 @@ replicaTest(
   },
   mlpRepo,
 );
+
+replicaTest(
+  "requests in flight together on copies of a larger model are batched and each gets its own answer",
+  async (repo, log) => {
+    const flags = [`--model-repository=${repo}`];
+    const n = 48;
+    const body = (k: number) => ({
+      id: `r${k}`,
+      inputs: [{
+        name: "input",
+        datatype: "FP32",
+        shape: [1, 784],
+        data: Array.from({ length: 784 }, (_, i) => ((i * (k + 1)) % 17) / 17),
+      }],
+    });
+    const logitsOf = (a: { status: number; body: string }) => {
+      assert.equal(a.status, 200, a.body);
+      return (JSON.parse(a.body) as { outputs: { data: number[] }[] }).outputs[0]!.data;
+    };
+    // One at a time on a server with one thread: each request a batch of its own.
+    const expected: number[][] = [];
+    {
+      await using one = await startTestServer([...flags, "--http-thread-count=1"]);
+      for (let k = 0; k < n; k++) expected.push(logitsOf(await infer(one.url, body(k), "mlp")));
+    }
+    await using two = await twoThreads(log, [
+      ...flags,
+      "--backend-config=onnxruntime,thread-copy-max-bytes=16777216",
+    ]);
+    // A first round opens the listener thread's copy; the second runs on it, the requests batched together.
+    for (let round = 0; round < 2; round++) {
+      const answers = await Promise.all(Array.from({ length: n }, (_, k) => infer(two.url, body(k), "mlp")));
+      for (const [k, a] of answers.entries()) {
+        assert.equal((JSON.parse(a.body) as { id: string }).id, `r${k}`);
+        const got = logitsOf(a);
+        // Batched, the sums may round differently in the last places; another request's logits differ by far
+        // more.
+        for (const [i, v] of got.entries()) {
+          assert.ok(
+            Math.abs(v - expected[k]![i]!) <= 1e-4 * Math.max(1, Math.abs(expected[k]![i]!)),
+            `request ${k}`,
+          );
+        }
+      }
+    }
+    const s = await stats(two.url, "mlp");
+    assert.equal(s.inference_count, 2 * n);
+    assert.ok(s.execution_count < 2 * n, `${s.execution_count} executions for ${2 * n} requests`);
+  },
+  mlpRepo,
+);
