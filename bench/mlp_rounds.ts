@@ -61,6 +61,14 @@ let VARIANTS: { name: string; args: string[]; script?: string }[] = [
     name: "dinfer, 2 HTTP threads with copies of the model",
     args: ["--http-thread-count=2", `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`],
   },
+  {
+    name: "dinfer, 2 HTTP threads with copies of the model, instance on the main thread",
+    args: [
+      "--http-thread-count=2",
+      `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`,
+      "--backend-config=onnxruntime,instance-thread=main",
+    ],
+  },
   { name: "hand-written peer", args: [], script: "bench/mlp_peer_server.ts" },
   {
     name: "hand-written peer, 1 intra-op thread",
