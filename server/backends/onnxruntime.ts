@@ -1335,6 +1335,23 @@ export function instanceThread(
 }
 
 /**
+ * The config parameter `thread_copy_max_bytes`: for this model, what `--backend-config=onnxruntime,
+ * thread-copy-max-bytes=N` says for all (the listener threads copy a version whose folder holds under N bytes,
+ * see frontends/http/replicas.ts); undefined where the config does not set it. Checked when the model loads.
+ * @param config the model config
+ */
+export function threadCopyParameter(config: ModelConfig): number | undefined {
+  const v = config.parameters?.thread_copy_max_bytes?.string_value;
+  if (v === undefined || v === "") return undefined;
+  if (!/^\d{1,15}$/.test(v)) {
+    throw invalidArg(
+      `Cannot load '${config.name}': thread_copy_max_bytes is '${v}', expected a number of bytes`,
+    );
+  }
+  return Number(v);
+}
+
+/**
  * Maps a shape onto target dims of the same element count (config `reshape`), keeping the batch dim and
  * resolving one -1.
  */
@@ -1462,6 +1479,7 @@ export const onnxRuntimeBackend: Backend = {
         `Cannot load '${config.name}': instance group kind KIND_GPU is not supported by the CPU build of ONNX Runtime, use KIND_CPU`,
       );
     }
+    threadCopyParameter(config);
     const runner = await openRunner(config, ctx);
     try {
       await checkModelIo(config, runner, modelPathOf(ctx));

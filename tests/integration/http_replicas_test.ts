@@ -290,6 +290,47 @@ replicaTest(
 );
 
 replicaTest(
+  "the config parameter thread_copy_max_bytes copies one larger model; a bad value fails its load",
+  async (repo, log) => {
+    const config = await Deno.readTextFile(`${repo}/mlp/config.pbtxt`);
+    const withCopies = (value: string) =>
+      Deno.writeTextFile(
+        `${repo}/mlp/config.pbtxt`,
+        `${config}\nparameters { key: "thread_copy_max_bytes" value: { string_value: "${value}" } }\n`,
+      );
+    await withCopies("16777216");
+    {
+      await using two = await twoThreads(log, [`--model-repository=${repo}`]);
+      assert.match(await Deno.readTextFile(log), /Listener threads run requests of mlp\/1 themselves\n/);
+    }
+    // Too small for the model's folder: no copy.
+    await withCopies("1000000");
+    const small = await Deno.makeTempFile();
+    try {
+      await using two = await twoThreads(small, [`--model-repository=${repo}`]);
+      assert.doesNotMatch(await Deno.readTextFile(small), /Listener threads run requests of/);
+    } finally {
+      await Deno.remove(small);
+    }
+    await withCopies("16 MB");
+    const bad = await Deno.makeTempFile();
+    try {
+      await using two = await twoThreads(bad, [
+        `--model-repository=${repo}`,
+        "--model-control-mode=explicit",
+      ]);
+      const res = await fetch(`${two.url}/v2/repository/models/mlp/load`, { method: "POST" });
+      const body = await res.json() as { error: string };
+      assert.equal(res.status, 400);
+      assert.match(body.error, /thread_copy_max_bytes is '16 MB', expected a number of bytes/);
+    } finally {
+      await Deno.remove(bad);
+    }
+  },
+  mlpRepo,
+);
+
+replicaTest(
   "requests in flight together on copies of a larger model are batched and each gets its own answer",
   async (repo, log) => {
     const flags = [`--model-repository=${repo}`];

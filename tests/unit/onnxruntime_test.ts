@@ -9,6 +9,7 @@ import {
   mainSessionOptions,
   onnxRuntimeBackend,
   sessionOptions,
+  threadCopyParameter,
   WORKER_MIN_MODEL_BYTES,
   workerIntraOpThreads,
 } from "../../server/backends/onnxruntime.ts";
@@ -640,6 +641,23 @@ Deno.test("instance_thread comes from the config parameter, then the backend con
       message: "Cannot load 'add_sub_fp32_nobatch': instance_thread is 'gpu', expected 'main' or 'worker'",
     },
   );
+});
+
+Deno.test("thread_copy_max_bytes is a number of bytes, or not set", () => {
+  const config = addSubConfig();
+  assertEquals(threadCopyParameter(config), undefined);
+  config.parameters = { thread_copy_max_bytes: { string_value: "" } };
+  assertEquals(threadCopyParameter(config), undefined);
+  config.parameters = { thread_copy_max_bytes: { string_value: "16777216" } };
+  assertEquals(threadCopyParameter(config), 16777216);
+  for (const bad of ["16M", "-1", "1.5", " 8"]) {
+    config.parameters = { thread_copy_max_bytes: { string_value: bad } };
+    assertThrows(() => threadCopyParameter(config), ServerError, {
+      code: "INVALID_ARG",
+      message:
+        `Cannot load 'add_sub_fp32_nobatch': thread_copy_max_bytes is '${bad}', expected a number of bytes`,
+    });
+  }
 });
 
 Deno.test("a default worker instance answers a lone request and a batch alike (lone on the server's thread, batch on the worker)", async () => {

@@ -14,9 +14,10 @@
  * awaits `withdraw`), so that no thread runs a request on it after it has unloaded. Requests that the server
  * traces, logs verbosely or times in latency summaries keep going to the main thread.
  *
- * `--backend-config=onnxruntime,thread-copy-max-bytes=N` copies bigger versions too: any whose folder holds
- * under N bytes, also those whose instances run on worker threads (the MLP of bench/models), each copy running
- * on its listener thread with one intra-op thread unless the config sets them. Then no request that a listener
+ * `--backend-config=onnxruntime,thread-copy-max-bytes=N` (for all models; the config parameter
+ * `thread_copy_max_bytes` for one) copies bigger versions too: any whose folder holds under N bytes, also
+ * those whose instances run on worker threads (the MLP of bench/models), each copy running on its listener
+ * thread with one intra-op thread unless the config sets them. Then no request that a listener
  * thread reads for such a model passes through the main thread, at the cost of one more session of the model
  * per thread that serves it, and of the thread's other connections waiting while a copy runs a batch.
  * @module
@@ -26,7 +27,7 @@ import type { ModelConfig } from "../../core/model_config.ts";
 import type { ModelSignature } from "../../core/validate.ts";
 import { observesLatencies, statsCellCount } from "../../metrics/stats.ts";
 import { delayFromEnvironment } from "../../scheduler/scheduler.ts";
-import { instanceThread, WORKER_MIN_MODEL_BYTES } from "../../backends/onnxruntime.ts";
+import { instanceThread, threadCopyParameter, WORKER_MIN_MODEL_BYTES } from "../../backends/onnxruntime.ts";
 import type { ModelRegistry } from "../../models/registry.ts";
 import type { ModelVersion, ReplicaHost, VersionSource } from "../../models/model_version.ts";
 
@@ -54,16 +55,16 @@ export type ReplicaMessage =
 const MAX_COPY_BYTES = 1 << 20;
 
 /**
- * `--backend-config=onnxruntime,thread-copy-max-bytes=N`: the listener threads copy every version (that the
- * other conditions allow) whose folder holds under N bytes, wherever its instances run, each copy on its thread
- * with one intra-op thread unless the config sets them; undefined where not set (then only small models whose
- * instances run on the main thread are copied).
- * @param backendConfig the ONNX Runtime backend's settings
+ * The config parameter `thread_copy_max_bytes`, else `--backend-config=onnxruntime,thread-copy-max-bytes=N`:
+ * the listener threads copy every version (that the other conditions allow) whose folder holds under N bytes,
+ * wherever its instances run, each copy on its thread with one intra-op thread unless the config sets them;
+ * undefined where neither is set (then only small models whose instances run on the main thread are copied).
+ * @param config the version's config (the model's load checked the parameter)
+ * @param backendConfig the ONNX Runtime backend's settings (server/cli.ts checked the value)
  */
-function copyMaxBytes(backendConfig: Record<string, string>): number | undefined {
-  // server/cli.ts checks the value.
+function copyMaxBytes(config: ModelConfig, backendConfig: Record<string, string>): number | undefined {
   const v = backendConfig["thread-copy-max-bytes"];
-  return v === undefined ? undefined : Number(v);
+  return threadCopyParameter(config) ?? (v === undefined ? undefined : Number(v));
 }
 
 /**
@@ -81,7 +82,7 @@ export function replicable(mv: ModelVersion): boolean {
   if ([...sig.inputs, ...sig.outputs].some((t) => t.datatype === "BYTES")) return false;
   // The whole version folder counts: ONNX Runtime reads external data files beside the model file, and each
   // thread would hold its own copy of them.
-  const limit = copyMaxBytes(source.context.backendConfig);
+  const limit = copyMaxBytes(c, source.context.backendConfig);
   if (limit !== undefined) return folderBytes(source.context.versionDir, limit) < limit;
   const bytes = folderBytes(source.context.versionDir, MAX_COPY_BYTES);
   if (bytes >= MAX_COPY_BYTES || source.file.size >= WORKER_MIN_MODEL_BYTES) return false;
