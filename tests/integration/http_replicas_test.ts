@@ -300,14 +300,14 @@ replicaTest(
       );
     await withCopies("16777216");
     {
-      await using two = await twoThreads(log, [`--model-repository=${repo}`]);
+      await using _two = await twoThreads(log, [`--model-repository=${repo}`]);
       assert.match(await Deno.readTextFile(log), /Listener threads run requests of mlp\/1 themselves\n/);
     }
     // Too small for the model's folder: no copy.
     await withCopies("1000000");
     const small = await Deno.makeTempFile();
     try {
-      await using two = await twoThreads(small, [`--model-repository=${repo}`]);
+      await using _two = await twoThreads(small, [`--model-repository=${repo}`]);
       assert.doesNotMatch(await Deno.readTextFile(small), /Listener threads run requests of/);
     } finally {
       await Deno.remove(small);
