@@ -134,6 +134,12 @@ export async function mlpConfigOptions(): Promise<ort.InferenceSession.SessionOp
  */
 export const ORT_DEFAULTS: ort.InferenceSession.SessionOptions = { logSeverityLevel: 3 };
 
+/**
+ * The server flag that has the listener threads run copies of the MLP (`thread-copy-max-bytes`, see the README's
+ * HTTP threads), with a limit above what the MLP's folder holds.
+ */
+export const MLP_COPIES_FLAG = `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`;
+
 /** The logits ONNX Runtime gives in-process for mlpInput(), to check the server's answers against. */
 export async function expectedLogits(): Promise<number[]> {
   const session = await ort.InferenceSession.create(`${MODELS}/mlp/1/model.onnx`, await mlpConfigOptions());
@@ -280,10 +286,7 @@ export async function measureMlp(durationS: number, warmupS: number): Promise<Ml
     }
   };
   const batchedTwoThreads = await mlpWith(["--http-thread-count=2"]);
-  const batchedTwoThreadsCopies = await mlpWith([
-    "--http-thread-count=2",
-    `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`,
-  ]);
+  const batchedTwoThreadsCopies = await mlpWith(["--http-thread-count=2", MLP_COPIES_FLAG]);
   const batchedMainThread = await mlpWith(["--backend-config=onnxruntime,instance-thread=main"]);
   const bareServer = await startServer([], "bench/mlp_bare_server.ts");
   try {

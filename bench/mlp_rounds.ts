@@ -23,6 +23,7 @@ import * as ort from "onnxruntime-node";
 import { fileURLToPath } from "node:url";
 import { relative } from "node:path";
 import { startChildServer } from "./child_server.ts";
+import { MLP_COPIES_FLAG } from "./mlp_bench.ts";
 import { type LoadReport, type LoadSpec, mlpInput } from "./mlp_load.ts";
 import { upperMedian as median } from "./stats.ts";
 
@@ -59,13 +60,13 @@ let VARIANTS: { name: string; args: string[]; script?: string }[] = [
   { name: "dinfer, 2 HTTP threads", args: ["--http-thread-count=2"] },
   {
     name: "dinfer, 2 HTTP threads with copies of the model",
-    args: ["--http-thread-count=2", `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`],
+    args: ["--http-thread-count=2", MLP_COPIES_FLAG],
   },
   {
     name: "dinfer, 2 HTTP threads with copies of the model, instance on the main thread",
     args: [
       "--http-thread-count=2",
-      `--backend-config=onnxruntime,thread-copy-max-bytes=${64 << 20}`,
+      MLP_COPIES_FLAG,
       "--backend-config=onnxruntime,instance-thread=main",
     ],
   },

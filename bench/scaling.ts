@@ -36,7 +36,13 @@ import { type ChildServer, startChildServer } from "./child_server.ts";
 import { cpuSeconds, machineBusySeconds, threadCpuSeconds } from "./cpu_usage.ts";
 import { checkJson, tritonSimpleRepository } from "./http_bench.ts";
 import { freePort, httpRequest, type LoadResult, runLoad, type SampledResponse } from "./loadgen.ts";
-import { expectedLogits, inProcessOnce, mlpConfigOptions, ORT_DEFAULTS } from "./mlp_bench.ts";
+import {
+  expectedLogits,
+  inProcessOnce,
+  MLP_COPIES_FLAG,
+  mlpConfigOptions,
+  ORT_DEFAULTS,
+} from "./mlp_bench.ts";
 import { mlpCheck, mlpRequest } from "./mlp_load.ts";
 import { INPUT0, INPUT1, jsonBody } from "./simple_requests.ts";
 import { grpcFrame, simpleInferRequest } from "./grpc_simple.ts";
@@ -48,8 +54,6 @@ const RESULTS = `${ROOT}bench/RESULTS.md`;
 const MODELS = `${ROOT}bench/models`;
 const START = "<!-- scaling:start -->";
 const END = "<!-- scaling:end -->";
-/** `thread-copy-max-bytes` of the `dinfer-copies` points: more than the MLP's folder holds. */
-const COPY_BYTES = 64 << 20;
 /** Load-generator processes at most. */
 const MAX_LOADERS = 8;
 
@@ -480,9 +484,7 @@ async function measureCores(
     if (n > 1) {
       // The listener threads with copies of the model (see the README's HTTP threads), N/2 of them, two at least.
       const threads = Math.max(2, Math.floor(n / 2));
-      const copies = await dinfer(MODELS, threads, [
-        `--backend-config=onnxruntime,thread-copy-max-bytes=${COPY_BYTES}`,
-      ]);
+      const copies = await dinfer(MODELS, threads, [MLP_COPIES_FLAG]);
       await measure([copies], "mlp", "dinfer-copies", threads);
     }
     // The batching floor, its worker's ONNX Runtime with as many intra-op threads as dinfer's worker takes.
