@@ -55,13 +55,20 @@ export interface FileDirs {
   tmp?: string;
 }
 
+/** Sweeps both folders of `dirs` (their defaults where not given) of the files whose process `remove` names. */
+function sweepBoth(dirs: FileDirs, remove: (pid: number) => boolean): string[] {
+  return [
+    ...sweep(dirs.shm ?? SHM_DIR, SHM_NAMES, remove),
+    ...sweep(dirs.tmp ?? tmpdir(), TMP_NAMES, remove),
+  ];
+}
+
 /**
  * Removes the shared-memory objects and temporary folders that processes no longer running left behind.
  * @returns the paths removed
  */
 export function removeStaleFiles(dirs: FileDirs = {}): string[] {
-  const dead = (pid: number) => !alive(pid);
-  return [...sweep(dirs.shm ?? SHM_DIR, SHM_NAMES, dead), ...sweep(dirs.tmp ?? tmpdir(), TMP_NAMES, dead)];
+  return sweepBoth(dirs, (pid) => !alive(pid));
 }
 
 /**
@@ -69,8 +76,7 @@ export function removeStaleFiles(dirs: FileDirs = {}): string[] {
  * @returns the paths removed
  */
 export function removeOwnFiles(dirs: FileDirs = {}): string[] {
-  const own = (pid: number) => pid === Deno.pid;
-  return [...sweep(dirs.shm ?? SHM_DIR, SHM_NAMES, own), ...sweep(dirs.tmp ?? tmpdir(), TMP_NAMES, own)];
+  return sweepBoth(dirs, (pid) => pid === Deno.pid);
 }
 
 /** How a registered step is undone. */
