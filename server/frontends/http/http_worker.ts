@@ -71,9 +71,9 @@ function slotOf(id: number): number {
   return -2 - id;
 }
 
-/** The slots whose answer is awaited, and what wakes each (by slot). */
-const answering: number[] = [];
+/** What wakes each slot whose answer is awaited (by slot), and how many are awaited. */
 const answerWaiters: ((() => void) | undefined)[] = [];
+let awaited = 0;
 let watching = false;
 
 /**
@@ -87,18 +87,16 @@ let watching = false;
 async function watchAnswers(ch: Channel): Promise<void> {
   watching = true;
   try {
-    while (answering.length > 0) {
+    while (awaited > 0) {
       const bell = Atomics.load(ch.control, ANSWERS);
-      for (let k = answering.length - 1; k >= 0; k--) {
-        const slot = answering[k]!;
-        if (Atomics.load(ch.control, ch.stateIndex(slot)) !== RESPONSE) continue;
-        answering[k] = answering[answering.length - 1]!;
-        answering.pop();
+      for (let slot = 0; slot < SLOTS; slot++) {
         const wake = answerWaiters[slot];
+        if (!wake || Atomics.load(ch.control, ch.stateIndex(slot)) !== RESPONSE) continue;
         answerWaiters[slot] = undefined;
-        wake?.();
+        awaited--;
+        wake();
       }
-      if (answering.length === 0) break;
+      if (awaited === 0) break;
       const w = Atomics.waitAsync(ch.control, ANSWERS, bell);
       if (w.async) await w.value;
     }
@@ -120,7 +118,7 @@ function waitForAnswer(ch: Channel, slot: number): Promise<void> | undefined {
   if (Atomics.load(ch.control, ch.stateIndex(slot)) === RESPONSE) return undefined;
   return new Promise((resolve) => {
     answerWaiters[slot] = resolve;
-    answering.push(slot);
+    awaited++;
     if (!watching) void watchAnswers(ch);
   });
 }
