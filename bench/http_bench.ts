@@ -969,7 +969,7 @@ interface PeerComparison {
  * connections, so that all three see the same state of a shared machine; medians are compared.
  */
 async function measurePeers(flags: Flags): Promise<PeerComparison> {
-  const rounds = flags.quick ? 2 : 3;
+  const rounds = flags.quick ? 2 : 5;
   const roundS = flags.quick ? 1 : 3;
   const tritonRepo = await tritonSimpleRepository();
   const servers = {
@@ -985,7 +985,10 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
     const roundFlags = { ...flags, durationS: roundS, warmupS: Math.min(flags.warmupS, 0.5) };
     for (let r = 0; r < rounds; r++) {
       for (const connections of [1, 16]) {
-        for (const name of PEER_NAMES) {
+        // The order moves along one server every round, so that none is always measured first or last while the
+        // machine's speed drifts.
+        const at = r % PEER_NAMES.length;
+        for (const name of [...PEER_NAMES.slice(at), ...PEER_NAMES.slice(0, at)]) {
           const p = await measure(servers[name], "json", connections, roundFlags, r === 0 ? 1 : 0);
           if (p.errors > 0 || p.mismatches > 0) result.wrong = true;
           const key = `${name}/${connections}`;
@@ -1078,9 +1081,9 @@ function peersMarkdown(cmp: PeerComparison): string {
       const p50s = [d, p, f].map((x) => fmt(median(x.p50s))).join(" / ");
       const cpus = [d, p, f].map((x) => fmt(x.cpuUs)).join(" / ");
       rows.push(
-        `| ${c} | ${label} | ${rates(d)} | ${rates(p)} | **${ratio.toFixed(2)}** | ${
-          fmt(median(f.rates))
-        } | ${p50s} | ${cpus} |`,
+        `| ${c} | ${label} | ${rates(d)} | ${rates(p)} | **${ratio.toFixed(2)}** [${
+          d.rates.map((v, i) => (v / p.rates[i]!).toFixed(2)).join(" ")
+        }] | ${fmt(median(f.rates))} | ${p50s} | ${cpus} |`,
       );
     }
   }
@@ -1093,8 +1096,8 @@ no dynamic batching, ONNX Runtime's default threads: the workload the target nam
 (\`examples/models/simple\`, which adds \`dynamic_batching { }\` and one intra-op thread), and with the bundled
 config and two HTTP threads (\`--http-thread-count=2\`: a listener thread beside the main thread, see the README).
 All five run as fresh child processes, measured one after the other in
-${cmp.rounds} alternating rounds of ${cmp.roundS} s per connection count (the bench's closed-loop load generator);
-medians, with each round's value in brackets. Target: dinfer ≥ 1.0× the peer at 1 and at 16 connections.
+${cmp.rounds} alternating rounds of ${cmp.roundS} s per connection count (the bench's closed-loop load generator), the
+order moved along one server every round; medians, with each round's value in brackets (for the ratio: the ratio of the medians, then each round's own). Target: dinfer ≥ 1.0× the peer at 1 and at 16 connections.
 
 | connections | server | dinfer infer/s | peer infer/s | dinfer / peer | floor infer/s | p50 µs dinfer / peer / floor | server CPU µs per request dinfer / peer / floor |
 |---:|---|---:|---:|---:|---:|---:|---:|
