@@ -240,6 +240,18 @@ replicaTest(
 );
 
 /** The MLP of bench/models (a 7 MB file, dynamic batching: its instances run on worker threads). */
+replicaTest(
+  "a thread-copy-max-bytes below a small model's size still copies it: the limit only adds bigger models",
+  async (repo, log) => {
+    await using two = await twoThreads(log, [
+      `--model-repository=${repo}`,
+      "--backend-config=onnxruntime,thread-copy-max-bytes=10",
+    ]);
+    assert.match(await Deno.readTextFile(log), /Listener threads run requests of simple\/1 themselves/);
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+  },
+);
+
 async function mlpRepo(): Promise<string> {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-replicas-" });
   const from = new URL("../../bench/models/mlp", import.meta.url).pathname;

@@ -58,7 +58,8 @@ const MAX_COPY_BYTES = 1 << 20;
  * The config parameter `thread_copy_max_bytes`, else `--backend-config=onnxruntime,thread-copy-max-bytes=N`:
  * the listener threads copy every version (that the other conditions allow) whose folder holds under N bytes,
  * wherever its instances run, each copy on its thread with one intra-op thread unless the config sets them;
- * undefined where neither is set (then only small models whose instances run on the main thread are copied).
+ * undefined where neither is set (then only small models whose instances run on the main thread are copied, as they
+ * are under any limit).
  * @param config the version's config (the model's load checked the parameter)
  * @param backendConfig the ONNX Runtime backend's settings (server/cli.ts checked the value)
  */
@@ -82,8 +83,9 @@ export function replicable(mv: ModelVersion): boolean {
   if ([...sig.inputs, ...sig.outputs].some((t) => t.datatype === "BYTES")) return false;
   // The whole version folder counts: ONNX Runtime reads external data files beside the model file, and each
   // thread would hold its own copy of them.
+  // The limit copies bigger versions too; the small ones of the default rule stay copied under any limit.
   const limit = copyMaxBytes(c, source.context.backendConfig);
-  if (limit !== undefined) return folderBytes(source.context.versionDir, limit) < limit;
+  if (limit !== undefined && folderBytes(source.context.versionDir, limit) < limit) return true;
   const bytes = folderBytes(source.context.versionDir, MAX_COPY_BYTES);
   if (bytes >= MAX_COPY_BYTES || source.file.size >= WORKER_MIN_MODEL_BYTES) return false;
   try {
