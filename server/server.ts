@@ -577,7 +577,7 @@ function reclaimIdleMemory(s: Startup, registry: ModelRegistry, threads: Listene
     afterStart: true,
     reclaim: () => {
       reclaimMemory();
-      threads?.reclaim();
+      return threads?.reclaim();
     },
   });
   reclaimer.start();

@@ -17,8 +17,12 @@ export interface ReclaimOptions {
   growthBytes?: number;
   /** Reads the process's RSS in bytes (tests pass their own). */
   rss?: () => number;
-  /** Frees memory (tests pass their own); the default is {@linkcode reclaimMemory}. */
-  reclaim?: () => void;
+  /**
+   * Frees memory (tests pass their own); the default is {@linkcode reclaimMemory}. A promise means that part of
+   * the work goes on elsewhere (other threads collecting their own garbage): the RSS after the reclaim is read
+   * once it settles, and no look reclaims meanwhile.
+   */
+  reclaim?: () => void | Promise<void>;
   /** How many inference requests have arrived so far (the server passes its ArrivalCounter's total). */
   arrivals: () => number;
   /**
@@ -94,7 +98,7 @@ export class MemoryReclaimer {
   #intervalMs: number;
   #growth: number;
   #rss: () => number;
-  #reclaim: () => void;
+  #reclaim: () => void | Promise<void>;
   #arrivals: () => number;
   #timer: ReturnType<typeof setInterval> | undefined;
   #floor: number;
@@ -106,6 +110,8 @@ export class MemoryReclaimer {
   #backoff = 0;
   /** Whether the first idle look reclaims (see ReclaimOptions.afterStart) and has not yet. */
   #afterStart: boolean;
+  /** Whether a reclaim's work elsewhere has not finished yet (see ReclaimOptions.reclaim). */
+  #reclaiming = false;
 
   /** @param options interval, growth threshold, and the readings tests replace */
   constructor(options: ReclaimOptions) {
@@ -149,11 +155,10 @@ export class MemoryReclaimer {
     this.#lastArrivals = arrivals;
     const rss = this.#rss();
     if (rss < this.#floor) this.#floor = rss;
+    if (this.#reclaiming) return false;
     if (!busy && this.#afterStart) {
       this.#afterStart = false;
-      this.#reclaim();
-      this.#reclaims++;
-      this.#floor = Math.min(this.#floor, this.#rss());
+      this.#run(() => (this.#floor = Math.min(this.#floor, this.#rss())));
       return true;
     }
     if (busy || rss <= this.#floor + this.#growth) return false;
@@ -161,9 +166,24 @@ export class MemoryReclaimer {
       this.#wait--;
       return false;
     }
-    this.#reclaim();
+    this.#run(() => this.#judge(this.#rss()));
+    return true;
+  }
+
+  /** Reclaims, then reads the result: at once, or once the work elsewhere has settled. */
+  #run(then: () => void): void {
     this.#reclaims++;
-    const after = this.#rss();
+    const done = this.#reclaim();
+    if (!(done instanceof Promise)) return then();
+    this.#reclaiming = true;
+    done.catch(() => {}).finally(() => {
+      this.#reclaiming = false;
+      then();
+    });
+  }
+
+  /** Sets the wait before the next reclaim, and the level, from the RSS a reclaim left. */
+  #judge(after: number): void {
     if (after <= this.#floor + this.#growth) {
       this.#backoff = 0;
     } else if (this.#backoff < MAX_BACKOFF_LOOKS) {
@@ -175,6 +195,5 @@ export class MemoryReclaimer {
       this.#backoff = 0;
     }
     if (after < this.#floor) this.#floor = after;
-    return true;
   }
 }

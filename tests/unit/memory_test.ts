@@ -80,6 +80,43 @@ Deno.test("memory that stays after reclaims backed off to the longest wait is th
   assert.equal(reclaimer.check(), true);
 });
 
+Deno.test("a reclaim finished elsewhere (listener threads) is judged by the RSS once it settles", async () => {
+  // The threads' collections bring the RSS down only after the reclaim returns: read at once, it would look
+  // like memory still in use, and the next reclaim would wait.
+  let arrivals = 0;
+  let rss = 100 * MB;
+  let finish = () => {};
+  const reclaimer = new MemoryReclaimer({
+    growthBytes: 16 * MB,
+    rss: () => rss,
+    arrivals: () => arrivals,
+    reclaim: () =>
+      new Promise<void>((resolve) => {
+        finish = () => {
+          rss = 105 * MB;
+          resolve();
+        };
+      }),
+  });
+  rss = 180 * MB;
+  assert.equal(reclaimer.check(), true);
+  // The threads have not answered: no second reclaim meanwhile, however many looks.
+  assert.equal(reclaimer.check(), false);
+  assert.equal(reclaimer.check(), false);
+  assert.equal(reclaimer.check(), false);
+  assert.equal(reclaimer.reclaims, 1);
+  finish();
+  await Promise.resolve();
+  await Promise.resolve();
+  await Promise.resolve();
+  // Judged at 105 MB: the level, and no wait before the next growth's reclaim.
+  arrivals++;
+  rss = 150 * MB;
+  assert.equal(reclaimer.check(), false); // busy
+  assert.equal(reclaimer.check(), true); // idle, 45 MB above 105: reclaims at once
+  assert.equal(reclaimer.reclaims, 2);
+});
+
 Deno.test("reclaimMemory runs a full garbage collection and malloc_trim here", () => {
   assert.deepEqual(reclaimMemory(), { gc: true, trim: true });
 });

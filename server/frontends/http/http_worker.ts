@@ -361,6 +361,7 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       return;
     case "reclaim":
       reclaimMemory();
+      self.postMessage({ op: "reclaimed", id: -1 } satisfies FromWorker);
       return;
     case "stop":
       void Promise.all([server?.shutdown(), grpcServer?.shutdown()]).then(() => replicas.closeAll()).then(

@@ -30,6 +30,12 @@ import {
   TAKEN,
 } from "./_channel.ts";
 
+/**
+ * The longest wait for the listener threads to answer a reclaim: a thread busy with a copy's batch answers after
+ * it; one that does not answer by then leaves the reclaimer reading the RSS without it.
+ */
+const RECLAIM_WAIT_MS = 2000;
+
 /** Messages from the main thread to a listener thread. */
 export type ToWorker =
   | {
@@ -68,6 +74,8 @@ export interface HttpThreadOptions {
 export type FromWorker =
   | { op: "listening"; id: -1 }
   | { op: "stopped"; id: -1 }
+  /** The thread has done what a `reclaim` message asked. */
+  | { op: "reclaimed"; id: -1 }
   | { op: "log"; id: -1; level: "info" | "error"; message: string }
   /** The thread has closed its copy of a model version (see replicas.ts). */
   | { op: "replica-closed"; id: -1; replica: number }
@@ -201,6 +209,8 @@ export class ListenerThreads {
   #remotes: RemoteCalls[] = [];
   #stopped = false;
   #replicas: ListenerReplicas | undefined;
+  /** Per thread, the reclaims asked of it that it has not answered yet (it answers in order). */
+  #reclaims: (() => void)[][] = [];
 
   private constructor() {}
 
@@ -230,6 +240,8 @@ export class ListenerThreads {
         name: `listener-${i + 1}`,
       });
       pool.#workers.push(worker);
+      const reclaims: (() => void)[] = [];
+      pool.#reclaims.push(reclaims);
       const memory = Channel.allocate();
       const channel = new Channel(memory);
       pool.#channels.push(channel);
@@ -247,6 +259,7 @@ export class ListenerThreads {
               options.onError?.(`Listener thread ${i + 1} failed: ${e.message}`);
               remote?.cancelAll();
               pool.#replicas?.failed(i);
+              for (const done of reclaims.splice(0)) done();
             } else reject(new Error(e.message));
           };
           worker.onmessage = (e: MessageEvent<FromWorker>) => {
@@ -259,6 +272,7 @@ export class ListenerThreads {
               if (msg.level === "error") options.onError?.(msg.message);
               else options.onInfo?.(msg.message);
             } else if (msg.op === "replica-closed") pool.#replicas?.closed(i, msg.replica);
+            else if (msg.op === "reclaimed") reclaims.shift()?.();
             else if (msg.op.startsWith("grpc-")) remote?.handle(msg as GrpcFromThread);
             else void pool.#serve(worker, msg, options);
           };
@@ -299,10 +313,26 @@ export class ListenerThreads {
     this.#workers[thread]?.postMessage(msg satisfies ToWorker);
   }
 
-  /** Asks every thread to collect its garbage and give free memory back (it does so on its own thread). */
-  reclaim(): void {
-    if (this.#stopped) return;
-    for (const w of this.#workers) w.postMessage({ op: "reclaim", id: -1 } satisfies ToWorker);
+  /**
+   * Asks every thread to collect its garbage and give free memory back (it does so on its own thread).
+   * @param waitMs how long to wait for the threads at most
+   * @returns when every thread has done so, or failed or stopped, or `waitMs` have passed
+   */
+  reclaim(waitMs = RECLAIM_WAIT_MS): Promise<void> {
+    if (this.#stopped) return Promise.resolve();
+    const done = this.#workers.map((w, i) =>
+      new Promise<void>((resolve) => {
+        this.#reclaims[i]!.push(resolve);
+        w.postMessage({ op: "reclaim", id: -1 } satisfies ToWorker);
+      })
+    );
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, waitMs);
+      Deno.unrefTimer(t);
+      timer = t;
+    });
+    return Promise.race([Promise.all(done).then(() => {}), late]).finally(() => clearTimeout(timer));
   }
 
   /**
@@ -437,6 +467,12 @@ export class ListenerThreads {
     this.#stopPolling();
     for (const r of this.#remotes) r.cancelAll();
     this.#workers = [];
+    this.#endReclaims();
+  }
+
+  /** Answers every reclaim still waiting for a thread that has stopped. */
+  #endReclaims(): void {
+    for (const waiting of this.#reclaims) for (const done of waiting.splice(0)) done();
   }
 
   /** Ends the threads at once (requests they are answering are dropped). */
@@ -446,5 +482,6 @@ export class ListenerThreads {
     for (const w of this.#workers) w.terminate();
     for (const r of this.#remotes) r.cancelAll();
     this.#workers = [];
+    this.#endReclaims();
   }
 }
