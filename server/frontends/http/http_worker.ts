@@ -142,21 +142,28 @@ async function viaChannel(frame: Parameters<typeof encodeRequest>[0]): Promise<A
   Atomics.notify(ch.control, 0);
   const answered = waitForAnswer(ch, slot);
   if (answered) await answered;
-  const { header, bytes } = ch.read(slot);
   let answer: Answer;
-  if ((header as { pm?: boolean }).pm) {
-    const reply = await large;
-    answer = reply.op === "inferred"
-      ? { response: reply.response }
-      : reply.op === "error"
-      ? { error: { code: reply.code, message: reply.message } }
-      : { error: { code: "INTERNAL", message: `Unexpected reply '${reply.op}'` } };
-  } else {
+  try {
+    const { header, bytes } = ch.read(slot);
+    if ((header as { pm?: boolean }).pm) {
+      const reply = await large;
+      answer = reply.op === "inferred"
+        ? { response: reply.response }
+        : reply.op === "error"
+        ? { error: { code: reply.code, message: reply.message } }
+        : { error: { code: "INTERNAL", message: `Unexpected reply '${reply.op}'` } };
+    } else {
+      slotWaiters[slot] = undefined;
+      answer = decodeAnswer(header, bytes);
+    }
+  } catch (err) {
+    // An answer that does not decode fails its request alone: the slot goes back to the free ones.
     slotWaiters[slot] = undefined;
-    answer = decodeAnswer(header, bytes);
+    answer = { error: { code: "INTERNAL", message: `Cannot read the answer: ${(err as Error).message}` } };
+  } finally {
+    Atomics.store(ch.control, ch.stateIndex(slot), FREE);
+    freeSlots.push(slot);
   }
-  Atomics.store(ch.control, ch.stateIndex(slot), FREE);
-  freeSlots.push(slot);
   return answer;
 }
 

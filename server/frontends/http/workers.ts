@@ -383,14 +383,21 @@ export class ListenerThreads {
       const e = toServerError(err);
       answer = { error: { code: e.code, message: e.message } };
     }
-    const frame = encodeAnswer(answer);
-    if (!frame || !channel.write(slot, frame)) {
-      // Too large for the slot: the answer goes by postMessage, the slot says so.
-      const id = -2 - slot;
-      const reply: ToWorker = "error" in answer
-        ? { op: "error", id, code: answer.error.code, message: answer.error.message }
-        : { op: "inferred", id, response: answer.response };
-      worker.postMessage(reply, "response" in answer ? outputBuffers(answer.response) : []);
+    const id = -2 - slot;
+    try {
+      const frame = encodeAnswer(answer);
+      if (!frame || !channel.write(slot, frame)) {
+        // Too large for the slot: the answer goes by postMessage, the slot says so.
+        const reply: ToWorker = "error" in answer
+          ? { op: "error", id, code: answer.error.code, message: answer.error.message }
+          : { op: "inferred", id, response: answer.response };
+        worker.postMessage(reply, "response" in answer ? outputBuffers(answer.response) : []);
+        channel.write(slot, { header: '{"pm":true}', bodies: [] });
+      }
+    } catch (err) {
+      // An answer that cannot be sent either way still frees the slot and ends the thread's request.
+      const message = `Cannot hand the answer to the listener thread: ${(err as Error).message}`;
+      worker.postMessage({ op: "error", id, code: "INTERNAL", message } satisfies ToWorker);
       channel.write(slot, { header: '{"pm":true}', bodies: [] });
     }
     Atomics.store(channel.control, channel.stateIndex(slot), RESPONSE);
