@@ -114,6 +114,8 @@ replicaTest(
     await using two = await twoThreads(log, [`--model-repository=${repo}`]);
     assert.match(await Deno.readTextFile(log), /Listener threads run requests of simple\/1 themselves/);
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    // Every request counts as an arrival once, whichever thread ran it (the memory reclaimer's idle test).
+    assert.equal(two.server.registry.arrivals.total, ROUNDS);
     const refused = await infer(one.url, WRONG_SHAPE);
     assert.equal(refused.status, 400);
     for (let i = 0; i < ROUNDS; i++) assert.deepEqual(await infer(two.url, WRONG_SHAPE), refused);

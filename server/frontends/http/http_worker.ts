@@ -381,6 +381,7 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       grpcServer?.handle(msg);
       return;
     case "routes":
+    case "replica-served":
     case "replica-open":
     case "replica-close":
       replicas.handle(
