@@ -895,7 +895,15 @@ class Stub {
       // Results of one form have one header (the id is the tag): parsed once, then shared read-only.
       let msg = this.#resultHeads.get(text);
       if (!msg) {
-        msg = JSON.parse(text) as StubMessage;
+        try {
+          msg = JSON.parse(text) as StubMessage;
+        } catch (err) {
+          // A header that does not parse fails its own call alone (its tag names it); the frames after it
+          // are read as before.
+          const message = `the Python stub sent a message that is not JSON: ${(err as Error).message}`;
+          this.#log(2, message);
+          msg = { op: "error", message, trace: "" };
+        }
         if (msg.op === "result") this.#resultHeads.set(text, msg);
       }
       const payload = buf.subarray(at + 12 + h, at + 4 + len);

@@ -140,6 +140,131 @@ class TritonPythonModel:
   }
 });
 
+/** A model in a temporary folder (config.pbtxt and 1/model.py), loaded as one instance. */
+async function withModel(
+  name: string,
+  config: string,
+  model: string,
+  body: (instance: Awaited<ReturnType<PythonBackend["createInstance"]>>) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-pyipc-test-" });
+  try {
+    await Deno.mkdir(`${dir}/1`);
+    await Deno.writeTextFile(`${dir}/config.pbtxt`, config);
+    await Deno.writeTextFile(`${dir}/1/model.py`, model);
+    const parsed = toModelConfig(await readConfigFile(dir, name), name);
+    const instance = await new PythonBackend().createInstance(parsed, context(dir, name));
+    try {
+      await body(instance);
+    } finally {
+      await instance.close();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** The one INT32 value of output OUT of a call's only response. */
+function outValue(answer: (Map<string, Tensor> | Error)[]): number {
+  const [out] = answer;
+  assert.ok(out instanceof Map, String(out));
+  const bytes = out.get("OUT")!.data as Uint8Array;
+  return new Int32Array(bytes.buffer, bytes.byteOffset, 1)[0]!;
+}
+
+/** The promise's value, or a rejection after 30 s without one. */
+async function within<T>(promise: Promise<T>): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("no answer in 30 s")), 30_000);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const MODE_CONFIG = (name: string) =>
+  `name: "${name}"
+backend: "python"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`;
+
+Deno.test("a model that reuses its output array answers each call with its own values", async () => {
+  // Quick calls the stub has read are answered together; the answers held meanwhile must not change when the
+  // model writes its array again for the next call.
+  await withModel(
+    "reuse_py",
+    MODE_CONFIG("reuse_py"),
+    `import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.out = np.zeros(1, dtype=np.int32)
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            self.out[:] = r.inputs()[0].as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", self.out)]))
+        return out
+`,
+    async (instance) => {
+      for (let round = 0; round < 5; round++) {
+        const values = Array.from({ length: 32 }, (_, i) => 1000 * round + i);
+        const answers = await Promise.all(
+          values.map((v) =>
+            instance.executeRequests!([{ inputs: mode(v), outputNames: ["OUT"], id: "", parameters: {} }])
+          ),
+        );
+        assert.deepEqual(answers.map(outValue), values);
+      }
+    },
+  );
+});
+
+Deno.test("a response whose parameters hold NaN fails its own call, and the stub goes on answering", async () => {
+  await withModel(
+    "nan_py",
+    MODE_CONFIG("nan_py"),
+    `import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            m = r.inputs()[0].as_numpy()
+            parameters = {"score": float("nan")} if m[0] == 0 else {}
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", m.copy())], parameters=parameters))
+        return out
+`,
+    async (instance) => {
+      // Each wait is bounded: a header the server could not parse stopped its reading, and every call after it
+      // waited for ever.
+      const call = (v: number) =>
+        within(
+          instance.executeRequests!([{ inputs: mode(v), outputNames: ["OUT"], id: "", parameters: {} }]),
+        );
+      const failed = await call(0).then(() => undefined, (err) => err as Error);
+      assert.ok(failed instanceof ServerError, `the call with NaN must fail with a ServerError: ${failed}`);
+      assert.equal(failed.code, "INTERNAL");
+      assert.match(failed.message, /ValueError: Out of range float values are not JSON compliant/);
+      // The calls after it are read and answered.
+      const values = [5, 6, 7, 8];
+      assert.deepEqual((await Promise.all(values.map(call))).map(outValue), values);
+    },
+  );
+});
+
 Deno.test("calls that overflow the stub's pipe, sent together and after, each get their own answer in order", async () => {
   const dir = fileURLToPath(new URL("../fixtures/python_models/scale_py", import.meta.url));
   const config = toModelConfig(await readConfigFile(dir, "scale_py"), "scale_py");

@@ -55,6 +55,8 @@ CACHE_MAX = 64
 # read, runs, when it started less than 4 times this long ago: the answers go out in one write, and the
 # server wakes once for them. Not for decoupled models, whose responses stream.
 COALESCE_S = 100e-6
+# The most cancel markers the stub keeps (see `_dispatch`).
+CANCELLED_MAX = 1024
 # The size asked for the pipe of the server's frames: room for a few calls with inline tensors.
 PIPE_BYTES = 1 << 20
 
@@ -387,6 +389,10 @@ class Connection:
             self._stream_bls(msg, payload)
         elif op == "cancel":
             # Kept apart from the commands, so that a running execute() sees it (request.is_cancelled()).
+            # A cancel that arrives after its call has ended stays in the set: it is kept bounded (a request's
+            # cancellation is best effort; a marker dropped only means is_cancelled() reads False).
+            if len(self.cancelled) >= CANCELLED_MAX:
+                self.cancelled.pop()
             self.cancelled.add((msg["id"], msg["index"]))
         else:
             self.commands.append((msg, payload, tag))
@@ -683,6 +689,11 @@ def serve(socket_path, model_path, shm_path, commands_path):
             if not decoupled and now - started < COALESCE_S and now - first < COALESCE_S * 4 and len(held) < 16:
                 command = conn.buffered_command()
                 if command is not None and command[0].get("op") == "execute":
+                    # The answer waits while the next call runs: its bytes are taken now, since its parts are
+                    # the model's own arrays, which the model may write again (a buffer it reuses).
+                    head, parts, size, held_tag = held[-1]
+                    if parts:
+                        held[-1] = (head, (b"".join(parts),), size, held_tag)
                     continue
             conn.send_frames(held)
             held = []
@@ -731,7 +742,9 @@ def _core_free():
 # lost. The average weighs the last wait this much.
 SPIN_COVER = 1.5
 SPIN_WEIGHT = 0.25
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+# NaN and the infinities are refused (ValueError), as JSON has no such numbers: a model's response parameters holding
+# one fail that request rather than send the server a header it cannot read.
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 # Encoded result headers by the form of the outputs (names, datatypes, shapes, sizes), see the module doc.
 _result_heads = {}
 
