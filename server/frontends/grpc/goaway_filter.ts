@@ -38,6 +38,8 @@ const GOAWAY = 7;
  * 0.97x; the Python backend's `add_sub_py` at 1 stream 1.18x at 0.87x, at 8 streams 1.14x at 0.86x.
  */
 const FLUSH_TURNS = 2;
+/** How long a socket whose session closed cleanly may take to send its last bytes and close. */
+const END_GRACE_MS = 1000;
 /** Held bytes that go out at once, without waiting for the turns to pass. */
 const FLUSH_BYTES = 64 * 1024;
 
@@ -195,9 +197,19 @@ export class GoawayFilter extends Duplex {
   }
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
-    // What the session wrote last (a GOAWAY as it closes) is tried before the socket goes.
+    // What the session wrote last (the last answers' trailers, a GOAWAY as it closes) leaves before the socket
+    // closes: a clean close ends the socket after those bytes, and destroys it once closed or after END_GRACE_MS
+    // (a socket destroyed at once dropped the bytes still being written: the answers of the calls that ended
+    // last before a shutdown); a failed one is cut at once.
     this.#flushNow();
-    this.#socket.destroy();
+    const socket = this.#socket;
+    if (err || socket.destroyed) socket.destroy();
+    else {
+      const timer = setTimeout(() => socket.destroy(), END_GRACE_MS);
+      Deno.unrefTimer(timer);
+      socket.once("close", () => clearTimeout(timer));
+      socket.end();
+    }
     callback(err);
   }
 

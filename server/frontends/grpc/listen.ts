@@ -10,6 +10,7 @@ import type * as grpc from "@grpc/grpc-js";
 import { ServerCredentials } from "@grpc/grpc-js";
 import net from "node:net";
 import tls from "node:tls";
+import { setImmediate } from "node:timers";
 import { GoawayFilter } from "./goaway_filter.ts";
 import type { GrpcOptions } from "./options.ts";
 
@@ -48,8 +49,11 @@ export interface GrpcListener {
   port: number;
   /** Stops accepting connections. */
   close(): void;
-  /** Closes every open connection. */
-  closeConnections(): void;
+  /**
+   * Closes every open connection, each once what its session wrote has left.
+   * @returns when every connection's socket has closed (at most END_GRACE_MS on, see goaway_filter.ts)
+   */
+  closeConnections(): Promise<void>;
   /** Closes the connections and grpc-js's hold on them at once. */
   destroy(): void;
 }
@@ -73,6 +77,8 @@ export async function listenGrpc(
   // clients' GOAWAY frames, which can crash Deno's node:http2 (see goaway_filter.ts).
   const injector = server.createConnectionInjector(ServerCredentials.createInsecure());
   const connections = new Set<GoawayFilter>();
+  /** The accepted sockets not yet closed, which a shutdown waits for. */
+  const sockets = new Set<net.Socket>();
   const accept = (socket: net.Socket) => {
     // Past --grpc-max-connections (all threads together) a new connection is closed at once; one that sends
     // nothing for HANDSHAKE_TIMEOUT_MS after connecting (no HTTP/2 preface) is closed then.
@@ -87,9 +93,11 @@ export async function listenGrpc(
       counted = false;
     };
     const silent = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
+    sockets.add(socket);
     socket.once("data", () => clearTimeout(silent));
     socket.once("close", () => {
       clearTimeout(silent);
+      sockets.delete(socket);
       uncount();
     });
     socket.setNoDelay(true);
@@ -123,19 +131,58 @@ export async function listenGrpc(
     });
   });
   listener.on("error", (err) => onError(`gRPC listener: ${err.message}`));
-  const closeConnections = () => {
+  const closeConnections = async () => {
     for (const c of connections) c.destroy();
     connections.clear();
+    // Each socket ends after its last bytes (a session that closed itself ended its socket the same way), and is
+    // destroyed once closed or after the filter's grace; a thread must not end before, or those bytes are lost.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      Promise.all([...sockets].map((s) => new Promise<void>((resolve) => s.once("close", () => resolve())))),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, 2 * CLOSE_GRACE_MS))),
+    ]);
+    clearTimeout(timer);
+    for (const s of sockets) s.destroy();
   };
   return {
     port,
     close: () => listener.close(),
     closeConnections,
     destroy: () => {
-      closeConnections();
+      for (const c of connections) c.destroy(new Error("the server stopped"));
+      connections.clear();
+      for (const s of sockets) s.destroy();
       injector.destroy();
     },
   };
+}
+
+/** Event-loop turns a shutdown lets pass after the last call ended, before it closes the sessions. */
+const SETTLE_TURNS = 4;
+
+/** How long a shutdown waits for the HTTP/2 sessions to close themselves before it cuts the connections. */
+const CLOSE_GRACE_MS = 1000;
+
+/**
+ * Closes a server's connections once the answers of its last calls have left: a call counts as ended when its
+ * handler answers, but grpc-js writes the call's status only after its message is written, and the connection
+ * wrapper holds writes for a few event-loop turns (goaway_filter.ts), so connections cut at once lost the last
+ * answers. grpc-js's `tryShutdown` closes each session when its streams have ended (a GOAWAY, then the end of
+ * the connection); what is still open after CLOSE_GRACE_MS is cut.
+ * @param server the grpc-js server
+ * @param listener its connections
+ */
+export async function closeGracefully(server: grpc.Server, listener: GrpcListener): Promise<void> {
+  // The last calls' statuses are still inside node:http2, which sends a stream's trailers two turns after the
+  // call's answer (see FLUSH_TURNS in goaway_filter.ts); a session closed before then lost them.
+  for (let turn = 0; turn < SETTLE_TURNS; turn++) await new Promise<void>((resolve) => setImmediate(resolve));
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_GRACE_MS))),
+  ]);
+  clearTimeout(timer);
+  await listener.closeConnections();
 }
 
 /** A count of open connections that threads can share. */

@@ -6,7 +6,7 @@
  */
 
 import * as grpc from "@grpc/grpc-js";
-import { connectionCount, grpcServerOptions, listenGrpc } from "./listen.ts";
+import { closeGracefully, connectionCount, grpcServerOptions, listenGrpc } from "./listen.ts";
 import type { RemoteMethod } from "./remote.ts";
 import type { InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { ApiGroup } from "../restricted.ts";
@@ -127,12 +127,11 @@ export async function startGrpcServer(
     port: listener.port,
     methods,
     // No new connections; the calls in progress finish (the caller bounds the wait with --exit-timeout-secs),
-    // then the connections close.
+    // then the connections close once their answers have left (see closeGracefully).
     shutdown: async () => {
       listener.close();
       await calls.idle();
-      listener.closeConnections();
-      server.tryShutdown(() => {});
+      await closeGracefully(server, listener);
     },
     forceShutdown: () => {
       listener.close();

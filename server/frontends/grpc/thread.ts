@@ -21,7 +21,13 @@ import {
   encodeModelInferResponseParts,
   type ModelInferRequestMessage,
 } from "./infer_codec.ts";
-import { type GrpcListener, type GrpcListenOptions, grpcServerOptions, listenGrpc } from "./listen.ts";
+import {
+  closeGracefully,
+  type GrpcListener,
+  type GrpcListenOptions,
+  grpcServerOptions,
+  listenGrpc,
+} from "./listen.ts";
 import { type GrpcFromThread, type GrpcToThread, metadataEntries, own } from "./remote.ts";
 
 /** A method as the listener threads learn it: its name, its path, whether it streams both ways. */
@@ -244,12 +250,11 @@ export class GrpcThreadServer {
     call.on("error", finish);
   }
 
-  /** Stops accepting, waits for the calls in progress, then closes the connections. */
+  /** Stops accepting, waits for the calls in progress, then closes the connections once their answers have left. */
   async shutdown(): Promise<void> {
     this.#listener?.close();
     await this.#calls.idle();
-    this.#listener?.closeConnections();
-    this.#server?.tryShutdown(() => {});
+    if (this.#server && this.#listener) await closeGracefully(this.#server, this.#listener);
   }
 
   /** Ends every call at once. */
