@@ -190,6 +190,13 @@ export function validateRequest(request: InferRequest, sig: ModelSignature): Val
         const asked = o.parameters.classification ?? o.classification;
         fail(`output '${o.name}' asks for classification ${String(asked)}, expected a non-negative integer`);
       }
+      if (o.classification > 0) {
+        // Refused here rather than when the batch is answered, where it failed every request of the batch.
+        const datatype = sig.outputs.find((s) => s.name === o.name)!.datatype;
+        if (datatype === "BYTES" || datatype === "BOOL") {
+          fail(`cannot classify output '${o.name}': datatype ${datatype} is not numeric`);
+        }
+      }
     }
     outputs = request.outputs;
   }

@@ -262,6 +262,29 @@ Deno.test("a negative or fractional classification count is refused", () => {
   );
 });
 
+Deno.test("classification of a BYTES or BOOL output is refused with the request, not in its batch", () => {
+  const s = tensor("S", "BYTES", [1, 2]);
+  fails(
+    request([s], [out("T", 1)]),
+    STRINGS,
+    "Cannot infer 'strings': cannot classify output 'T': datatype BYTES is not numeric",
+  );
+  const flags: ModelSignature = {
+    name: "flags",
+    maxBatchSize: 4,
+    inputs: [spec("x", "FP32", [2])],
+    outputs: [spec("b", "BOOL", [2]), spec("y", "FP32", [2])],
+  };
+  const x = tensor("x", "FP32", [1, 2]);
+  fails(
+    request([x], [out("b", 2)]),
+    flags,
+    "Cannot infer 'flags': cannot classify output 'b': datatype BOOL is not numeric",
+  );
+  // A numeric output beside it may be classified, and the BOOL one asked for plainly.
+  assertEquals(validateRequest(request([x], [out("b"), out("y", 1)]), flags).outputs.length, 2);
+});
+
 Deno.test("an optional input may be left out, or given", () => {
   const x = tensor("x", "FP32", [2, 4]);
   const without = validateRequest(request([x]), OPTIONAL);
