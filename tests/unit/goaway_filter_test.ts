@@ -35,9 +35,14 @@ class FakeSocket extends EventEmitter {
     cb?.();
     return true;
   }
-  end(cb: () => void) {
+  /** Ends the socket; as a real one, it closes (destroyed) once the peer has closed too, here a turn later. */
+  end(cb?: () => void) {
     this.ended = true;
-    cb();
+    cb?.();
+    queueMicrotask(() => {
+      this.destroyed = true;
+      this.emit("close");
+    });
   }
   destroy() {
     this.destroyed = true;
@@ -132,7 +137,7 @@ Deno.test("while the socket needs to drain, a chunk is taken once it has drained
   filter.destroy();
 });
 
-Deno.test("the end writes what is held, then ends the socket; destroying the filter destroys the socket", async () => {
+Deno.test("the end writes what is held, then ends the socket", async () => {
   const socket = new FakeSocket();
   const filter = new GoawayFilter(socket as unknown as Socket);
   filter.write(Buffer.from("abc"));
@@ -140,14 +145,30 @@ Deno.test("the end writes what is held, then ends the socket; destroying the fil
   assert.deepEqual(socket.written, [Buffer.from("abc")]);
   assert.equal(socket.ended, true);
   filter.destroy();
+  await turns(1);
   assert.equal(socket.destroyed, true);
 });
 
-Deno.test("destroying the filter writes what is held before the socket goes", () => {
+Deno.test("destroying the filter cleanly writes what is held, then ends the socket rather than cutting it", async () => {
+  // The session's last bytes (a call's status, a GOAWAY) leave before the connection closes: a socket destroyed
+  // at once could drop a write still under way.
   const socket = new FakeSocket();
   const filter = new GoawayFilter(socket as unknown as Socket);
   filter.write(Buffer.from("goaway"));
   filter.destroy();
   assert.deepEqual(socket.written, [Buffer.from("goaway")]);
+  assert.equal(socket.ended, true);
+  assert.equal(socket.destroyed, false);
+  await turns(1);
+  assert.equal(socket.destroyed, true);
+});
+
+Deno.test("destroying the filter with an error cuts the socket at once", () => {
+  const socket = new FakeSocket();
+  const filter = new GoawayFilter(socket as unknown as Socket);
+  filter.on("error", () => {});
+  filter.write(Buffer.from("late"));
+  filter.destroy(new Error("the session failed"));
+  assert.equal(socket.ended, false);
   assert.equal(socket.destroyed, true);
 });
