@@ -234,6 +234,33 @@ export function checkFileNames(config: ModelConfig, folderName: string): void {
   for (const o of config.output) {
     if (o.label_filename) names.push([`output '${o.name}' label_filename`, o.label_filename, "model"]);
   }
+  // The files of warmup samples and of sequences' initial states, in their folders of the model folder.
+  const warmup = (config.model_warmup ?? []) as { name?: string; inputs?: Record<string, unknown> }[];
+  for (const sample of warmup) {
+    for (const [input, spec] of Object.entries(sample?.inputs ?? {})) {
+      const file = (spec as { input_data_file?: unknown } | null)?.input_data_file;
+      if (file !== undefined && file !== "") {
+        names.push([
+          `model_warmup '${sample.name ?? ""}' input '${input}' input_data_file`,
+          String(file),
+          "warmup",
+        ]);
+      }
+    }
+  }
+  type State = { input_name?: string; initial_state?: { data_file?: unknown }[] };
+  for (const state of ((config.sequence_batching?.state ?? []) as State[])) {
+    for (const init of state?.initial_state ?? []) {
+      const file = init?.data_file;
+      if (file !== undefined && file !== "") {
+        names.push([
+          `state '${state.input_name ?? ""}' initial_state data_file`,
+          String(file),
+          "initial_state",
+        ]);
+      }
+    }
+  }
   for (const [field, name, folder] of names) {
     const normal = posix.normalize(name);
     if (

@@ -156,6 +156,41 @@ Deno.test("configured file names stay in their folder; outside paths get one ans
         `Cannot load 'identity_fp16': failed to load 'identity_fp16': Cannot load 'identity_fp16': output 'OUTPUT0' label_filename '${file}' is not a file name inside the model folder`,
     });
   }
+  // A warmup sample's file and a sequence state's initial file stay in the warmup and initial_state folders.
+  for (const file of ["../../identity_fp32/config.pbtxt", "../../../../../../etc/passwd", "/etc/passwd"]) {
+    const warm = await load(s.url, "identity_fp16", {
+      config: onnxConfig("identity_fp16", {
+        model_warmup: [{
+          name: "w",
+          batch_size: 1,
+          inputs: { INPUT0: { data_type: "TYPE_FP16", dims: [4], input_data_file: file } },
+        }],
+      }),
+    });
+    assert.equal(warm.status, 400, file);
+    assert.deepEqual(warm.json, {
+      error:
+        `Cannot load 'identity_fp16': failed to load 'identity_fp16': Cannot load 'identity_fp16': model_warmup 'w' input 'INPUT0' input_data_file '${file}' is not a file name inside the warmup folder`,
+    });
+    const state = await load(s.url, "identity_fp16", {
+      config: onnxConfig("identity_fp16", {
+        sequence_batching: {
+          state: [{
+            input_name: "S_IN",
+            output_name: "S_OUT",
+            data_type: "TYPE_FP16",
+            dims: [4],
+            initial_state: [{ name: "init", data_type: "TYPE_FP16", dims: [4], data_file: file }],
+          }],
+        },
+      }),
+    });
+    assert.equal(state.status, 400, file);
+    assert.deepEqual(state.json, {
+      error:
+        `Cannot load 'identity_fp16': failed to load 'identity_fp16': Cannot load 'identity_fp16': state 'S_IN' initial_state data_file '${file}' is not a file name inside the initial_state folder`,
+    });
+  }
   // A name that stays inside after resolving loads as before.
   const ok = await load(s.url, "identity_fp32", {
     config: onnxConfig("identity_fp32", { default_model_filename: "./model.onnx" }),
