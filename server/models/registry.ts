@@ -408,8 +408,15 @@ export class ModelRegistry {
       ) {
         return;
       }
-      await this.#loadComposing(name, location, override);
-      const entry = await this.#build(name, location, duplicate, override);
+      let entry: ModelEntry;
+      try {
+        await this.#loadComposing(name, location, override);
+        entry = await this.#build(name, location, duplicate, override);
+      } catch (err) {
+        // Uploaded files that no version serves go, whatever failed.
+        if (upload && this.#models.get(name)?.location !== location) await this.#discard(location);
+        throw err;
+      }
       const serving = [...entry.versions.values()].some((v) => v.state === "READY");
       if (upload && (!serving || entry !== this.#models.get(name))) await this.#discard(location);
       if (!this.#models.get(name) || entry === this.#models.get(name)) {
@@ -477,11 +484,16 @@ export class ModelRegistry {
     } catch {
       return; // the load itself reports the config error
     }
-    const sched = raw.ensemble_scheduling as { step?: { model_name?: string }[] } | undefined;
-    if (raw.platform !== "ensemble" || !sched?.step) return;
+    const steps = (raw.ensemble_scheduling as { step?: unknown } | null | undefined)?.step;
+    // A malformed config (steps that are not a list of objects) is left for the load to report.
+    if (raw.platform !== "ensemble" || !Array.isArray(steps)) return;
+    const names = steps.map((st) => {
+      const model = (st as { model_name?: unknown } | null)?.model_name;
+      return typeof model === "string" ? model : "";
+    });
     this.#composing.add(name);
     try {
-      for (const model of new Set(sched.step.map((st) => st.model_name ?? ""))) {
+      for (const model of new Set(names)) {
         if (!model || this.#composing.has(model) || this.isReady(model, "")) continue;
         this.#implicit.add(model);
         await this.reloadModel(model).catch(() => {});

@@ -382,6 +382,28 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     assert.equal((await unload(u, "uploaded")).status, 200);
     await assert.rejects(Deno.stat(second), Deno.errors.NotFound);
 
+    // A config that fails before any version is built (an ensemble whose steps are not a list) is a 400, and
+    // its files go too.
+    const uploads = () =>
+      [...Deno.readDirSync(tmpdir())].filter((e) => e.name.startsWith(`dinfer-upload-${Deno.pid}-`)).length;
+    const uploadsBefore = uploads();
+    for (const step of [1, [null], [1]]) {
+      const ensemble = JSON.stringify({
+        name: "uploaded_ens",
+        platform: "ensemble",
+        max_batch_size: 0,
+        input: [{ name: "IN", data_type: "TYPE_FP32", dims: [1] }],
+        output: [{ name: "OUT", data_type: "TYPE_FP32", dims: [1] }],
+        ensemble_scheduling: { step },
+      });
+      const bad = await load(u, "uploaded_ens", {
+        config: ensemble,
+        "file:1/notes.txt": b64(new Uint8Array(4)),
+      });
+      assert.equal(bad.status, 400, `${JSON.stringify(step)}: ${JSON.stringify(bad.json)}`);
+      assert.equal(uploads(), uploadsBefore, JSON.stringify(step));
+    }
+
     const noConfig = await load(u, "uploaded", { "file:1/model.onnx": b64(onnx) });
     assert.equal(noConfig.status, 400);
     assert.deepEqual(noConfig.json, {
