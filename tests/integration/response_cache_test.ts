@@ -9,7 +9,15 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { startTestServer, type TestServer } from "../helpers.ts";
-import { copyDir, get, inferJson, outputsOf, type OutputTensor } from "./_http.ts";
+import {
+  binaryOutputs,
+  copyDir,
+  get,
+  inferBinary,
+  inferJson,
+  outputsOf,
+  type OutputTensor,
+} from "./_http.ts";
 import { pythonJson } from "./_python.ts";
 
 const CACHE_MODELS = fileURLToPath(new URL("../fixtures/cache_models", import.meta.url));
@@ -305,6 +313,44 @@ print(json.dumps({
       grpc: [2, 2, 4],
       http: [2, 2, 4],
     });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a cached answer of 1 MiB or more over binary HTTP carries the same bytes at every hit", async () => {
+  // Such answers are streamed in their parts, the cached output's own bytes among them: a stream that took
+  // (detached) them emptied the cache entry, and later hits answered no data.
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-cache-test-" });
+  try {
+    const fixtures = fileURLToPath(new URL("../fixtures/models/identity_fp32", import.meta.url));
+    await copyDir(fixtures, `${dir}/identity_fp32`);
+    const config = await Deno.readTextFile(`${fixtures}/config.pbtxt`);
+    await Deno.writeTextFile(
+      `${dir}/identity_fp32/config.pbtxt`,
+      `${config}\nresponse_cache { enable: true }\n`,
+    );
+    await using s = await serve(dir, [`--cache-config=local,size=${64 << 20}`]);
+    const n = 300_000; // 1.2 MB of FP32
+    const input = new Float32Array(n).map((_, i) => i % 1000);
+    const bytes = new Uint8Array(input.buffer);
+    for (let i = 0; i < 3; i++) {
+      const a = await inferBinary(s.url, "identity_fp32", {
+        inputs: [{
+          name: "INPUT0",
+          datatype: "FP32",
+          shape: [1, n],
+          parameters: { binary_data_size: bytes.byteLength },
+        }],
+        outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
+      }, [bytes]);
+      assert.equal(a.status, 200, `request ${i + 1}`);
+      const out = binaryOutputs(a).get("OUTPUT0")!;
+      assert.equal(out.byteLength, bytes.byteLength, `request ${i + 1}`);
+      assert.ok(out.every((b, k) => b === bytes[k]), `request ${i + 1}: the bytes differ`);
+    }
+    const st = await stats(s, "identity_fp32");
+    assert.equal(st.inference_stats.cache_hit!.count, 2);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

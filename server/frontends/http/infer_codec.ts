@@ -428,9 +428,11 @@ export function inferResponse(encoded: EncodedResponse): Response {
     return new Response(encoded.body as BodyInit, binaryAnswer(encoded.headerLength!));
   }
   const { headers } = binaryAnswer(encoded.headerLength!);
-  const parts = [...encoded.parts];
+  // A plain stream, not a byte stream: a byte stream's enqueue takes (detaches) the part's whole buffer, and the
+  // parts are outputs' own bytes, which a cache entry or the other requests of a batch may share. Empty parts
+  // are left out.
+  const parts = encoded.parts.filter((p) => p.byteLength > 0);
   const stream = new ReadableStream<Uint8Array>({
-    type: "bytes",
     pull(controller) {
       const next = parts.shift();
       if (next === undefined) controller.close();
