@@ -235,6 +235,15 @@ export function parseJsonExact(text: string): unknown {
 /** `JSON.rawJSON` (V8 has it; TypeScript's lib does not declare it yet). */
 const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 
+/**
+ * `JSON.stringify` that writes a bigint (an integer parseJsonExact kept, e.g. a uint64 sequence_id beyond 2^53)
+ * as its exact digits, where JSON.stringify alone throws.
+ * @param value the value
+ */
+export function stringifyExact(value: unknown): string {
+  return JSON.stringify(value, (_key, v) => (typeof v === "bigint" ? rawJSON(v.toString()) : v));
+}
+
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 

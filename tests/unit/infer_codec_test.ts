@@ -505,6 +505,19 @@ Deno.test("responses of another version, and outputs of the same name with anoth
   }
 });
 
+Deno.test("a response's parameters keep a uint64 beyond 2^53 exact (an ensemble echoes the sequence_id)", () => {
+  const enc = encodeInferResponse(
+    response([OUT1], "", { sequence_id: 9007199254740993n, sequence_start: true }),
+    [],
+    false,
+  );
+  assertEquals(
+    utf8Decode(enc.body),
+    '{"model_name":"simple","model_version":"1","parameters":{"sequence_id":9007199254740993,"sequence_start":true},' +
+      '"outputs":[{"name":"OUTPUT1","datatype":"INT32","shape":[2],"data":[7,-8]}]}',
+  );
+});
+
 Deno.test("a response echoes the request id and carries its parameters", () => {
   const enc = encodeInferResponse(response([OUT1], "req-7", { sequence_end: true }), [], false);
   assertEquals(

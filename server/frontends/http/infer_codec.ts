@@ -13,6 +13,7 @@ import {
   fromJsonValues,
   isDatatype,
   parseJsonExact,
+  stringifyExact,
   toJsonText,
   utf8Decode,
   utf8Encode,
@@ -517,7 +518,7 @@ export function encodeInferResponse(
   let text = responseHead(response.model, response.version);
   if (response.id) text += `,"id":${JSON.stringify(response.id)}`;
   if (Object.keys(response.parameters).length > 0) {
-    text += `,"parameters":${JSON.stringify(response.parameters)}`;
+    text += `,"parameters":${stringifyExact(response.parameters)}`;
   }
   text += `,"outputs":[${outputs.join(",")}]}`;
   if (deferred.length > 0) {
