@@ -52,9 +52,17 @@ export interface TableRegion {
   inUse: number;
 }
 
+/**
+ * The most regions of one kind registered at once: each holds an open file (or a CUDA mapping and stream), and
+ * a client must not be able to take every file descriptor of the process.
+ */
+export const MAX_REGIONS = 1024;
+
 /** The regions of one kind, by name. */
 export class RegionTable<R extends TableRegion> {
   #regions = new Map<string, R>();
+  /** Names whose registration is under way (it waits on the file system), held so that no other takes them. */
+  #pending = new Set<string>();
   readonly #kind: string;
 
   /**
@@ -65,13 +73,34 @@ export class RegionTable<R extends TableRegion> {
     this.#kind = kind;
   }
 
-  /** Whether a region of that name is registered. */
+  /** Whether a region of that name is registered, or being registered. */
   has(name: string): boolean {
-    return this.#regions.has(name);
+    return this.#regions.has(name) || this.#pending.has(name);
+  }
+
+  /**
+   * Holds a name for a registration under way, which ends with `add` or `release`.
+   * @param name the region name (the caller checked that it is free)
+   * @param where the start of an error message
+   * @throws ServerError UNAVAILABLE when MAX_REGIONS regions are registered or being registered
+   */
+  reserve(name: string, where: string): void {
+    if (this.#regions.size + this.#pending.size >= MAX_REGIONS) {
+      throw unavailable(
+        `${where}: ${MAX_REGIONS} ${this.#kind} regions are registered, the most there may be`,
+      );
+    }
+    this.#pending.add(name);
+  }
+
+  /** Gives up a name held for a registration that failed. */
+  release(name: string): void {
+    this.#pending.delete(name);
   }
 
   /** Adds a registered region. */
   add(region: R): void {
+    this.#pending.delete(region.name);
     this.#regions.set(region.name, region);
   }
 

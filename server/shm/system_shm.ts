@@ -114,16 +114,25 @@ export class SystemSharedMemory extends ShmRegistry<Region> {
     if (base.startsWith(SERVER_OBJECT_PREFIX)) {
       throw invalidArg(`${where}: key '${key}' names one of the server's own shared-memory objects`);
     }
-    const file = await openRegularFile(
-      join(this.#dir, base),
-      `${where}: cannot open shared-memory object '${key}'`,
-    );
-    const size = (await file.stat()).size;
-    if (offset + byteSize > size) {
-      file.close();
-      throw invalidArg(
-        `${where}: offset ${offset} + byte_size ${byteSize} is beyond the end of '${key}' (${size} bytes)`,
+    // The name is held while the object is opened: a second registration of it meanwhile is refused, where it
+    // replaced the first and left its file open for good.
+    this.regions.reserve(name, where);
+    let file: Deno.FsFile | undefined;
+    try {
+      file = await openRegularFile(
+        join(this.#dir, base),
+        `${where}: cannot open shared-memory object '${key}'`,
       );
+      const size = (await file.stat()).size;
+      if (offset + byteSize > size) {
+        throw invalidArg(
+          `${where}: offset ${offset} + byte_size ${byteSize} is beyond the end of '${key}' (${size} bytes)`,
+        );
+      }
+    } catch (err) {
+      file?.close();
+      this.regions.release(name);
+      throw err;
     }
     this.regions.add({ name, key, offset, byte_size: byteSize, file, inUse: 0 });
   }

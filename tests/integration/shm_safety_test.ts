@@ -135,3 +135,47 @@ Deno.test("a request to a stub killed from outside says that the stub died", asy
     );
   }
 });
+
+Deno.test("two registrations of one name at once: one succeeds, the other is refused, and no file stays open", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-shm-" });
+  const shm = new SystemSharedMemory(true, dir);
+  try {
+    await Deno.writeFile(`${dir}/obj`, new Uint8Array(64));
+    const fds = () => [...Deno.readDirSync("/proc/self/fd")].length;
+    const before = fds();
+    const outcomes = await Promise.allSettled([
+      shm.register("r", "/obj", 0, 8),
+      shm.register("r", "/obj", 0, 8),
+    ]);
+    assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
+    const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
+    assert.equal(refused.reason.code, "ALREADY_EXISTS");
+    assert.equal(fds(), before + 1);
+    shm.unregister("r");
+    assert.equal(fds(), before);
+    // A failed registration gives its name back.
+    await assert.rejects(shm.register("r", "/missing", 0, 8));
+    await shm.register("r", "/obj", 0, 8);
+  } finally {
+    shm.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("at most 1024 regions are registered at once, so that a client cannot take every file descriptor", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-shm-" });
+  const shm = new SystemSharedMemory(true, dir);
+  try {
+    await Deno.writeFile(`${dir}/obj`, new Uint8Array(8));
+    for (let i = 0; i < 1024; i++) await shm.register(`r${i}`, "/obj", 0, 8);
+    await assert.rejects(shm.register("one-more", "/obj", 0, 8), {
+      message:
+        "Cannot register shared memory region 'one-more': 1024 shared memory regions are registered, the most there may be",
+    });
+    shm.unregister("r0");
+    await shm.register("one-more", "/obj", 0, 8);
+  } finally {
+    shm.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
