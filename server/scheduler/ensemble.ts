@@ -56,6 +56,11 @@ export function checkEnsemble(
   const fail = (reason: string): never => {
     throw invalidArg(`Cannot load ensemble '${config.name}': ${reason}`);
   };
+  // Its steps give one response each, so an ensemble answers once: one declared decoupled would leave a
+  // stream's client waiting for responses and a final flag that never come.
+  if ((config.model_transaction_policy as { decoupled?: boolean } | undefined)?.decoupled === true) {
+    fail("a decoupled ensemble (model_transaction_policy { decoupled: true }) is not supported");
+  }
   const steps = ensembleSteps(config);
   if (steps.length === 0) fail("ensemble_scheduling has no steps");
   interface Source {

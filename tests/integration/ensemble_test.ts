@@ -37,6 +37,14 @@ async function withServer(fn: (s: TestServer) => Promise<void>): Promise<void> {
   try {
     await Deno.mkdir(`${repo}/ens_loose/1`, { recursive: true });
     await Deno.writeTextFile(`${repo}/ens_loose/config.pbtxt`, LOOSE_CONFIG);
+    // Declared decoupled: refused at load (a stream's client would wait for responses that never come).
+    await Deno.mkdir(`${repo}/ens_decoupled/1`, { recursive: true });
+    await Deno.writeTextFile(
+      `${repo}/ens_decoupled/config.pbtxt`,
+      `${
+        LOOSE_CONFIG.replace('name: "ens_loose"', 'name: "ens_decoupled"')
+      }\nmodel_transaction_policy { decoupled: true }\n`,
+    );
     await using s = await startTestServer([
       `--model-repository=${FIXTURES}`,
       `--model-repository=${ENSEMBLES}`,
@@ -168,6 +176,8 @@ Deno.test("ensembles: outputs, broken graphs, composing statistics and step erro
     });
 
     const REASONS: Record<string, string> = {
+      ens_decoupled:
+        "Cannot load ensemble 'ens_decoupled': a decoupled ensemble (model_transaction_policy { decoupled: true }) is not supported",
       ens_cycle: "Cannot load ensemble 'ens_cycle': the steps form a cycle (step 0 -> step 1 -> step 0)",
       ens_type_mismatch:
         "Cannot load ensemble 'ens_type_mismatch': tensor 'IN0' has datatype INT32 but step 0 input 'INPUT0' takes FP32",
@@ -182,6 +192,7 @@ Deno.test("ensembles: outputs, broken graphs, composing statistics and step erro
       assert.deepEqual(rows, [
         { name: "ens_add_sub", version: "1", state: "READY", reason: "" },
         { name: "ens_cycle", version: "1", state: "UNAVAILABLE", reason: REASONS.ens_cycle },
+        { name: "ens_decoupled", version: "1", state: "UNAVAILABLE", reason: REASONS.ens_decoupled },
         { name: "ens_loose", version: "1", state: "READY", reason: "" },
         { name: "ens_type_mismatch", version: "1", state: "UNAVAILABLE", reason: REASONS.ens_type_mismatch },
         { name: "ens_unknown_model", version: "1", state: "UNAVAILABLE", reason: REASONS.ens_unknown_model },
