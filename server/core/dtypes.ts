@@ -215,6 +215,30 @@ export function numberToBf16(v: number): number {
   return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
+/** The most elements of a BYTES tensor the server makes up itself (a warmup sample, a sequence's initial state). */
+export const MAX_MADE_BYTES_ELEMENTS = 1 << 22;
+/** The most bytes of a tensor of a fixed-size datatype the server makes up itself. */
+export const MAX_MADE_BYTES = 1 << 28;
+
+/**
+ * Checks the size of a tensor the server makes up from a config (a warmup sample, a sequence's initial state):
+ * a config, a load request's too, must not make the server allocate more than it can hold.
+ * @param datatype the tensor's datatype
+ * @param count its element count
+ * @param what the start of the error message
+ * @throws ServerError INVALID_ARG when it is too large
+ */
+export function checkMadeTensor(datatype: Datatype, count: number, what: string): void {
+  const bytes = datatype === "BYTES" ? 0 : count * elementSize(datatype);
+  if (datatype === "BYTES" ? count > MAX_MADE_BYTES_ELEMENTS : bytes > MAX_MADE_BYTES) {
+    throw invalidArg(
+      datatype === "BYTES"
+        ? `${what} has ${count} elements, more than the ${MAX_MADE_BYTES_ELEMENTS} of a BYTES tensor the server makes`
+        : `${what} has ${bytes} bytes, more than the ${MAX_MADE_BYTES} of a tensor the server makes`,
+    );
+  }
+}
+
 /**
  * Parses JSON text; integer literals beyond 2^53 become bigint, so that INT64 and UINT64 values keep every
  * digit (JSON.parse alone rounds them to the nearest double).

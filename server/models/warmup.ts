@@ -6,7 +6,7 @@
 
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import { join } from "node:path";
-import { elementCount, elementSize, fromConfigType, utf8Encode } from "../core/dtypes.ts";
+import { checkMadeTensor, elementCount, elementSize, fromConfigType, utf8Encode } from "../core/dtypes.ts";
 import { invalidArg } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { Tensor } from "../core/types.ts";
@@ -40,6 +40,7 @@ async function tensorFor(
   const batch = config.max_batch_size > 0 ? [Math.max(1, sample.batch_size)] : [];
   const shape = [...batch, ...input.dims];
   const count = elementCount(shape);
+  checkMadeTensor(datatype, count, `${where}: input '${name}'`);
   if (input.input_data_file) {
     const bytes = await Deno.readFile(join(modelDir, "warmup", input.input_data_file)).catch((err) => {
       throw invalidArg(`${where}: cannot read 'warmup/${input.input_data_file}': ${(err as Error).message}`);

@@ -274,6 +274,9 @@ export function checkFileNames(config: ModelConfig, folderName: string): void {
   }
 }
 
+/** The most priority levels a dynamic batcher may have. */
+export const MAX_PRIORITY_LEVELS = 10_000;
+
 /**
  * Checks a normalized config as Triton does; every problem is an INVALID_ARG error naming the field.
  * @param config the normalized config
@@ -353,6 +356,12 @@ export async function validateConfig(
   const levels = (config.dynamic_batching as { priority_levels?: number } | undefined)?.priority_levels ?? 0;
   const defaultLevel = (config.dynamic_batching as { default_priority_level?: number } | undefined)
     ?.default_priority_level ?? 0;
+  // Each level has queues of its own, made at load: a config (a load request's too) must not make millions.
+  if (levels > MAX_PRIORITY_LEVELS) {
+    fail(
+      `dynamic_batching priority_levels ${levels} is more than the ${MAX_PRIORITY_LEVELS} dinfer supports`,
+    );
+  }
   if (levels > 0 && (defaultLevel < 1 || defaultLevel > levels)) {
     fail(
       `dynamic_batching default_priority_level ${defaultLevel} must be between 1 and priority_levels ${levels}`,

@@ -15,6 +15,7 @@ import { BytesTensor } from "../core/bytes_tensor.ts";
 import { join } from "node:path";
 import {
   bytesOf,
+  checkMadeTensor,
   type Datatype,
   elementCount,
   elementSize,
@@ -228,6 +229,11 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
         fail(`state '${s.input_name}' has variable dims and no initial_state dims`);
       }
       const count = elementCount(shape);
+      try {
+        checkMadeTensor(datatype, count, `state '${s.input_name}'`);
+      } catch (err) {
+        fail((err as Error).message);
+      }
       let initial: Tensor["data"];
       if (init?.data_file) {
         const path = join(modelDir, "initial_state", init.data_file);

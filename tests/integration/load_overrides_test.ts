@@ -198,6 +198,46 @@ Deno.test("configured file names stay in their folder; outside paths get one ans
   assert.equal(ok.status, 200, JSON.stringify(ok.json));
 });
 
+Deno.test("a config cannot make the server allocate without bound: priority levels, warmup samples, states", async () => {
+  await using s = await startTestServer([`--model-repository=${FIXTURES}`, "--model-control-mode=explicit"]);
+  const prefix = "Cannot load 'identity_fp32': failed to load 'identity_fp32': ";
+  const cases: [Record<string, unknown>, string][] = [
+    [
+      { dynamic_batching: { priority_levels: 100_000_000, default_priority_level: 1 } },
+      "Cannot load 'identity_fp32': dynamic_batching priority_levels 100000000 is more than the 10000 dinfer supports",
+    ],
+    [
+      {
+        model_warmup: [{
+          name: "w",
+          batch_size: 1,
+          inputs: { INPUT0: { data_type: "TYPE_FP32", dims: [1 << 30], zero_data: true } },
+        }],
+      },
+      "Cannot warm up 'identity_fp32' with sample 'w': input 'INPUT0' has 4294967296 bytes, more than the 268435456 of a tensor the server makes",
+    ],
+    [
+      {
+        sequence_batching: {
+          state: [{
+            input_name: "S_IN",
+            output_name: "S_OUT",
+            data_type: "TYPE_STRING",
+            dims: [200_000_000],
+            initial_state: [{ name: "init", data_type: "TYPE_STRING", dims: [200_000_000], zero_data: true }],
+          }],
+        },
+      },
+      "Cannot load 'identity_fp32': sequence_batching state 'S_IN' has 200000000 elements, more than the 4194304 of a BYTES tensor the server makes",
+    ],
+  ];
+  for (const [extra, reason] of cases) {
+    const r = await load(s.url, "identity_fp32", { config: onnxConfig("identity_fp32", extra) });
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.equal((r.json as { error: string }).error, `${prefix}${reason}`);
+  }
+});
+
 Deno.test("checkFileNames refuses NUL, '.', absolute and escaping names and accepts names inside", () => {
   const base = { name: "m", input: [], output: [{ name: "O", data_type: "TYPE_FP32", dims: [1] }] };
   const check = (extra: Record<string, unknown>) => () =>
