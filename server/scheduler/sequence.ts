@@ -277,7 +277,11 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
         ),
       );
     }
-    if (typeof id === "boolean" || (typeof id === "number" && (!Number.isInteger(id) || id < 0))) {
+    // A number beyond 2^53 is not exact (an integer literal that long is a bigint), and a uint64 ends at 2^64.
+    if (
+      typeof id === "boolean" || (typeof id === "number" && (!Number.isSafeInteger(id) || id < 0)) ||
+      (typeof id === "bigint" && (id < 0n || id >= 1n << 64n))
+    ) {
       return fail(
         invalidArg(`Cannot infer '${this.#name}': sequence_id must be an unsigned integer or a string`),
       );

@@ -338,6 +338,19 @@ Deno.test("Triton compatibility: versions, statistics, outputs, optional inputs 
       sequence_start: false,
       sequence_end: true,
     });
+    // A uint64 id beyond 2^53 comes back with every digit (JSON.stringify threw on it).
+    const big = await fetch(`${s.url}/v2/models/ens_py/infer`, {
+      method: "POST",
+      body: `{"parameters":{"sequence_id":9007199254740993,"sequence_start":true},"inputs":${
+        JSON.stringify(inputs)
+      }}`,
+    });
+    const bigText = await big.text();
+    assert.equal(big.status, 200, bigText);
+    assert.match(
+      bigText,
+      /"parameters":\{"sequence_id":9007199254740993,"sequence_start":true,"sequence_end":false\}/,
+    );
     const grpc = await pythonJson(
       `
 import json, os, grpc

@@ -300,7 +300,7 @@ Deno.test("bad input entries are refused", () => {
 
 Deno.test("a shape that is not a list of non-negative integers is refused", () => {
   const msg = `${WHERE}: input 'X' 'shape' must be an array of non-negative integers`;
-  for (const shape of [undefined, 4, "4", [-1], [1.5], ["2"], [null], [2, -3]]) {
+  for (const shape of [undefined, 4, "4", [-1], [1.5], ["2"], [null], [2, -3], [1e300, 0], [2 ** 53, 0]]) {
     failsJson({ inputs: [{ name: "X", datatype: "FP32", shape, data: [1] }] }, msg);
   }
 });

@@ -267,7 +267,8 @@ function decodeJson(
       );
     }
     const shape = raw.shape;
-    if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) {
+    // Safe integers only: 1e300 is an integer to JavaScript, and no int64 dim.
+    if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
       throw invalidArg(`Cannot read ${where}: ${what} 'shape' must be an array of non-negative integers`);
     }
     // An input's parameters are only read here: one without any shares NO_PARAMETERS.
