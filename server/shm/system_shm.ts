@@ -9,7 +9,7 @@
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import fs from "node:fs";
 import { join } from "node:path";
-import { type Datatype, elementCount, type TensorData } from "../core/dtypes.ts";
+import { type Datatype, elementCount, elementSize, type TensorData } from "../core/dtypes.ts";
 import { invalidArg, ServerError } from "../core/errors.ts";
 import { type ShmLocation, ShmRegistry } from "./regions.ts";
 
@@ -167,6 +167,18 @@ export class SystemSharedMemory extends ShmRegistry<Region> {
    */
   readTensor(loc: ShmLocation, datatype: Datatype, shape: number[], what: string): TensorData {
     const r = this.locate(loc, what, loc.byteSize, "read");
+    if (datatype !== "BYTES" && loc.byteSize !== elementCount(shape) * elementSize(datatype)) {
+      // Validation refuses this size, with Triton's wording: nothing is read for it (a client could otherwise
+      // have the server copy a whole large region for every such request). The buffer is never written, so
+      // its pages are not taken.
+      try {
+        return new Uint8Array(loc.byteSize);
+      } catch {
+        throw invalidArg(
+          `Cannot read ${what}: shared_memory_byte_size ${loc.byteSize} does not fit its shape`,
+        );
+      }
+    }
     const bytes = new Uint8Array(loc.byteSize);
     let got = 0;
     try {

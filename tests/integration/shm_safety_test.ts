@@ -179,3 +179,31 @@ Deno.test("at most 1024 regions are registered at once, so that a client cannot 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("an input whose shared_memory_byte_size does not fit its shape is not read from the region", async () => {
+  // Validation refuses it; reading it first let a request have the server copy a whole large region.
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-shm-" });
+  const shm = new SystemSharedMemory(true, dir);
+  try {
+    await Deno.writeFile(`${dir}/obj`, new Uint8Array(64).fill(7));
+    await shm.register("r", "/obj", 0, 64);
+    const fits = shm.readTensor(
+      { region: "r", offset: 0, byteSize: 16 },
+      "FP32",
+      [4],
+      "input 'X'",
+    ) as Uint8Array;
+    assert.deepEqual([...fits], Array(16).fill(7));
+    const wrong = shm.readTensor(
+      { region: "r", offset: 0, byteSize: 64 },
+      "FP32",
+      [4],
+      "input 'X'",
+    ) as Uint8Array;
+    assert.equal(wrong.byteLength, 64); // the size validation words its error with
+    assert.deepEqual([...wrong], Array(64).fill(0), "nothing was read");
+  } finally {
+    shm.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
