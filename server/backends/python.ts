@@ -192,6 +192,9 @@ export function waitSpinUs(config: ModelConfig, backendConfig: Record<string, st
   return n;
 }
 
+/** How long the answers a stub wrote before it exited may take to be read, once it has exited. */
+const EXIT_DRAIN_MS = 1000;
+
 /** The stub processes of this server process that have started and not exited (all models). */
 let liveStubs = 0;
 
@@ -507,6 +510,8 @@ class Stub {
   #listener: Deno.Listener | undefined;
   /** The stub's messages come in on this socket. */
   #conn: Deno.Conn | undefined;
+  /** The read loop of `#conn`, which ends when the stub's end of the socket closes. */
+  #reading: Promise<void> | undefined;
   /** The server's messages go out through this pipe (see the module doc). */
   #commands: Deno.FsFile | undefined;
   /** The pipe's size in pages and its page size, as the stub reported them when ready (one page before). */
@@ -611,10 +616,17 @@ class Stub {
     }
     const pid = this.#child.pid;
     liveStubs++;
-    this.#child.status.then((s) => {
+    this.#child.status.then(async (s) => {
       liveStubs--;
       this.dead = true;
       this.exitReason = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
+      // What the stub wrote before it exited is read first (the read loop ends at the socket's end), so that
+      // the calls it answered are not failed with the one that made it exit.
+      if (this.#reading) {
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        await Promise.race([this.#reading, new Promise((r) => (timer = setTimeout(r, EXIT_DRAIN_MS)))]);
+        clearTimeout(timer);
+      }
       this.#failAll(`the Python stub ${this.exitReason}`);
       this.#conn?.close();
       this.#closeCommands();
@@ -641,7 +653,7 @@ class Stub {
     this.#conn = conn;
     this.#listener.close();
     this.#listener = undefined;
-    this.#readLoop(conn);
+    this.#reading = this.#readLoop(conn);
     this.#commands = await this.#openCommands(commandsPath);
     const args = {
       model_config: JSON.stringify(config),

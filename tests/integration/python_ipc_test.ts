@@ -265,6 +265,49 @@ class TritonPythonModel:
   );
 });
 
+Deno.test("a stub that exits in a call: the calls it answered before keep their answers", async () => {
+  // MODE 1 ends the process; any other value comes back after 2 ms (longer than the stub holds an answer for
+  // the next call's write, so that its answer is written before the next call runs).
+  await withModel(
+    "exit_py",
+    MODE_CONFIG("exit_py"),
+    `import os, time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            m = r.inputs()[0].as_numpy()
+            if m[0] == 1:
+                os._exit(3)
+            time.sleep(0.002)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", m.copy())]))
+        return out
+`,
+    async (instance) => {
+      for (let round = 0; round < 3; round++) {
+        const call = (v: number) =>
+          within(
+            instance.executeRequests!([{ inputs: mode(v), outputNames: ["OUT"], id: "", parameters: {} }]),
+          );
+        const [a, b, c] = await Promise.allSettled([call(5), call(6), call(1)]);
+        assert.equal(a.status, "fulfilled", String((a as PromiseRejectedResult).reason));
+        assert.equal(b.status, "fulfilled", String((b as PromiseRejectedResult).reason));
+        assert.deepEqual([outValue((a as PromiseFulfilledResult<(Map<string, Tensor> | Error)[]>).value)], [
+          5,
+        ]);
+        assert.deepEqual([outValue((b as PromiseFulfilledResult<(Map<string, Tensor> | Error)[]>).value)], [
+          6,
+        ]);
+        assert.equal(c.status, "rejected");
+        assert.match(String((c as PromiseRejectedResult).reason), /the Python stub exited with code 3/);
+      }
+    },
+  );
+});
+
 Deno.test("calls that overflow the stub's pipe, sent together and after, each get their own answer in order", async () => {
   const dir = fileURLToPath(new URL("../fixtures/python_models/scale_py", import.meta.url));
   const config = toModelConfig(await readConfigFile(dir, "scale_py"), "scale_py");
