@@ -107,6 +107,11 @@ interface Sequence {
   lastActive: number;
   /** The instance the sequence is bound to (direct), or -1; undefined while in the backlog. */
   slot: number | undefined;
+  /**
+   * Whether its last request queued ends it: as in Triton, which forgets the correlation id when an END request
+   * is queued, a later request without START is refused (it would have run on the ended sequence's state).
+   */
+  ended: boolean;
 }
 
 function seqKey(id: SequenceId): string {
@@ -316,7 +321,7 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
     }
     const key = seqKey(id);
     let seq = this.#sequences.get(key);
-    if (!seq) {
+    if (!seq || (seq.ended && !start)) {
       if (!start) {
         const timedOut = this.#timedOut.has(key);
         return fail(
@@ -341,6 +346,7 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
         state: undefined,
         lastActive: performance.now(),
         slot: undefined,
+        ended: false,
       };
       this.#sequences.set(key, seq);
       this.#assignSlot(seq);
@@ -350,6 +356,7 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
     request.request.trace?.mark("QUEUE_START");
     return new Promise((resolve, reject) => {
       s.queue.push({ request, resolve, reject, enqueuedAt: performance.now(), received, start, end });
+      s.ended = end;
       s.lastActive = performance.now();
       this.queued++;
       this.#pump();

@@ -205,6 +205,29 @@ Deno.test("sequence batcher: idle release, oldest batching, direct backlog", asy
       const got = await Promise.all([run(401, 1), run(402, -1), run(403, 2)]);
       assert.deepEqual(got, [SUMS, SUMS.map((x) => -x), SUMS.map((x) => 2 * x)]);
     });
+
+    await t.step(
+      "a request without START after an END that is queued, not yet run, is refused (as Triton)",
+      async () => {
+        const m = "direct_two";
+        assert.equal(sum(await step(base, m, 501, 1, { start: true })), 1);
+        assert.equal(sum(await step(base, m, 502, 2, { start: true })), 2);
+        // 503 waits in the backlog, its START and its END queued.
+        const opened = step(base, m, 503, 3, { start: true });
+        const ended = step(base, m, 503, 4, { end: true });
+        await sleep(200);
+        // Its id is forgotten once the END is queued: a request without START is not run on the ended sequence.
+        assert.equal(
+          error(await step(base, m, 503, 50)),
+          `Cannot infer '${m}': sequence 503 is not active; its first request must set sequence_start`,
+        );
+        // A START after it opens a new sequence, which runs after the ended one.
+        const again = step(base, m, 503, 30, { start: true, end: true });
+        assert.equal(sum(await step(base, m, 501, 1, { end: true })), 2);
+        assert.deepEqual([sum(await opened), sum(await ended), sum(await again)], [3, 7, 30]);
+        assert.equal(sum(await step(base, m, 502, 1, { end: true })), 3);
+      },
+    );
   } finally {
     await Deno.remove(repo, { recursive: true });
   }
