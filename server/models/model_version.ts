@@ -50,8 +50,12 @@ export interface VersionSource {
   backend: string;
   /** The instance context, less what is particular to one instance. */
   context: Pick<InstanceContext, "modelDir" | "versionDir" | "version" | "modelPath" | "backendConfig">;
-  /** The model file's size and modification time (ms) once the instances had loaded, where it is a file. */
-  file: { size: number; mtime: number } | undefined;
+  /**
+   * The model file's size and modification time (ms), and the stamp of its whole version folder (see
+   * folderStamp: ONNX Runtime reads external data files beside the model), taken before the instances loaded;
+   * undefined where the model is not a file.
+   */
+  file: { size: number; mtime: number; folder: string | undefined } | undefined;
 }
 
 /** Keeps copies of model versions on other threads (the HTTP listener threads), which must drop them first. */
@@ -156,6 +160,10 @@ export class ModelVersion {
           );
         }
       }
+      // Stamped before the instances load: a file replaced while they load leaves a stamp that no longer matches
+      // it, so that copies on other threads refuse it rather than open other weights than the main thread's.
+      const file = await fileStamp(modelPath);
+      const stamp = file && { ...file, folder: await folderStamp(versionDir) };
       const limits: InstanceLimits[] = [];
       for (const group of this.config.instance_group) {
         // As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
@@ -205,7 +213,7 @@ export class ModelVersion {
       this.source = {
         backend: backend.name,
         context: { modelDir, versionDir, version: this.version, modelPath, backendConfig },
-        file: await fileStamp(modelPath),
+        file: stamp,
       };
       this.#loaded(started);
     } catch (err) {
@@ -344,6 +352,33 @@ export class ModelVersion {
  * A file's size and modification time (ms); undefined for a folder or what cannot be read.
  * @param path the file
  */
+/**
+ * The path, size and modification time of every file under a folder (links followed), sorted: it changes when any
+ * file is replaced, added or removed. Undefined for a folder of more than `maxEntries` entries or deeper than 8.
+ * @param dir the folder
+ * @param maxEntries the most entries to look at
+ */
+export async function folderStamp(dir: string, maxEntries = 256): Promise<string | undefined> {
+  const rows: string[] = [];
+  let entries = 0;
+  const walk = async (d: string, depth: number): Promise<void> => {
+    if (depth > 8) throw new Error("too deep");
+    for await (const e of Deno.readDir(d)) {
+      if (++entries > maxEntries) throw new Error("too many entries");
+      const path = join(d, e.name);
+      const st = await Deno.stat(path);
+      if (st.isDirectory) await walk(path, depth + 1);
+      else rows.push(`${path}\t${st.size}\t${st.mtime?.getTime() ?? -1}`);
+    }
+  };
+  try {
+    await walk(dir, 0);
+  } catch {
+    return undefined;
+  }
+  return rows.sort().join("\n");
+}
+
 export async function fileStamp(path: string): Promise<{ size: number; mtime: number } | undefined> {
   try {
     const st = await Deno.stat(path);

@@ -235,7 +235,24 @@ replicaTest(
     for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
     assert.match(
       await Deno.readTextFile(log),
-      /An HTTP listener thread cannot run 'simple' version 1 itself \(its requests go to the main thread\): '.*model\.onnx' has changed since the version loaded/,
+      /An HTTP listener thread cannot run 'simple' version 1 itself \(its requests go to the main thread\): '.*simple\/1' has changed since the version loaded/,
+    );
+    assert.equal((await stats(two.url)).inference_count, ROUNDS);
+  },
+);
+
+replicaTest(
+  "a listener thread does not copy a model whose version folder changed beside the model file",
+  async (repo, log) => {
+    // ONNX Runtime reads external data files beside the model: a file there written after the load (new
+    // weights, say) must not reach a copy the main thread's session does not have.
+    await Deno.writeFile(`${repo}/simple/1/weights.data`, new Uint8Array(16));
+    await using two = await twoThreads(log, [`--model-repository=${repo}`]);
+    await Deno.writeFile(`${repo}/simple/1/weights.data`, new Uint8Array(32));
+    for (let i = 0; i < ROUNDS; i++) assertSimple(await infer(two.url));
+    assert.match(
+      await Deno.readTextFile(log),
+      /An HTTP listener thread cannot run 'simple' version 1 itself \(its requests go to the main thread\): '.*simple\/1' has changed since the version loaded/,
     );
     assert.equal((await stats(two.url)).inference_count, ROUNDS);
   },

@@ -83,16 +83,18 @@ export class ReplicaRunner {
       const [
         { onnxRuntimeBackend },
         { PoolScheduler },
-        { batchingOptions, fileStamp },
+        { batchingOptions, fileStamp, folderStamp },
         { SharedVersionStats },
         { validateRequest },
       ] = await loadCopyModules();
-      // The copy must be of the file the main thread loaded: one replaced since is not opened.
+      // The copy must be of the files the main thread loaded (the model and any file beside it, such as external
+      // weights): one replaced since is not opened.
       const same = async () => {
         const now = await fileStamp(context.modelPath);
-        return now?.size === spec.file.size && now.mtime === spec.file.mtime;
+        return now?.size === spec.file.size && now.mtime === spec.file.mtime &&
+          await folderStamp(context.versionDir) === spec.file.folder;
       };
-      if (!await same()) throw new Error(`'${context.modelPath}' has changed since the version loaded`);
+      if (!await same()) throw new Error(`'${context.versionDir}' has changed since the version loaded`);
       instance = await onnxRuntimeBackend.createInstance(config, {
         ...context,
         instanceName: `${config.name}_http`,
@@ -100,7 +102,7 @@ export class ReplicaRunner {
         deviceId: 0,
         copy: true,
       });
-      if (!await same()) throw new Error(`'${context.modelPath}' changed while the copy opened`);
+      if (!await same()) throw new Error(`'${context.versionDir}' changed while the copy opened`);
       const stats = new SharedVersionStats(new Float64Array(cells), config.name, String(context.version));
       const scheduler = new PoolScheduler(
         {

@@ -39,8 +39,8 @@ export interface ReplicaSpec {
   signature: ModelSignature;
   /** Where its files are. */
   context: VersionSource["context"];
-  /** The model file as the version loaded it: a copy opens only while the file is unchanged. */
-  file: { size: number; mtime: number };
+  /** The model file and its version folder as the version loaded them: a copy opens only while both are unchanged. */
+  file: { size: number; mtime: number; folder: string | undefined };
 }
 
 /** The messages of the replica protocol, main thread to listener thread. */
@@ -74,7 +74,7 @@ function copyMaxBytes(config: ModelConfig, backendConfig: Record<string, string>
  */
 export function replicable(mv: ModelVersion): boolean {
   const source = mv.source;
-  if (mv.state !== "READY" || source?.backend !== "onnxruntime" || !source.file) return false;
+  if (mv.state !== "READY" || source?.backend !== "onnxruntime" || !source.file?.folder) return false;
   const c = mv.config;
   if (mv.decoupled || mv.responseCache || mv.rateLimiter) return false;
   if (c.sequence_batching !== undefined || !threadLocalBatching(c)) return false;
