@@ -160,12 +160,13 @@ export class InferencePipeline {
    * @param model the model name
    * @param version the version ("" for the policy's choice)
    * @param endpoint where it came in
+   * @param again whether the request was taken in before (its version was replaced meanwhile): not counted twice
    * @returns the version that serves it
    * @throws ServerError NOT_FOUND / UNAVAILABLE for a model that cannot serve, the endpoint's refusal for a
    *   decoupled model on an endpoint that does not stream
    */
-  accept(model: string, version: string, endpoint: Endpoint): ModelVersion {
-    if (endpoint.counted) this.arrivals.arrived();
+  accept(model: string, version: string, endpoint: Endpoint, again = false): ModelVersion {
+    if (endpoint.counted && !again) this.arrivals.arrived();
     const mv = this.registry.resolve(model, version);
     if (mv.decoupled && !endpoint.streaming) {
       throw new ServerError(endpoint.refusalCode, endpoint.refusal.replace("{model}", mv.name));

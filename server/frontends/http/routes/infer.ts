@@ -95,7 +95,12 @@ export function inferRoutes({ pipeline, options }: RouteDeps): Route[] {
     } catch (err) {
       return Promise.reject(err);
     }
-    return body.then((b) => run(mv, b, headerLength, { model, version }, recvStart));
+    return body.then((b) => {
+      // A reload that finished while the body arrived replaced the version: the request goes to the new one (the
+      // old one refuses requests once it unloads). A model gone meanwhile answers as it would have before.
+      if (mv.state !== "READY") mv = pipeline.accept(model, version, ENDPOINTS.httpInfer, true);
+      return run(mv, b, headerLength, { model, version }, recvStart);
+    });
   }
 
   /** Decodes a read body and runs it through the pipeline. */
