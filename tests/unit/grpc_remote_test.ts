@@ -153,3 +153,36 @@ Deno.test("a cancelled stream is told to its handler; cancelAll cancels every op
   assert.equal(waiting.openStreams, 0);
   assert.equal(remote.openStreams, 0);
 });
+
+Deno.test("a forwarded message that does not decode, or a stream handler that throws, ends only its own call", async () => {
+  const { remote, sent } = setup();
+  const junk = new TextEncoder().encode("{not json");
+  // Each would have thrown out of handle(), the main thread's message handler for the thread.
+  remote.handle({ op: "grpc-call", id: 1, method: "Echo", metadata: [], message: junk });
+  remote.handle({ op: "grpc-open", id: 2, method: "Chat", metadata: [] });
+  remote.handle({ op: "grpc-data", id: 2, message: junk });
+  await turns(3);
+  assert.deepEqual(sent.map((m) => [m.op, m.id, (m as { status?: { code: number } }).status?.code]), [
+    ["grpc-reply", 1, grpc.status.INTERNAL],
+    ["grpc-close", 2, grpc.status.INTERNAL],
+  ]);
+  assert.equal(remote.openStreams, 0);
+  // A stream handler that throws at once.
+  const throwing = new RemoteCalls(
+    new Map<string, RemoteMethod>([["Boom", {
+      definition: definition("/t.S/Boom", true),
+      handler: (() => {
+        throw new Error("boom");
+      }) as grpc.UntypedHandleCall,
+    }]]),
+    (reply) => sent.push(reply),
+  );
+  throwing.handle({ op: "grpc-open", id: 3, method: "Boom", metadata: [] });
+  await turns(3);
+  assert.deepEqual(sent.at(-1), {
+    op: "grpc-close",
+    id: 3,
+    status: { code: grpc.status.INTERNAL, details: "boom" },
+  });
+  assert.equal(throwing.openStreams, 0);
+});

@@ -166,7 +166,17 @@ export class RemoteCalls {
         return this.#open(msg);
       case "grpc-data": {
         const s = this.#streams.get(msg.id);
-        if (s) s.push(s.method.definition.requestDeserialize(Buffer.from(msg.message)));
+        if (!s) return;
+        let message: unknown;
+        try {
+          message = s.method.definition.requestDeserialize(Buffer.from(msg.message));
+        } catch (err) {
+          // A message that does not decode ends its stream, not the main thread's message handler.
+          this.#streams.delete(msg.id);
+          s.close(statusOf(err));
+          return;
+        }
+        s.push(message);
         return;
       }
       case "grpc-end":
@@ -221,16 +231,16 @@ export class RemoteCalls {
       }
       this.send({ op: "grpc-reply", id: msg.id, message }, transferOf(message));
     };
-    const call = {
-      request: m.definition.requestDeserialize(Buffer.from(msg.message)),
-      metadata: metadataOf(msg.metadata),
-      cancelled: false,
-      getPeer: () => "",
-      on: () => call,
-      once: () => call,
-      sendMetadata: () => {},
-    };
     try {
+      const call = {
+        request: m.definition.requestDeserialize(Buffer.from(msg.message)),
+        metadata: metadataOf(msg.metadata),
+        cancelled: false,
+        getPeer: () => "",
+        on: () => call,
+        once: () => call,
+        sendMetadata: () => {},
+      };
       (m.handler as grpc.handleUnaryCall<unknown, unknown>)(
         call as unknown as grpc.ServerUnaryCall<unknown, unknown>,
         (err, value) => reply(err, value),
@@ -253,11 +263,23 @@ export class RemoteCalls {
       }, []);
       return;
     }
-    const stream = new RemoteStream(metadataOf(msg.metadata), m, this.send, msg.id);
+    let stream: RemoteStream;
+    try {
+      stream = new RemoteStream(metadataOf(msg.metadata), m, this.send, msg.id);
+    } catch (err) {
+      this.send({ op: "grpc-close", id: msg.id, status: statusOf(err) }, []);
+      return;
+    }
     this.#streams.set(msg.id, stream);
     stream.on("close", () => this.#streams.delete(msg.id));
-    (m.handler as grpc.handleBidiStreamingCall<unknown, unknown>)(
-      stream as unknown as grpc.ServerDuplexStream<unknown, unknown>,
-    );
+    try {
+      (m.handler as grpc.handleBidiStreamingCall<unknown, unknown>)(
+        stream as unknown as grpc.ServerDuplexStream<unknown, unknown>,
+      );
+    } catch (err) {
+      // A handler that throws ends its stream with the error, not the main thread's message handler.
+      this.#streams.delete(msg.id);
+      stream.close(statusOf(err));
+    }
   }
 }

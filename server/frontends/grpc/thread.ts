@@ -184,14 +184,19 @@ export class GrpcThreadServer {
     this.link.infer(request, recvEnd, recvEnd).then((answer) => {
       if ("error" in answer) {
         callback({ code: grpcStatus(answer.error.code), details: answer.error.message });
-      } else {
-        callback(
-          null,
-          new FramedMessage(
-            encodeModelInferResponseParts(answer.response, undefined, { reserve: FRAME_PREFIX }),
-          ),
-        );
+        return;
       }
+      let framed: FramedMessage;
+      try {
+        framed = new FramedMessage(
+          encodeModelInferResponseParts(answer.response, undefined, { reserve: FRAME_PREFIX }),
+        );
+      } catch (err) {
+        // An answer that does not encode ends its call INTERNAL, not the thread (an unhandled rejection).
+        callback({ code: grpc.status.INTERNAL, details: (err as Error).message });
+        return;
+      }
+      callback(null, framed);
     }, (err) => callback({ code: grpc.status.INTERNAL, details: (err as Error).message }))
       .finally(() => this.#calls.end());
   };
