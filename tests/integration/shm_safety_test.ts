@@ -141,8 +141,17 @@ Deno.test("two registrations of one name at once: one succeeds, the other is ref
   const shm = new SystemSharedMemory(true, dir);
   try {
     await Deno.writeFile(`${dir}/obj`, new Uint8Array(64));
-    const fds = () => [...Deno.readDirSync("/proc/self/fd")].length;
+    // The descriptors of this process open on the object (other tests' descriptors come and go meanwhile).
+    const fds = () =>
+      [...Deno.readDirSync("/proc/self/fd")].filter((e) => {
+        try {
+          return Deno.readLinkSync(`/proc/self/fd/${e.name}`) === `${dir}/obj`;
+        } catch {
+          return false;
+        }
+      }).length;
     const before = fds();
+    assert.equal(before, 0);
     const outcomes = await Promise.allSettled([
       shm.register("r", "/obj", 0, 8),
       shm.register("r", "/obj", 0, 8),
