@@ -415,3 +415,61 @@ Deno.test("the OpenAI API tells the model when a stream's client leaves or a sto
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test(
+  "with two HTTP threads, a stream reaches its client event by event and a client that leaves stops the model, on either thread",
+  { ignore: navigator.hardwareConcurrency < 2 },
+  async () => {
+    const dir = await Deno.makeTempDir({ prefix: "dinfer-generate-" });
+    const logFile = `${dir}/server.log`;
+    const logger = new Logger({
+      info: true,
+      warning: true,
+      error: true,
+      verbose: 0,
+      format: "default",
+      file: logFile,
+    });
+    try {
+      await using s = await startGenerateServer(["--http-thread-count=2"], logger);
+      // Each stream on a connection of its own: the kernel gives it to the main thread or the listener thread
+      // (8 rounds: all on the main thread once in 256). A listener thread handed the whole answer over only when
+      // the model had finished, and a client that left did not stop the model.
+      const rounds = 8;
+      for (let round = 0; round < rounds; round++) {
+        const client = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+        const controller = new AbortController();
+        try {
+          const response = await fetch(`${s.url}/v2/models/words_py/generate_stream`, {
+            method: "POST",
+            body: '{"text_input":"a b c d e f","parameters":{"delay_ms":300}}',
+            signal: controller.signal,
+            client,
+          });
+          const reader = response.body!.getReader();
+          let text = "";
+          while (text.split("\n\n").length < 3) text += new TextDecoder().decode((await reader.read()).value);
+          // Two events, while the model is still making the rest (a buffered answer brings all six at once).
+          assert.equal(events(text).length, 2, `round ${round + 1}`);
+          controller.abort();
+          await reader.closed.catch(() => {});
+        } finally {
+          client.close();
+        }
+      }
+      // Every stream's model was told, after 2 responses each.
+      let lines: string[] = [];
+      for (let i = 0; i < 400; i++) {
+        lines = (await Deno.readTextFile(logFile)).split("\n").filter((l) => l.includes("words_py stopped"));
+        if (lines.length >= rounds) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      assert.equal(lines.length, rounds);
+      for (const line of lines) {
+        assert.match(line, / words_py: words_py stopped after 2 responses: cancelled$/);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);

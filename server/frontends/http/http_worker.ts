@@ -48,6 +48,8 @@ import {
 let nextId = 0;
 /** The main thread's replies awaited by message id (requests sent by postMessage). */
 const pending = new Map<number, (reply: ToWorker) => void>();
+/** The streamed answers of forwarded requests (see forward), by id. */
+const streams = new Map<number, ReadableStreamDefaultController<Uint8Array>>();
 /**
  * The replies awaited by channel slot (an answer too large for its slot), by slot: an array, as every request
  * through the channel registers one, and a Map that fills and empties with every request allocates a new
@@ -206,6 +208,12 @@ async function forward(request: Request, body: Uint8Array | null, tooLarge = fal
   const transfer = bytes && bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength
     ? [bytes.buffer as ArrayBuffer]
     : [];
+  // A client that goes away ends the request on the main thread too (its handler's signal; a stream's model).
+  let answered = false;
+  const cancel = () => {
+    if (!answered || streams.has(id)) self.postMessage({ op: "http-cancel", id } satisfies FromWorker);
+  };
+  request.signal.addEventListener("abort", cancel, { once: true });
   const reply = await ask(
     {
       op: "http",
@@ -218,8 +226,36 @@ async function forward(request: Request, body: Uint8Array | null, tooLarge = fal
     },
     transfer,
   );
+  answered = true;
   if (reply.op !== "http") throw new Error(`unexpected reply '${reply.op}'`);
-  return new Response(reply.body as BodyInit | null, { status: reply.status, headers: reply.headers });
+  if (!reply.stream) {
+    request.signal.removeEventListener("abort", cancel);
+    return new Response(reply.body as BodyInit | null, { status: reply.status, headers: reply.headers });
+  }
+  // Server-sent events: each piece goes to the client as the main thread sends it.
+  const events = new ReadableStream<Uint8Array>({
+    start(controller) {
+      streams.set(id, controller);
+    },
+    cancel() {
+      if (streams.delete(id)) self.postMessage({ op: "http-cancel", id } satisfies FromWorker);
+      request.signal.removeEventListener("abort", cancel);
+    },
+  });
+  return new Response(events, { status: reply.status, headers: reply.headers });
+}
+
+/** A piece or the end of a streamed answer (see forward). */
+function streamPiece(msg: Extract<ToWorker, { op: "http-chunk" | "http-end" }>): void {
+  const controller = streams.get(msg.id);
+  if (!controller) return;
+  if (msg.op === "http-chunk") {
+    controller.enqueue(msg.chunk);
+    return;
+  }
+  streams.delete(msg.id);
+  if (msg.error === undefined) controller.close();
+  else controller.error(new Error(msg.error));
 }
 
 /** Decodes an inference request here, or returns undefined when the main thread must read it. */
@@ -379,6 +415,10 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
     case "grpc-write":
     case "grpc-close":
       grpcServer?.handle(msg);
+      return;
+    case "http-chunk":
+    case "http-end":
+      streamPiece(msg);
       return;
     case "routes":
     case "replica-served":

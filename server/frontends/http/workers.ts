@@ -52,7 +52,19 @@ export type ToWorker =
   | { op: "reclaim"; id: -1 }
   | { op: "inferred"; id: number; response: InferResponse }
   | { op: "error"; id: number; code: ErrorCode; message: string }
-  | { op: "http"; id: number; status: number; headers: [string, string][]; body: Uint8Array | null }
+  | {
+    op: "http";
+    id: number;
+    status: number;
+    headers: [string, string][];
+    body: Uint8Array | null;
+    /** The body follows in `http-chunk` messages, ended by `http-end` (server-sent events). */
+    stream?: boolean;
+  }
+  /** A piece of a streamed answer's body. */
+  | { op: "http-chunk"; id: number; chunk: Uint8Array }
+  /** The end of a streamed answer's body; `error` when it ended early. */
+  | { op: "http-end"; id: number; error?: string }
   | ReplicaMessage
   | GrpcToThread;
 
@@ -98,6 +110,8 @@ export type FromWorker =
     /** The body was larger than --http-max-input-size and was not read. */
     tooLarge: boolean;
   }
+  /** The client of a forwarded request went away: its handler's signal aborts, and a streamed answer stops. */
+  | { op: "http-cancel"; id: number }
   | GrpcFromThread;
 
 /** Runs a request a listener thread decoded. */
@@ -181,7 +195,11 @@ function zeros(size: number): ReadableStream<Uint8Array> {
 }
 
 /** A request the main thread answers for a listener thread, built from what the thread read. */
-function rebuildRequest(msg: Extract<FromWorker, { op: "http" }>, maxInputSize: number): Request {
+function rebuildRequest(
+  msg: Extract<FromWorker, { op: "http" }>,
+  maxInputSize: number,
+  signal: AbortSignal,
+): Request {
   const headers = new Headers(msg.headers);
   if (msg.tooLarge) {
     // The thread stopped reading at the limit: the handler refuses the request by its declared length, or by
@@ -191,6 +209,7 @@ function rebuildRequest(msg: Extract<FromWorker, { op: "http" }>, maxInputSize: 
       method: msg.method,
       headers,
       body: declared === null ? zeros(maxInputSize + 1) : null,
+      signal,
     });
   }
   const hasBody = msg.method !== "GET" && msg.method !== "HEAD";
@@ -198,7 +217,13 @@ function rebuildRequest(msg: Extract<FromWorker, { op: "http" }>, maxInputSize: 
     method: msg.method,
     headers,
     body: hasBody ? (msg.body ?? new Uint8Array(0)) as BodyInit : null,
+    signal,
   });
+}
+
+/** Whether an answer's body is a stream of events that must reach the client as it is made. */
+function streamed(response: Response): boolean {
+  return response.body !== null && /^text\/event-stream/i.test(response.headers.get("content-type") ?? "");
 }
 
 /** The running listener threads. */
@@ -209,6 +234,8 @@ export class ListenerThreads {
   #remotes: RemoteCalls[] = [];
   #stopped = false;
   #replicas: ListenerReplicas | undefined;
+  /** The forwarded HTTP requests in progress, by thread and id: what ends them when their client goes. */
+  #forwarded = new Map<string, AbortController>();
   /** Per thread, the reclaims asked of it that it has not answered yet (it answers in order). */
   #reclaims: (() => void)[][] = [];
 
@@ -273,8 +300,9 @@ export class ListenerThreads {
               else options.onInfo?.(msg.message);
             } else if (msg.op === "replica-closed") pool.#replicas?.closed(i, msg.replica);
             else if (msg.op === "reclaimed") reclaims.shift()?.();
+            else if (msg.op === "http-cancel") pool.#forwarded.get(`${i}:${msg.id}`)?.abort();
             else if (msg.op.startsWith("grpc-")) remote?.handle(msg as GrpcFromThread);
-            else void pool.#serve(worker, msg, options);
+            else void pool.#serve(worker, msg, options, i);
           };
         }),
       );
@@ -405,7 +433,7 @@ export class ListenerThreads {
     Atomics.notify(channel.control, ANSWERS);
   }
 
-  async #serve(worker: Worker, msg: FromWorker, options: ListenerThreadsOptions) {
+  async #serve(worker: Worker, msg: FromWorker, options: ListenerThreadsOptions, thread: number) {
     if (msg.op === "infer") {
       let reply: ToWorker;
       let transfer: ArrayBuffer[] = [];
@@ -420,28 +448,70 @@ export class ListenerThreads {
       }
       worker.postMessage(reply, transfer);
     } else if (msg.op === "http") {
-      let response: Response;
-      let body: Uint8Array | null;
+      const key = `${thread}:${msg.id}`;
+      const aborts = new AbortController();
+      this.#forwarded.set(key, aborts);
       try {
-        if (!options.http) throw new Error("This thread does not serve HTTP");
-        response = await options.http.frontend.handle(rebuildRequest(msg, options.http.maxInputSize));
-        body = response.body ? new Uint8Array(await response.arrayBuffer()) : null;
-      } catch (err) {
-        const e = toServerError(err);
-        response = new Response(null, { status: 500, headers: { "content-type": "application/json" } });
-        body = new TextEncoder().encode(JSON.stringify({ error: e.message }));
+        let response: Response;
+        let body: Uint8Array | null;
+        try {
+          if (!options.http) throw new Error("This thread does not serve HTTP");
+          response = await options.http.frontend.handle(
+            rebuildRequest(msg, options.http.maxInputSize, aborts.signal),
+          );
+          if (streamed(response)) {
+            await this.#stream(worker, msg.id, response, aborts.signal);
+            return;
+          }
+          body = response.body ? new Uint8Array(await response.arrayBuffer()) : null;
+        } catch (err) {
+          const e = toServerError(err);
+          response = new Response(null, { status: 500, headers: { "content-type": "application/json" } });
+          body = new TextEncoder().encode(JSON.stringify({ error: e.message }));
+        }
+        worker.postMessage(
+          {
+            op: "http",
+            id: msg.id,
+            status: response.status,
+            headers: [...response.headers],
+            body,
+          } satisfies ToWorker,
+          body ? [body.buffer as ArrayBuffer] : [],
+        );
+      } finally {
+        this.#forwarded.delete(key);
       }
-      worker.postMessage(
-        {
-          op: "http",
-          id: msg.id,
-          status: response.status,
-          headers: [...response.headers],
-          body,
-        } satisfies ToWorker,
-        body ? [body.buffer as ArrayBuffer] : [],
-      );
     }
+  }
+
+  /**
+   * Sends a streamed answer (server-sent events) to the thread piece by piece as the handler makes it, so that its
+   * client sees each event at once; when the client goes (`signal`), the handler's stream is cancelled, which
+   * stops its model.
+   */
+  async #stream(worker: Worker, id: number, response: Response, signal: AbortSignal): Promise<void> {
+    worker.postMessage(
+      { op: "http", id, status: response.status, headers: [...response.headers], body: null, stream: true } satisfies
+        ToWorker,
+    );
+    const reader = response.body!.getReader();
+    const cancel = () => void reader.cancel().catch(() => {});
+    signal.addEventListener("abort", cancel, { once: true });
+    let error: string | undefined;
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        const chunk = new Uint8Array(value);
+        worker.postMessage({ op: "http-chunk", id, chunk } satisfies ToWorker, [chunk.buffer]);
+      }
+    } catch (err) {
+      error = (err as Error).message;
+    } finally {
+      signal.removeEventListener("abort", cancel);
+    }
+    worker.postMessage({ op: "http-end", id, ...(error === undefined ? {} : { error }) } satisfies ToWorker);
   }
 
   /** Ends the polling of every channel (each poll loop wakes once more and sees the flag). */
