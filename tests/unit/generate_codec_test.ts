@@ -56,6 +56,15 @@ Deno.test("decodeGenerateRequest turns input names into tensors and the rest int
   );
 });
 
+Deno.test("decodeGenerateRequest reads a value nested 200,000 deep without overflowing the stack", () => {
+  const inputs = new Map([["text_input", { datatype: "BYTES" as const, shape: [-1] }]]);
+  let deep: unknown = "a";
+  for (let i = 0; i < 200_000; i++) deep = [deep];
+  const r = decodeGenerateRequest({ text_input: deep }, inputs, { model: "m", version: "" });
+  assert.deepEqual(r.inputs[0]!.shape, [1]);
+  assert.deepEqual(r.inputs[0]!.data, BytesTensor.of([new TextEncoder().encode("a")]));
+});
+
 Deno.test("encodeGenerateResponse writes sorted keys, one-element outputs as plain values", () => {
   const out = encodeGenerateResponse({
     model: "m",

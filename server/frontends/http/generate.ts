@@ -78,9 +78,23 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
+/** The leaves of nested lists, in order; iterative, so that a deeply nested value cannot overflow the stack. */
 function flatten(v: unknown, out: unknown[]): unknown[] {
-  if (Array.isArray(v)) { for (const e of v) flatten(e, out); }
-  else out.push(v);
+  if (!Array.isArray(v)) {
+    out.push(v);
+    return out;
+  }
+  const stack: { array: unknown[]; next: number }[] = [{ array: v, next: 0 }];
+  while (stack.length > 0) {
+    const top = stack[stack.length - 1]!;
+    if (top.next === top.array.length) {
+      stack.pop();
+      continue;
+    }
+    const e = top.array[top.next++];
+    if (Array.isArray(e)) stack.push({ array: e, next: 0 });
+    else out.push(e);
+  }
   return out;
 }
 
@@ -218,8 +232,10 @@ export function createGenerateHandler(
     model: string,
     version: string,
   ): Promise<{ mv: ModelVersion; validated: ValidatedRequest }> {
-    const mv = pipeline.accept(model, version, ENDPOINTS.generate);
+    let mv = pipeline.accept(model, version, ENDPOINTS.generate);
     const body = await readLimitedBody(request, options.maxInputSize, `the generate request for '${model}'`);
+    // A reload that finished while the body arrived replaced the version (see the infer route).
+    if (mv.state !== "READY") mv = pipeline.accept(model, version, ENDPOINTS.generate, true);
     let json: unknown = {};
     if (body.byteLength > 0) {
       try {
@@ -285,7 +301,9 @@ export function createGenerateHandler(
     const request = validated.request;
     const controller = new AbortController();
     const abort = () => controller.abort();
-    signal.addEventListener("abort", abort, { once: true });
+    // A client that left while the body was read and checked has aborted already: no event would tell.
+    if (signal.aborted) controller.abort();
+    else signal.addEventListener("abort", abort, { once: true });
     request.signal = controller.signal;
     let open = true;
     let sse!: ReadableStreamDefaultController<Uint8Array>;
