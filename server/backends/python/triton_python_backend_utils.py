@@ -6,6 +6,7 @@ written for dinfer from Triton's documented Python API; the stub process (stub.p
 
 import asyncio
 import json
+import struct
 import sys
 import time
 
@@ -50,6 +51,74 @@ def triton_string_to_numpy(triton_type_string):
     if name not in _NUMPY:
         raise TritonModelException(f"Cannot map datatype '{triton_type_string}' to numpy")
     return _NUMPY[name]
+
+
+# TRITONSERVER_DataType numbers (Triton's C API), which triton_to_numpy_type takes.
+_NUMPY_OF_CODE = {
+    1: np.bool_,
+    2: np.uint8,
+    3: np.uint16,
+    4: np.uint32,
+    5: np.uint64,
+    6: np.int8,
+    7: np.int16,
+    8: np.int32,
+    9: np.int64,
+    10: np.float16,
+    11: np.float32,
+    12: np.float64,
+    13: np.object_,
+}
+
+
+def triton_to_numpy_type(data_type):
+    """The numpy dtype of a TRITONSERVER_DataType number (11 -> np.float32); a datatype name is taken too."""
+    if isinstance(data_type, str):
+        return triton_string_to_numpy(data_type)
+    found = _NUMPY_OF_CODE.get(data_type)
+    if found is None:
+        raise TritonModelException(f"Cannot map TRITONSERVER_DataType {data_type} to numpy")
+    return found
+
+
+def serialize_byte_tensor(input_tensor):
+    """The elements of a BYTES tensor (object array of bytes or str, or a numpy bytes array), in C order, each as
+    its 4-byte little-endian length and its bytes: one bytes value, in a 0-d object array (an empty array for no
+    elements)."""
+    array = np.asarray(input_tensor)
+    if array.size == 0:
+        return np.empty([0])
+    if array.dtype != np.object_ and array.dtype.type != np.bytes_:
+        raise TritonModelException("cannot serialize bytes tensor: invalid datatype")
+    parts = []
+    for element in array.reshape(-1):
+        data = element if isinstance(element, bytes) else str(element).encode("utf-8")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return np.asarray(b"".join(parts), dtype=np.object_)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """The elements of length-prefixed bytes (see serialize_byte_tensor), as a 1-d object array of bytes."""
+    if isinstance(encoded_tensor, np.ndarray):
+        if encoded_tensor.dtype == np.object_:
+            data = b"".join(bytes(e) for e in encoded_tensor.reshape(-1))
+        else:
+            data = encoded_tensor.tobytes()
+    else:
+        data = bytes(encoded_tensor)
+    elements = []
+    at = 0
+    while at < len(data):
+        if at + 4 > len(data):
+            raise TritonModelException("cannot deserialize bytes tensor: a length is cut short")
+        (n,) = struct.unpack_from("<I", data, at)
+        at += 4
+        if at + n > len(data):
+            raise TritonModelException("cannot deserialize bytes tensor: an element runs past the end")
+        elements.append(data[at : at + n])
+        at += n
+    return np.array(elements, dtype=np.object_)
 
 
 # Protocol datatypes by numpy dtype (native byte order), for the common case of numpy_to_triton_type.
@@ -495,6 +564,11 @@ class LogLevel:
 class Logger:
     """Writes to the server's log (to standard error outside a running model, e.g. in auto_complete_config)."""
 
+    # The levels, as `logger.log(message, logger.INFO)` names them.
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
     model_name = ""
     verbose = False
 

@@ -1,0 +1,49 @@
+/**
+ * Helpers of triton_python_backend_utils that model code calls directly, run in the Python of the compatibility
+ * venv: BYTES tensors serialized and read back, TRITONSERVER_DataType numbers, the Logger's level names.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { ROOT } from "../helpers.ts";
+import { pythonJson } from "./_python.ts";
+
+Deno.test("pb_utils: serialize_byte_tensor and deserialize_bytes_tensor, triton_to_numpy_type, Logger levels", async () => {
+  const got = await pythonJson(
+    `
+import json, sys
+import numpy as np
+sys.path.insert(0, "${ROOT}server/backends/python")
+import triton_python_backend_utils as pb_utils
+t = np.array([[b"ab", "c"], [b"", "\\u00e9"]], dtype=np.object_)
+s = pb_utils.serialize_byte_tensor(t)
+back = pb_utils.deserialize_bytes_tensor(s)
+raw = pb_utils.deserialize_bytes_tensor(np.frombuffer(s.item(), dtype=np.uint8))
+try:
+    pb_utils.deserialize_bytes_tensor(b"\\x05\\x00\\x00\\x00ab")
+    cut = "no error"
+except pb_utils.TritonModelException as e:
+    cut = e.message()
+print(json.dumps({
+    "serialized": list(s.item()), "shape": list(s.shape), "dtype": str(s.dtype),
+    "back": [x.decode() for x in back], "raw": [x.decode() for x in raw], "cut": cut,
+    "empty": list(pb_utils.serialize_byte_tensor(np.array([], dtype=np.object_)).shape),
+    "types": [np.dtype(pb_utils.triton_to_numpy_type(c)).name for c in (1, 8, 11, 13)],
+    "named": np.dtype(pb_utils.triton_to_numpy_type("TYPE_FP16")).name,
+    "levels": [pb_utils.Logger.INFO, pb_utils.Logger.WARNING, pb_utils.Logger.ERROR, pb_utils.Logger.VERBOSE],
+}))
+`,
+  );
+  assert.deepEqual(got, {
+    serialized: [2, 0, 0, 0, 97, 98, 1, 0, 0, 0, 99, 0, 0, 0, 0, 2, 0, 0, 0, 0xc3, 0xa9],
+    shape: [],
+    dtype: "object",
+    back: ["ab", "c", "", "é"],
+    raw: ["ab", "c", "", "é"],
+    cut: "cannot deserialize bytes tensor: an element runs past the end",
+    empty: [0],
+    types: ["bool", "int32", "float32", "object"],
+    named: "float16",
+    levels: [0, 1, 2, 3],
+  });
+});
