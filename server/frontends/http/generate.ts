@@ -20,6 +20,7 @@ import { type ValidatedRequest, validateRequest } from "../../core/validate.ts";
 import type { ModelVersion } from "../../models/model_version.ts";
 import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import { readUpTo } from "./_body.ts";
+import { flatten } from "./infer_codec.ts";
 import { receiveBody } from "./listener.ts";
 
 /** Limits of the generate endpoints. */
@@ -78,23 +79,10 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-/** The leaves of nested lists, in order; iterative, so that a deeply nested value cannot overflow the stack. */
-function flatten(v: unknown, out: unknown[]): unknown[] {
-  if (!Array.isArray(v)) {
-    out.push(v);
-    return out;
-  }
-  const stack: { array: unknown[]; next: number }[] = [{ array: v, next: 0 }];
-  while (stack.length > 0) {
-    const top = stack[stack.length - 1]!;
-    if (top.next === top.array.length) {
-      stack.pop();
-      continue;
-    }
-    const e = top.array[top.next++];
-    if (Array.isArray(e)) stack.push({ array: e, next: 0 });
-    else out.push(e);
-  }
+/** The leaves of a value: itself, or those of nested lists (see flatten in infer_codec.ts). */
+function leaves(v: unknown, out: unknown[]): unknown[] {
+  if (Array.isArray(v)) flatten(v, out);
+  else out.push(v);
   return out;
 }
 
@@ -163,7 +151,7 @@ export function decodeGenerateRequest(
       );
     }
     seen.add(key);
-    const values = flatten(value, []);
+    const values = leaves(value, []);
     const shape = generateShape(spec.shape, values.length);
     // Triton's wording (clients match on it).
     if (!shape) throw invalidArg(`The schema can not convert input '${key}' to tensor with proper shape`);

@@ -61,7 +61,13 @@ function hasReservedKey(params: Record<string, ParamValue>): boolean {
 }
 
 /** Appends the leaves of nested arrays in order; iterative, so that any nesting depth is fine. */
-function flatten(data: unknown[], out: unknown[]): void {
+/**
+ * Appends the leaves of nested lists to `out`, in order; iterative, so that a deeply nested value cannot overflow
+ * the stack.
+ * @param data the lists
+ * @param out where the leaves go
+ */
+export function flatten(data: unknown[], out: unknown[]): void {
   const stack: { array: unknown[]; next: number }[] = [{ array: data, next: 0 }];
   while (stack.length > 0) {
     const top = stack[stack.length - 1]!;

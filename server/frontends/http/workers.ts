@@ -492,8 +492,14 @@ export class ListenerThreads {
    */
   async #stream(worker: Worker, id: number, response: Response, signal: AbortSignal): Promise<void> {
     worker.postMessage(
-      { op: "http", id, status: response.status, headers: [...response.headers], body: null, stream: true } satisfies
-        ToWorker,
+      {
+        op: "http",
+        id,
+        status: response.status,
+        headers: [...response.headers],
+        body: null,
+        stream: true,
+      } satisfies ToWorker,
     );
     const reader = response.body!.getReader();
     const cancel = () => void reader.cancel().catch(() => {});
