@@ -281,6 +281,11 @@ type StubMessage =
     model: string;
     version: string;
     request_id: string;
+    /** The sequence the call belongs to (0 or "" for none), and its start and end flags (1, 2). */
+    correlation_id?: number | string;
+    flags?: number;
+    /** The call's timeout in µs (0 for none). */
+    timeout?: number;
     parameters: Record<string, ParamValue>;
     outputs: string[];
     inputs: TensorDesc[];
@@ -1013,6 +1018,15 @@ class Stub {
       for (const [k, v] of Object.entries(msg.parameters ?? {})) {
         if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
       }
+      // A BLS call to a sequence model says its sequence as Triton's C API does: a correlation id and flags.
+      const id = msg.correlation_id;
+      if ((typeof id === "number" && id !== 0) || (typeof id === "string" && id !== "")) {
+        parameters.sequence_id = id;
+      }
+      const flags = typeof msg.flags === "number" ? msg.flags : 0;
+      if (flags & 1) parameters.sequence_start = true;
+      if (flags & 2) parameters.sequence_end = true;
+      if (typeof msg.timeout === "number" && msg.timeout > 0) parameters.timeout = msg.timeout;
       return {
         model: msg.model,
         version: msg.version,

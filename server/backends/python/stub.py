@@ -473,6 +473,8 @@ class Connection:
             "version": "" if version in (None, -1, "") else str(version),
             "request_id": request.request_id(),
             "correlation_id": request.correlation_id(),
+            "flags": request.flags(),
+            "timeout": request.timeout(),
             "parameters": json.loads(request.parameters()),
             "outputs": list(request.requested_output_names()),
             "inputs": descs,

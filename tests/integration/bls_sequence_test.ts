@@ -1,0 +1,93 @@
+/**
+ * A Python model's BLS calls to a sequence model carry their correlation id and start and end flags, as Triton's
+ * python backend passes them: simple_sequence (an accumulator) sums within the sequence the calls name.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { EXAMPLES, pythonPath, startTestServer } from "../helpers.ts";
+import { copyDir, inferJson, outputsOf } from "./_http.ts";
+
+const MODEL = `import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Adds VALUE to sequence SEQ of simple_sequence through BLS; FLAGS are the request flags (1 start, 2 end)."""
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            seq = int(pb_utils.get_input_tensor_by_name(r, "SEQ").as_numpy()[0])
+            flags = int(pb_utils.get_input_tensor_by_name(r, "FLAGS").as_numpy()[0])
+            value = pb_utils.get_input_tensor_by_name(r, "VALUE").as_numpy().reshape(1, 1)
+            answer = pb_utils.InferenceRequest(
+                model_name="simple_sequence",
+                inputs=[pb_utils.Tensor("INPUT", value.astype(np.int32))],
+                requested_output_names=["OUTPUT"],
+                correlation_id=seq,
+                flags=flags,
+            ).exec()
+            if answer.has_error():
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
+                continue
+            total = pb_utils.get_output_tensor_by_name(answer, "OUTPUT").as_numpy().reshape(1)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total.astype(np.int32))]))
+        return out
+`;
+
+const CONFIG = `name: "bls_seq_py"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "SEQ" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`;
+
+Deno.test("BLS calls to a sequence model carry their correlation id and flags", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-bls-seq-" });
+  try {
+    await copyDir(`${EXAMPLES}/simple_sequence`, `${repo}/simple_sequence`);
+    await Deno.mkdir(`${repo}/bls_seq_py/1`, { recursive: true });
+    await Deno.writeTextFile(`${repo}/bls_seq_py/config.pbtxt`, CONFIG);
+    await Deno.writeTextFile(`${repo}/bls_seq_py/1/model.py`, MODEL);
+    await using s = await startTestServer([
+      `--model-repository=${repo}`,
+      `--backend-config=python,python-executable=${pythonPath()}`,
+    ]);
+    const call = async (seq: number, flags: number, value: number) => {
+      const a = await inferJson(s.url, "bls_seq_py", {
+        inputs: [
+          { name: "SEQ", datatype: "INT32", shape: [1], data: [seq] },
+          { name: "FLAGS", datatype: "INT32", shape: [1], data: [flags] },
+          { name: "VALUE", datatype: "INT32", shape: [1], data: [value] },
+        ],
+      });
+      assert.equal(a.status, 200, JSON.stringify(a.json));
+      return outputsOf(a)[0]!.data![0];
+    };
+    // Two sequences side by side: each sums its own values.
+    assert.equal(await call(41, 1, 5), 5);
+    assert.equal(await call(42, 1, 100), 100);
+    assert.equal(await call(41, 0, 2), 7);
+    assert.equal(await call(42, 2, 1), 101);
+    assert.equal(await call(41, 2, 3), 10);
+    // Ended: a call without START is refused by the sequence batcher, and its message comes back through BLS.
+    const after = await inferJson(s.url, "bls_seq_py", {
+      inputs: [
+        { name: "SEQ", datatype: "INT32", shape: [1], data: [41] },
+        { name: "FLAGS", datatype: "INT32", shape: [1], data: [0] },
+        { name: "VALUE", datatype: "INT32", shape: [1], data: [1] },
+      ],
+    });
+    assert.match(
+      JSON.stringify(after.json),
+      /sequence 41 is not active; its first request must set sequence_start/,
+    );
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
