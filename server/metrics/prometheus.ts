@@ -103,14 +103,44 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
         "Summary of compute output duration in microseconds",
       ],
     ] as const;
+    // The series of a version that is no longer ready (unloaded, or replaced by a reload that dropped it) leave
+    // at the next scrape, as the counters' do: their labels would otherwise stay for good, one set for every
+    // model a client ever loaded.
+    const pruned = () => {
+      const seen = new Map<string, Labels>();
+      return {
+        seen,
+        collect(this: { remove(labels: Labels): void }) {
+          const ready = new Set(models.readyVersions().map((v) => `${v.name}\0${v.version}`));
+          for (const [key, labels] of seen) {
+            if (ready.has(key)) continue;
+            this.remove(labels);
+            seen.delete(key);
+          }
+        },
+      };
+    };
+    const noted = (p: ReturnType<typeof pruned> | undefined, labels: Labels) =>
+      p?.seen.set(`${labels.model}\0${labels.version}`, labels);
     const summaries = mc.summaryLatencies
-      ? names.map(([key, name, help]) =>
-        [
+      ? names.map(([key, name, help]) => {
+        const p = pruned();
+        return [
           key,
-          new client.Summary({ name, help, labelNames, percentiles: mc.quantiles, registers: [registry] }),
-        ] as const
-      )
+          new client.Summary({
+            name,
+            help,
+            labelNames,
+            percentiles: mc.quantiles,
+            registers: [registry],
+            collect: p.collect,
+          }),
+          p,
+        ] as const;
+      })
       : [];
+    const firstPruned = mc.histogramLatencies ? pruned() : undefined;
+    const intervalPruned = mc.histogramLatencies ? pruned() : undefined;
     const histogram = mc.histogramLatencies
       ? new client.Histogram({
         name: "nv_inference_first_response_histogram_ms",
@@ -118,6 +148,7 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
         labelNames,
         buckets: [1, 5, 10, 50, 100, 500, 1000, 5000],
         registers: [registry],
+        collect: firstPruned!.collect,
       })
       : undefined;
     // Between two responses of one request to a decoupled model (inter-token latency for LLMs).
@@ -128,18 +159,30 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
         labelNames,
         buckets: [1, 5, 10, 50, 100, 500, 1000, 5000],
         registers: [registry],
+        collect: intervalPruned!.collect,
       })
       : undefined;
     setLatencyObserver((model, version, l) => {
       const labels = { model, version };
-      for (const [key, summary] of summaries) summary.observe(labels, l[key] / 1000);
+      for (const [key, summary, p] of summaries) {
+        summary.observe(labels, l[key] / 1000);
+        noted(p, labels);
+      }
       // A decoupled model's first response is timed when it is sent (below), not when execute returns.
-      if (!l.decoupled) histogram?.observe(labels, l.request / 1e6);
+      if (!l.decoupled && histogram) {
+        histogram.observe(labels, l.request / 1e6);
+        noted(firstPruned, labels);
+      }
     });
     setResponseObserver((model, version, sinceRequest, sincePrevious) => {
       const labels = { model, version };
-      if (sincePrevious === undefined) histogram?.observe(labels, sinceRequest / 1e6);
-      else interval?.observe(labels, sincePrevious / 1e6);
+      if (sincePrevious === undefined) {
+        histogram?.observe(labels, sinceRequest / 1e6);
+        noted(firstPruned, labels);
+      } else {
+        interval?.observe(labels, sincePrevious / 1e6);
+        noted(intervalPruned, labels);
+      }
     });
   }
   const perVersion = (each: (stats: VersionStats) => number) =>

@@ -431,6 +431,28 @@ Deno.test("--metrics-config: latency summaries and the first-response histogram 
   assert.equal(metric(m, "nv_inference_request_success", labels), 3);
 });
 
+Deno.test("the latency series of a model that unloads leave /metrics at the next scrape", async () => {
+  await using s = await startTestServer([
+    "--metrics-config=summary_latencies=true",
+    "--metrics-config=histogram_latencies=true",
+    "--model-control-mode=explicit",
+    "--load-model=simple",
+  ]);
+  assert.equal((await inferJson(s.url, "simple", SIMPLE_REQUEST)).status, 200);
+  const series = (m: Awaited<ReturnType<typeof scrape>>) =>
+    m.samples.filter((x) => x.labels.model === "simple" && /(summary_us|histogram_ms)/.test(x.name)).length;
+  assert.ok(series(await scrape(s)) > 0);
+  assert.equal((await fetch(`${s.url}/v2/repository/models/simple/unload`, { method: "POST" })).status, 200);
+  assert.equal(series(await scrape(s)), 0);
+  // Loaded again, it starts anew.
+  assert.equal((await fetch(`${s.url}/v2/repository/models/simple/load`, { method: "POST" })).status, 200);
+  assert.equal((await inferJson(s.url, "simple", SIMPLE_REQUEST)).status, 200);
+  assert.equal(
+    metric(await scrape(s), "nv_inference_request_summary_us_count", { model: "simple", version: "1" }),
+    1,
+  );
+});
+
 Deno.test("a bad --metrics-config stops the start with one line naming it", async () => {
   await assert.rejects(
     () => startTestServer(["--metrics-config=summary_latencies=maybe"]),
