@@ -81,6 +81,11 @@ interface Settings {
 type Partial_ = { [K in keyof Settings]?: Settings[K] };
 
 /** One traced request. */
+/** The most traces held for a file before they are written to an indexed file (`<trace_file>.<n>`). */
+export const MAX_PENDING_TRACES = 10_000;
+/** The most characters of traces held for a file before they are written (tensors can make them large). */
+export const MAX_PENDING_CHARS = 64 * 2 ** 20;
+
 export class Trace implements RequestTrace {
   readonly id: number;
   readonly model: string;
@@ -408,6 +413,8 @@ export class TraceManager {
   /** By trace file: the entries collected and how many traces they hold. */
   #pending = new Map<string, Record<string, unknown>[]>();
   #pendingTraces = new Map<string, number>();
+  /** The approximate size of each file's traces not yet written, in characters of JSON. */
+  #pendingBytes = new Map<string, number>();
   #fileIndex = new Map<string, number>();
   readonly #mode: TraceMode;
   readonly #opentelemetry: OpenTelemetrySettings;
@@ -607,18 +614,25 @@ export class TraceManager {
     }
     if (!file) return;
     const list = this.#pending.get(file) ?? [];
-    list.push(...t.toTritonJson());
+    const entries = t.toTritonJson();
+    list.push(...entries);
     this.#pending.set(file, list);
     const traces = (this.#pendingTraces.get(file) ?? 0) + 1;
     this.#pendingTraces.set(file, traces);
-    // Written every log_frequency traces, and (whatever log_frequency says) once trace_count has run out.
+    const bytes = (this.#pendingBytes.get(file) ?? 0) + JSON.stringify(entries).length;
+    this.#pendingBytes.set(file, bytes);
+    // Written every log_frequency traces, and (whatever log_frequency says) once trace_count has run out, or
+    // once the traces held would take too much memory (log_frequency 0 holds them to shutdown otherwise, and
+    // a client that sets trace_rate 1 at level TENSORS could fill the memory with them).
     const exhausted = this.#remaining.get(key) === 0 && open === 0;
-    if ((frequency > 0 && traces >= frequency) || exhausted) this.#write(file, true);
+    const full = traces >= MAX_PENDING_TRACES || bytes >= MAX_PENDING_CHARS;
+    if ((frequency > 0 && traces >= frequency) || exhausted || full) this.#write(file, true);
   }
 
   #write(file: string, indexed: boolean): void {
     const list = this.#pending.get(file);
     this.#pendingTraces.delete(file);
+    this.#pendingBytes.delete(file);
     if (!list || list.length === 0) return;
     this.#pending.delete(file);
     let path = file;

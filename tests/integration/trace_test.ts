@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { startTestServer, type TestServer } from "../helpers.ts";
+import { FIXTURES, startTestServer, type TestServer } from "../helpers.ts";
 import { call, get, inferJson, SIMPLE_DIFF, SIMPLE_REQUEST, SIMPLE_SUM } from "./_http.ts";
 import { pythonJson } from "./_python.ts";
 
@@ -492,5 +492,31 @@ print(json.dumps(out))
   assert.deepEqual((await get(s.url, "/v2/models/simple/trace/setting")).json, {
     ...updated,
     log_frequency: "4",
+  });
+});
+
+Deno.test("traces held for log_frequency 0 are written early once they would take 64 MiB", async () => {
+  await withTempDir(async (dir) => {
+    const file = `${dir}/big.json`;
+    await using s = await startTestServer([
+      `--model-repository=${FIXTURES}`,
+      "--strict-readiness=false",
+      `--trace-config=triton,file=${file}`,
+    ]);
+    assert.equal((await setting(s, { trace_level: ["TENSORS"], trace_rate: "1" })).status, 200);
+    // Each trace holds the 250,000 values of the input and of the output as text, a few MB: a bounded number of
+    // requests goes past 64 MiB and is written to the first indexed file, while the server runs.
+    const data = Array.from({ length: 250_000 }, (_, i) => i % 997);
+    let sent = 0;
+    while (!(await exists(`${file}.0`)) && sent < 60) {
+      const a = await inferJson(s.url, "identity_fp32", {
+        id: `big${sent}`,
+        inputs: [{ name: "INPUT0", datatype: "FP32", shape: [1, data.length], data }],
+      });
+      assert.equal(a.status, 200);
+      sent++;
+    }
+    assert.ok(await exists(`${file}.0`), "no early write after 60 large traces");
+    assert.ok(sent >= 4 && sent < 60, `written after ${sent} requests`);
   });
 });
