@@ -261,6 +261,19 @@ Deno.test("the OpenAI API serves completions, chat completions and embeddings fr
         param: "input",
         code: null,
       }],
+      // A sampling field must be a number, whether the model takes it as an input or as a parameter.
+      ["completions", { model: "textgen", prompt: "x", temperature: "hot" }, 400, {
+        message: "'temperature' must be a number",
+        type: "invalid_request_error",
+        param: "temperature",
+        code: null,
+      }],
+      ["completions", { model: "textgen", prompt: "x", frequency_penalty: true }, 400, {
+        message: "'frequency_penalty' must be a number",
+        type: "invalid_request_error",
+        param: "frequency_penalty",
+        code: null,
+      }],
     ];
     for (const [path, body, status, error] of cases) {
       const r = await postJson(`${v1}/${path}`, body);

@@ -19,7 +19,7 @@
 
 import { join, normalize } from "node:path";
 import { Template } from "@huggingface/jinja";
-import { type Datatype, fromJsonValues, toJsonValues, typedView } from "../../core/dtypes.ts";
+import { type Datatype, fromJsonValues, parseJsonExact, toJsonValues, typedView } from "../../core/dtypes.ts";
 import {
   type ErrorCode,
   httpStatus,
@@ -215,7 +215,8 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
     const bytes = await readLimitedBody(request, options.maxInputSize, what);
     let v: unknown;
     try {
-      v = JSON.parse(new TextDecoder().decode(bytes));
+      // Integers beyond 2^53 stay exact (a uint64 `seed`).
+      v = parseJsonExact(new TextDecoder().decode(bytes));
     } catch (err) {
       throw bad(`Cannot read ${what}: malformed JSON: ${(err as Error).message}`);
     }
@@ -268,8 +269,15 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
     for (const f of SAMPLING) if (body[f] !== undefined && body[f] !== null) fields.push([f, body[f]]);
     if (k.inputs.has("exclude_input_in_output")) fields.push(["exclude_input_in_output", true]);
     for (const [name, value] of fields) {
+      // The sampling fields are numbers, whether they go to an input or to a parameter.
+      if (SAMPLING.includes(name) && typeof value !== "number" && typeof value !== "bigint") {
+        throw bad(`'${name}' must be a number`, name);
+      }
       if (k.inputs.has(name)) inputs.push(scalarInput(k, name, value, name));
-      else if (typeof value === "number" || typeof value === "boolean" || typeof value === "string") {
+      else if (
+        typeof value === "number" || typeof value === "boolean" || typeof value === "string" ||
+        typeof value === "bigint"
+      ) {
         parameters[name] = value;
       } else throw bad(`'${name}' must be a number`, name);
     }
@@ -365,8 +373,15 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
   }
 
   /** A streamed answer: `data:` events as the chunks come, `data: [DONE]` at the end, errors as events. */
-  function sse(run: (send: (chunk: unknown) => void, signal: AbortSignal) => Promise<void>): Response {
+  function sse(
+    requestSignal: AbortSignal,
+    run: (send: (chunk: unknown) => void, signal: AbortSignal) => Promise<void>,
+  ): Response {
     const controller = new AbortController();
+    // A client that goes away is told by the request's signal at once; the body's cancellation comes only
+    // when a write fails.
+    if (requestSignal.aborted) controller.abort();
+    else requestSignal.addEventListener("abort", () => controller.abort(), { once: true });
     let open = true;
     const body = new ReadableStream<Uint8Array>({
       start(c) {
@@ -425,7 +440,7 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
       const gen = await runGeneration(k.mv, infer, stops, maxTokens, request.signal, () => {});
       return json({ ...head, choices: [choice(gen.text, gen.finish)], usage: usageOf(gen) });
     }
-    return sse(async (send, signal) => {
+    return sse(request.signal, async (send, signal) => {
       if (chat) {
         send({
           ...head,
