@@ -205,7 +205,8 @@ function parseSettings(
     };
     const int = (min: number): number => {
       const v = one();
-      if (!/^-?[0-9]+$/.test(v) || Number(v) < min) {
+      // Safe integers only: a longer number would lose digits (1e+20) or read as Infinity.
+      if (!/^-?[0-9]+$/.test(v) || !Number.isSafeInteger(Number(v)) || Number(v) < min) {
         throw invalidArg(
           `Cannot update the trace settings: '${k}' is '${v}', expected an integer of at least ${min}`,
         );

@@ -346,6 +346,11 @@ Deno.test("bad trace settings answer 400 with the reason and change nothing", as
       "",
       "Cannot update the trace settings: 'log_frequency' is '1.5', expected an integer of at least 0",
     ],
+    [
+      { trace_count: "99999999999999999999" },
+      "",
+      "Cannot update the trace settings: 'trace_count' is '99999999999999999999', expected an integer of at least -1",
+    ],
     [{ trace_rate: ["1", "2"] }, "", "Cannot update the trace settings: 'trace_rate' must be one value"],
     // As Triton: values are strings, and tracing on in triton mode needs a trace file.
     [{ trace_rate: 5 }, "", "Cannot update the trace settings: 'trace_rate' is 5, expected a string"],
