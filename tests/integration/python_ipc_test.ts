@@ -308,6 +308,37 @@ class TritonPythonModel:
   );
 });
 
+Deno.test("a model that calls sys.exit() with a thread of its own running ends its stub, which is started again", async () => {
+  await withModel(
+    "sysexit_py",
+    MODE_CONFIG("sysexit_py"),
+    `import sys, threading, time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # A thread that never ends, and is not a daemon: the interpreter's exit would wait for it.
+        threading.Thread(target=lambda: time.sleep(3600)).start()
+
+    def execute(self, requests):
+        if requests[0].inputs()[0].as_numpy()[0] == 1:
+            sys.exit(4)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", r.inputs()[0].as_numpy().copy())]) for r in requests]
+`,
+    async (instance) => {
+      const call = (v: number) =>
+        within(
+          instance.executeRequests!([{ inputs: mode(v), outputNames: ["OUT"], id: "", parameters: {} }]),
+        );
+      const failed = await call(1).then(() => undefined, (err) => err as Error);
+      assert.match(String(failed), /the Python stub exited with code 4/);
+      // A new stub answers the next call.
+      assert.equal(outValue(await call(9)), 9);
+    },
+  );
+});
+
 Deno.test("calls that overflow the stub's pipe, sent together and after, each get their own answer in order", async () => {
   const dir = fileURLToPath(new URL("../fixtures/python_models/scale_py", import.meta.url));
   const config = toModelConfig(await readConfigFile(dir, "scale_py"), "scale_py");

@@ -931,7 +931,14 @@ def main():
     _exit_with_parent()
     mode = sys.argv[1]
     if mode == "serve":
-        serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+        try:
+            serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+        except SystemExit as e:
+            # A model that calls sys.exit() ends the stub at once: the interpreter's own exit would wait for every
+            # thread the model started, and a thread that never ends would leave the stub, and its calls, hanging.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
     elif mode == "autocomplete":
         autocomplete(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
