@@ -229,6 +229,8 @@ function streamed(response: Response): boolean {
 /** The running listener threads. */
 export class ListenerThreads {
   #workers: Worker[] = [];
+  /** The threads that failed after their start (ended, and left out of what follows). */
+  #failed = new Set<number>();
   #channels: Channel[] = [];
   /** The gRPC calls each thread that serves gRPC forwards. */
   #remotes: RemoteCalls[] = [];
@@ -284,6 +286,9 @@ export class ListenerThreads {
             // After the start, a thread that fails is reported and left out; the other threads keep serving.
             if (listening) {
               options.onError?.(`Listener thread ${i + 1} failed: ${e.message}`);
+              // Ended, so that a shutdown does not wait for a thread that will never say it stopped.
+              pool.#failed.add(i);
+              worker.terminate();
               remote?.cancelAll();
               pool.#replicas?.failed(i);
               for (const done of reclaims.splice(0)) done();
@@ -338,7 +343,7 @@ export class ListenerThreads {
    * @param msg the message
    */
   post(thread: number, msg: ReplicaMessage): void {
-    this.#workers[thread]?.postMessage(msg satisfies ToWorker);
+    if (!this.#failed.has(thread)) this.#workers[thread]?.postMessage(msg satisfies ToWorker);
   }
 
   /**
@@ -350,6 +355,7 @@ export class ListenerThreads {
     if (this.#stopped) return Promise.resolve();
     const done = this.#workers.map((w, i) =>
       new Promise<void>((resolve) => {
+        if (this.#failed.has(i)) return resolve();
         this.#reclaims[i]!.push(resolve);
         w.postMessage({ op: "reclaim", id: -1 } satisfies ToWorker);
       })
@@ -534,8 +540,9 @@ export class ListenerThreads {
    * @returns when every thread has stopped
    */
   async shutdown(): Promise<void> {
-    await Promise.all(this.#workers.map((worker) =>
+    await Promise.all(this.#workers.map((worker, i) =>
       new Promise<void>((resolve) => {
+        if (this.#failed.has(i)) return resolve();
         const previous = worker.onmessage;
         worker.onmessage = (e: MessageEvent<FromWorker>) => {
           if (e.data.op === "stopped") {
