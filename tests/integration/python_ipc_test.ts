@@ -339,6 +339,50 @@ class TritonPythonModel:
   );
 });
 
+Deno.test("a quick call's answer is not held behind a slow call of a model whose calls have been slow", async () => {
+  // MODE 2 waits until the file GO exists, which the test makes only once the quick call's answer has come: an
+  // answer held for the slow call's write would never come, and both calls would wait for ever.
+  const go = `${await Deno.makeTempDir({ prefix: "dinfer-pyipc-go-" })}/go`;
+  try {
+    await withModel(
+      "vary_py",
+      MODE_CONFIG("vary_py"),
+      `import os, time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        m = requests[0].inputs()[0].as_numpy()
+        if m[0] == 2:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(${JSON.stringify(go)}) and time.monotonic() < deadline:
+                time.sleep(0.001)
+        elif m[0] == 3:
+            time.sleep(0.01)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", m.copy())])]
+`,
+      async (instance) => {
+        const call = (v: number) =>
+          within(
+            instance.executeRequests!([{ inputs: mode(v), outputNames: ["OUT"], id: "", parameters: {} }]),
+          );
+        // A slow call first, while the quick and the blocking one arrive: the stub reads both together after it,
+        // and has seen that this model's calls take long.
+        const busy = call(3);
+        const quick = call(1);
+        const slow = call(2);
+        assert.equal(outValue(await busy), 3);
+        assert.equal(outValue(await quick), 1);
+        await Deno.writeTextFile(go, "");
+        assert.equal(outValue(await slow), 2);
+      },
+    );
+  } finally {
+    await Deno.remove(go.slice(0, -3), { recursive: true });
+  }
+});
+
 Deno.test("calls that overflow the stub's pipe, sent together and after, each get their own answer in order", async () => {
   const dir = fileURLToPath(new URL("../fixtures/python_models/scale_py", import.meta.url));
   const config = toModelConfig(await readConfigFile(dir, "scale_py"), "scale_py");

@@ -55,6 +55,8 @@ CACHE_MAX = 64
 # read, runs, when it started less than 4 times this long ago: the answers go out in one write, and the
 # server wakes once for them. Not for decoupled models, whose responses stream.
 COALESCE_S = 100e-6
+# The weight of the latest call in the average duration of execute calls that answers are held by (see serve).
+EXEC_WEIGHT = 0.25
 # The most cancel markers the stub keeps (see `_dispatch`).
 CANCELLED_MAX = 1024
 # The size asked for the pipe of the server's frames: room for a few calls with inline tensors.
@@ -645,6 +647,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
 
     # Answers of execute calls not sent yet (see `COALESCE_S`), and a command taken while looking for more.
     held = []
+    exec_avg = None
     first = 0.0
     command = None
     while True:
@@ -688,7 +691,14 @@ def serve(socket_path, model_path, shm_path, commands_path):
                 error = {"op": "error", "message": f"{type(e).__name__}: {message}", "trace": traceback.format_exc()}
                 held.append((error, (), 0, tag))
             now = time.perf_counter()
-            if not decoupled and now - started < COALESCE_S and now - first < COALESCE_S * 4 and len(held) < 16:
+            # The recent calls' duration: a held answer waits for the whole of the next call, so answers are held
+            # only while calls have been quick lately, not behind one of a model whose calls vary.
+            took = now - started
+            exec_avg = took if exec_avg is None else exec_avg + EXEC_WEIGHT * (took - exec_avg)
+            if (
+                not decoupled and took < COALESCE_S and exec_avg < COALESCE_S and now - first < COALESCE_S * 4
+                and len(held) < 16
+            ):
                 command = conn.buffered_command()
                 if command is not None and command[0].get("op") == "execute":
                     # The answer waits while the next call runs: its bytes are taken now, since its parts are
