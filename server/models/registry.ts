@@ -178,12 +178,47 @@ const HOST_PARAMETERS = /^(python_executable|execution_env_path)$|^session\..*(f
  * @throws ServerError INVALID_ARG naming the parameter
  */
 function refuseProgramParameters(name: string, override: Record<string, unknown>): void {
+  refuseLargeCounts(name, override);
   const params = override.parameters;
   if (params === undefined || params === null || typeof params !== "object") return;
   for (const key of Object.keys(params)) {
     if (HOST_PARAMETERS.test(key)) {
       throw invalidArg(
         `Cannot load '${name}': parameter '${key}' of the 'config' override names a program or an environment; it may be set only in the model repository or on the command line`,
+      );
+    }
+  }
+}
+
+/** The most instances a load request's config override may ask for, all groups together. */
+export const MAX_OVERRIDE_INSTANCES = 64;
+/** The most runs of one warmup sample a load request's config override may ask for. */
+export const MAX_OVERRIDE_WARMUP_COUNT = 1000;
+
+/**
+ * Refuses a config override that asks for more instances or warmup runs than a load request may: each instance
+ * can be a process (a Python stub) or a session of the model, and a warm-up holds the model's load (and an
+ * unload waits for it). The model repository on disk may set any count.
+ */
+function refuseLargeCounts(name: string, override: Record<string, unknown>): void {
+  const groups = Array.isArray(override.instance_group) ? override.instance_group : [];
+  let instances = 0;
+  for (const g of groups) {
+    const count = Number((g as { count?: unknown } | null)?.count ?? 1);
+    const gpus = (g as { gpus?: unknown } | null)?.gpus;
+    instances += count * Math.max(1, Array.isArray(gpus) ? gpus.length : 1);
+  }
+  if (instances > MAX_OVERRIDE_INSTANCES) {
+    throw invalidArg(
+      `Cannot load '${name}': the 'config' override asks for ${instances} instances, more than the ${MAX_OVERRIDE_INSTANCES} a load request may; a larger count may be set in the model repository`,
+    );
+  }
+  const warmup = Array.isArray(override.model_warmup) ? override.model_warmup : [];
+  for (const sample of warmup) {
+    const count = Number((sample as { count?: unknown } | null)?.count ?? 1);
+    if (count > MAX_OVERRIDE_WARMUP_COUNT) {
+      throw invalidArg(
+        `Cannot load '${name}': the 'config' override asks for ${count} runs of a warmup sample, more than the ${MAX_OVERRIDE_WARMUP_COUNT} a load request may`,
       );
     }
   }

@@ -236,6 +236,29 @@ Deno.test("a config cannot make the server allocate without bound: priority leve
     assert.equal(r.status, 400, JSON.stringify(r.json));
     assert.equal((r.json as { error: string }).error, `${prefix}${reason}`);
   }
+  // Counts a load request may not ask for (each instance can be a process, a warm-up holds the load).
+  const counts: [Record<string, unknown>, string][] = [
+    [
+      { instance_group: [{ count: 40, kind: "KIND_CPU" }, { count: 40, kind: "KIND_CPU" }] },
+      "the 'config' override asks for 80 instances, more than the 64 a load request may; a larger count may be set in the model repository",
+    ],
+    [
+      {
+        model_warmup: [{
+          name: "w",
+          batch_size: 1,
+          count: 2_000_000_000,
+          inputs: { INPUT0: { data_type: "TYPE_FP32", dims: [1], zero_data: true } },
+        }],
+      },
+      "the 'config' override asks for 2000000000 runs of a warmup sample, more than the 1000 a load request may",
+    ],
+  ];
+  for (const [extra, reason] of counts) {
+    const r = await load(s.url, "identity_fp32", { config: onnxConfig("identity_fp32", extra) });
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.match((r.json as { error: string }).error, new RegExp(`: ${reason.replace(/[()'.]/g, ".")}$`));
+  }
 });
 
 Deno.test("checkFileNames refuses NUL, '.', absolute and escaping names and accepts names inside", () => {
