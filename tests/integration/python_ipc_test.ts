@@ -308,6 +308,43 @@ class TritonPythonModel:
   );
 });
 
+Deno.test("quick calls answered before a call that exits keep their answers, held ones too", async () => {
+  // Quick calls read together: their answers are held for the next call's write, which a sys.exit() ends.
+  await withModel(
+    "quickexit_py",
+    MODE_CONFIG("quickexit_py"),
+    `import sys
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        m = requests[0].inputs()[0].as_numpy()
+        if m[0] == 1:
+            sys.exit(5)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", m.copy())])]
+`,
+    async (instance) => {
+      for (let round = 0; round < 3; round++) {
+        const call = (v: number) =>
+          within(
+            instance.executeRequests!([{ inputs: mode(v), outputNames: ["OUT"], id: "", parameters: {} }]),
+          );
+        const [a, b, c, d] = await Promise.allSettled([call(5), call(6), call(7), call(1)]);
+        for (const [s, v] of [[a, 5], [b, 6], [c, 7]] as const) {
+          assert.equal(
+            s.status,
+            "fulfilled",
+            `round ${round + 1}, ${v}: ${(s as PromiseRejectedResult).reason}`,
+          );
+          assert.equal(outValue((s as PromiseFulfilledResult<(Map<string, Tensor> | Error)[]>).value), v);
+        }
+        assert.match(String((d as PromiseRejectedResult).reason), /the Python stub exited with code 5/);
+      }
+    },
+  );
+});
+
 Deno.test("a model that calls sys.exit() with a thread of its own running ends its stub, which is started again", async () => {
   await withModel(
     "sysexit_py",

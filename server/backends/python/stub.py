@@ -686,6 +686,9 @@ def serve(socket_path, model_path, shm_path, commands_path):
                 held.append((head, parts, size, tag))
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
+                    # The calls answered before (their answers held for this call's write) keep their answers.
+                    if held:
+                        conn.send_frames(held)
                     raise
                 message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
                 error = {"op": "error", "message": f"{type(e).__name__}: {message}", "trace": traceback.format_exc()}
