@@ -186,3 +186,22 @@ Deno.test("a forwarded message that does not decode, or a stream handler that th
   });
   assert.equal(throwing.openStreams, 0);
 });
+
+Deno.test("a forwarded stream whose message does not decode is cancelled, so that its running requests stop", async () => {
+  const sent: GrpcToThread[] = [];
+  let cancelled = false;
+  const remote = new RemoteCalls(
+    new Map<string, RemoteMethod>([["Watch", {
+      definition: definition("/t.S/Watch", true),
+      handler: ((call: grpc.ServerDuplexStream<unknown, unknown>) => {
+        call.on("cancelled", () => (cancelled = true));
+      }) as grpc.UntypedHandleCall,
+    }]]),
+    (reply) => sent.push(reply),
+  );
+  remote.handle({ op: "grpc-open", id: 4, method: "Watch", metadata: [] });
+  remote.handle({ op: "grpc-data", id: 4, message: new TextEncoder().encode("{not json") });
+  await turns(3);
+  assert.equal(cancelled, true);
+  assert.deepEqual(sent.map((m) => [m.op, m.id]), [["grpc-close", 4]]);
+});

@@ -171,8 +171,11 @@ export class RemoteCalls {
         try {
           message = s.method.definition.requestDeserialize(Buffer.from(msg.message));
         } catch (err) {
-          // A message that does not decode ends its stream, not the main thread's message handler.
+          // A message that does not decode ends its stream (its requests running are cancelled, as when the
+          // client cancels), not the main thread's message handler.
           this.#streams.delete(msg.id);
+          s.cancelled = true;
+          s.emit("cancelled");
           s.close(statusOf(err));
           return;
         }
