@@ -407,9 +407,11 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       self.postMessage({ op: "reclaimed", id: -1 } satisfies FromWorker);
       return;
     case "stop":
-      void Promise.all([server?.shutdown(), grpcServer?.shutdown()]).then(() => replicas.closeAll()).then(
-        () => self.postMessage({ op: "stopped", id: -1 } satisfies FromWorker),
-      );
+      // "stopped" goes whatever a step of the stop does: the main thread waits for it.
+      void Promise.allSettled([server?.shutdown(), grpcServer?.shutdown()]).then(() => replicas.closeAll())
+        .catch(() => {}).then(
+          () => self.postMessage({ op: "stopped", id: -1 } satisfies FromWorker),
+        );
       return;
     case "grpc-reply":
     case "grpc-write":

@@ -231,6 +231,8 @@ export class ListenerThreads {
   #workers: Worker[] = [];
   /** The threads that failed after their start (ended, and left out of what follows). */
   #failed = new Set<number>();
+  /** Per thread, what a shutdown waits for: its "stopped", or its failure. */
+  #stopping = new Map<number, () => void>();
   #channels: Channel[] = [];
   /** The gRPC calls each thread that serves gRPC forwards. */
   #remotes: RemoteCalls[] = [];
@@ -289,6 +291,9 @@ export class ListenerThreads {
               // Ended, so that a shutdown does not wait for a thread that will never say it stopped.
               pool.#failed.add(i);
               worker.terminate();
+              pool.#stopping.get(i)?.();
+              // Its forwarded requests end too: a stream's model stops.
+              for (const [key, aborts] of pool.#forwarded) if (key.startsWith(`${i}:`)) aborts.abort();
               remote?.cancelAll();
               pool.#replicas?.failed(i);
               for (const done of reclaims.splice(0)) done();
@@ -543,6 +548,7 @@ export class ListenerThreads {
     await Promise.all(this.#workers.map((worker, i) =>
       new Promise<void>((resolve) => {
         if (this.#failed.has(i)) return resolve();
+        this.#stopping.set(i, resolve);
         const previous = worker.onmessage;
         worker.onmessage = (e: MessageEvent<FromWorker>) => {
           if (e.data.op === "stopped") {
