@@ -215,26 +215,25 @@ export function numberToBf16(v: number): number {
   return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
-/** The most elements of a BYTES tensor the server makes up itself (a warmup sample, a sequence's initial state). */
+/**
+ * The most elements of a BYTES tensor the server makes up itself (a warmup sample, a sequence's initial state):
+ * each is an object on the JavaScript heap, which the process cannot survive running out of. A tensor of a
+ * fixed-size datatype is one buffer, whose allocation fails cleanly when too large.
+ */
 export const MAX_MADE_BYTES_ELEMENTS = 1 << 22;
-/** The most bytes of a tensor of a fixed-size datatype the server makes up itself. */
-export const MAX_MADE_BYTES = 1 << 28;
 
 /**
- * Checks the size of a tensor the server makes up from a config (a warmup sample, a sequence's initial state):
- * a config, a load request's too, must not make the server allocate more than it can hold.
+ * Checks the size of a BYTES tensor the server makes up from a config (a warmup sample, a sequence's initial
+ * state): a config, a load request's too, must not exhaust the JavaScript heap.
  * @param datatype the tensor's datatype
  * @param count its element count
  * @param what the start of the error message
  * @throws ServerError INVALID_ARG when it is too large
  */
 export function checkMadeTensor(datatype: Datatype, count: number, what: string): void {
-  const bytes = datatype === "BYTES" ? 0 : count * elementSize(datatype);
-  if (datatype === "BYTES" ? count > MAX_MADE_BYTES_ELEMENTS : bytes > MAX_MADE_BYTES) {
+  if (datatype === "BYTES" && count > MAX_MADE_BYTES_ELEMENTS) {
     throw invalidArg(
-      datatype === "BYTES"
-        ? `${what} has ${count} elements, more than the ${MAX_MADE_BYTES_ELEMENTS} of a BYTES tensor the server makes`
-        : `${what} has ${bytes} bytes, more than the ${MAX_MADE_BYTES} of a tensor the server makes`,
+      `${what} has ${count} elements, more than the ${MAX_MADE_BYTES_ELEMENTS} of a BYTES tensor the server makes`,
     );
   }
 }

@@ -198,7 +198,7 @@ Deno.test("configured file names stay in their folder; outside paths get one ans
   assert.equal(ok.status, 200, JSON.stringify(ok.json));
 });
 
-Deno.test("a config cannot make the server allocate without bound: priority levels, warmup samples, states", async () => {
+Deno.test("a config cannot make the server allocate without bound: priority levels, BYTES warmup samples and states", async () => {
   await using s = await startTestServer([`--model-repository=${FIXTURES}`, "--model-control-mode=explicit"]);
   const prefix = "Cannot load 'identity_fp32': failed to load 'identity_fp32': ";
   const cases: [Record<string, unknown>, string][] = [
@@ -211,10 +211,10 @@ Deno.test("a config cannot make the server allocate without bound: priority leve
         model_warmup: [{
           name: "w",
           batch_size: 1,
-          inputs: { INPUT0: { data_type: "TYPE_FP32", dims: [1 << 30], zero_data: true } },
+          inputs: { INPUT0: { data_type: "TYPE_STRING", dims: [200_000_000], zero_data: true } },
         }],
       },
-      "Cannot warm up 'identity_fp32' with sample 'w': input 'INPUT0' has 4294967296 bytes, more than the 268435456 of a tensor the server makes",
+      "Cannot warm up 'identity_fp32' with sample 'w': input 'INPUT0' has 200000000 elements, more than the 4194304 of a BYTES tensor the server makes",
     ],
     [
       {
