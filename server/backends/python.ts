@@ -29,7 +29,7 @@ import { concatBytes } from "../core/bytes.ts";
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { type Datatype, elementCount, fromConfigType } from "../core/dtypes.ts";
+import { type Datatype, elementCount, elementSize, fromConfigType } from "../core/dtypes.ts";
 import {
   type ErrorCode,
   internal,
@@ -408,6 +408,14 @@ function readTensor(
   } else {
     if (!file) throw internal(`Cannot read ${what}: the message names no shared file`);
     bytes = readAt(file, d.offset, d.nbytes);
+  }
+  if (d.datatype !== "BYTES" && bytes.byteLength !== elementCount(d.shape) * elementSize(d.datatype)) {
+    // A model's array of another dtype than the one it named (float64 bytes called FP32): refused, not misread.
+    throw internal(
+      `Cannot read ${what}: it has ${bytes.byteLength} bytes, expected ${
+        elementCount(d.shape) * elementSize(d.datatype)
+      } for shape [${d.shape.join(",")}] of ${d.datatype}`,
+    );
   }
   const data = d.datatype === "BYTES" ? BytesTensor.fromWire(bytes, elementCount(d.shape), what) : bytes;
   return { name: d.name, datatype: d.datatype, shape: d.shape, data };
@@ -1252,11 +1260,17 @@ class Stub {
         this.#senders.delete(`${id}:${i}`);
         return errorOf(response.error);
       }
-      const out = new Map<string, Tensor>();
-      for (const d of response.outputs ?? []) {
-        out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`, own));
+      // An output that cannot be read fails its own request, not the others of the call.
+      try {
+        const out = new Map<string, Tensor>();
+        for (const d of response.outputs ?? []) {
+          out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`, own));
+        }
+        return out;
+      } catch (err) {
+        this.#senders.delete(`${id}:${i}`);
+        return err as Error;
       }
-      return out;
     });
   }
 

@@ -420,6 +420,39 @@ class TritonPythonModel:
   }
 });
 
+Deno.test("an output whose bytes do not fit its shape and datatype fails its request, not misread", async () => {
+  await withModel(
+    "wrongsize_py",
+    MODE_CONFIG("wrongsize_py"),
+    `import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        m = requests[0].inputs()[0].as_numpy()
+        if m[0] == 3:
+            # int64 bytes named INT32: 8 bytes for one element of 4.
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([3], dtype=np.int64), "INT32")])]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", m.copy())])]
+`,
+    async (instance) => {
+      const call = (v: number) =>
+        within(
+          instance.executeRequests!([{ inputs: mode(v), outputNames: ["OUT"], id: "", parameters: {} }]),
+        );
+      const [out] = await call(3);
+      assert.ok(out instanceof ServerError, String(out));
+      assert.equal(out.code, "INTERNAL");
+      assert.equal(
+        out.message,
+        "Cannot read output 'OUT' of 'wrongsize_py' instance 'wrongsize_py_0': it has 8 bytes, expected 4 for shape [1] of INT32",
+      );
+      assert.equal(outValue(await call(4)), 4);
+    },
+  );
+});
+
 Deno.test("calls that overflow the stub's pipe, sent together and after, each get their own answer in order", async () => {
   const dir = fileURLToPath(new URL("../fixtures/python_models/scale_py", import.meta.url));
   const config = toModelConfig(await readConfigFile(dir, "scale_py"), "scale_py");
