@@ -590,9 +590,16 @@ export class ModelRegistry {
   }
 
   /** Runs model operations one at a time per model (the replica host hears of each once it is done). */
+  /** Whether close() has begun: no load or unload starts after it. */
+  #closed = false;
+
   #serialized<T>(name: string, op: () => Promise<T>): Promise<T> {
     const prior = this.#locks.get(name) ?? Promise.resolve();
-    const next = prior.then(op, op).finally(() => this.#replicaHost?.changed());
+    // Once the registry closes, an operation still waiting (a change the repository poller found behind a load
+    // that hung) starts nothing: no model loads, and no process starts, after the server has let its go.
+    const run = () =>
+      this.#closed ? Promise.reject(unavailable(`Cannot change '${name}': the server is stopping`)) : op();
+    const next = prior.then(run, run).finally(() => this.#replicaHost?.changed());
     const settled = next.then(() => {}, () => {});
     this.#locks.set(name, settled);
     settled.then(() => {
@@ -927,6 +934,7 @@ export class ModelRegistry {
    * Python stubs are stopped), so a model whose `initialize()` hangs does not hold the close up.
    */
   async close(): Promise<void> {
+    this.#closed = true;
     this.cancelLoads();
     await Promise.all([...this.#locks.values()]);
     const all = [...this.#models.values()].flatMap((e) => [...e.versions.values()]);

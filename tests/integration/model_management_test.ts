@@ -962,3 +962,13 @@ print(json.dumps([a, b]))
     ["UNAVAILABLE (unloaded)", "UNAVAILABLE (unloaded)"],
   );
 });
+
+Deno.test("once the server has stopped, a load still asked for (a poller's late change) starts nothing", async () => {
+  const s = await startTestServer([`--model-repository=${EXAMPLES}`, "--model-control-mode=explicit"]);
+  await s.close();
+  await assert.rejects(s.server.registry.reloadModel("simple"), {
+    code: "UNAVAILABLE",
+    message: "Cannot change 'simple': the server is stopping",
+  });
+  assert.equal(s.server.registry.isReady("simple", ""), false);
+});
