@@ -26,7 +26,7 @@ import { Logger } from "./logging.ts";
 import { CleanupStack, removeStaleFiles } from "./cleanup.ts";
 import { MemoryReclaimer, reclaimMemory } from "./core/memory.ts";
 import { openGpuReader } from "./metrics/gpu.ts";
-import { createMetrics, createMetricsHandler } from "./metrics/prometheus.ts";
+import { createMetrics, createMetricsHandler, parseMetricsConfig } from "./metrics/prometheus.ts";
 import { SystemSampler } from "./metrics/sampler.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import { InferencePipeline } from "./pipeline/pipeline.ts";
@@ -625,6 +625,8 @@ export async function startServer(
   const ended: Promise<void>[] = [];
   try {
     checkAborted(s);
+    // Checked before the models load, which can take long: a bad entry stops the start at once.
+    parseMetricsConfig(config.metrics.settings);
     removeStale(s);
     const { paths, cloud } = await openRepositories(s);
     const traces = await startTraces(s);

@@ -453,10 +453,15 @@ Deno.test("the latency series of a model that unloads leave /metrics at the next
   );
 });
 
-Deno.test("a bad --metrics-config stops the start with one line naming it", async () => {
+Deno.test("a bad --metrics-config stops the start with one line naming it, before the models load", async () => {
   await assert.rejects(
     () => startTestServer(["--metrics-config=summary_latencies=maybe"]),
     { message: "Bad --metrics-config 'summary_latencies=maybe': expected true or false" },
+  );
+  // Checked first, also with metrics off (it was read only when the metrics started, after the models loaded).
+  await assert.rejects(
+    () => startTestServer(["--allow-metrics=false", "--metrics-config=colour=blue"]),
+    { message: "Bad --metrics-config 'colour=blue': unknown setting 'colour'" },
   );
 });
 
