@@ -155,6 +155,26 @@ export interface TestServer {
  * @param flags extra command-line flags, e.g. `["--model-repository=...", "--strict-readiness=false"]`
  * @param log the server log; by default one that logs nothing
  */
+/**
+ * A logger that writes to a file ("" for none), at levels info, warning and error unless `levels` says otherwise.
+ * @param file the log file
+ * @param levels the levels to turn off (or on)
+ */
+export function fileLogger(
+  file: string,
+  levels: { info?: boolean; warning?: boolean; error?: boolean } = {},
+): Logger {
+  return new Logger({
+    info: true,
+    warning: true,
+    error: true,
+    ...levels,
+    verbose: 0,
+    format: "default",
+    file,
+  });
+}
+
 export async function startTestServer(flags: string[] = [], log?: Logger): Promise<TestServer> {
   const base = [
     "--http-port=0",
@@ -172,14 +192,7 @@ export async function startTestServer(flags: string[] = [], log?: Logger): Promi
   const given = new Set(flags.map((f) => f.split("=")[0]));
   const defaults = base.filter((f) => !given.has(f.split("=")[0]));
   const config = parseCommandLine([...defaults, ...flags]) as ServerConfig;
-  const logger = log ?? new Logger({
-    info: false,
-    warning: false,
-    error: false,
-    verbose: 0,
-    format: "default",
-    file: "",
-  });
+  const logger = log ?? fileLogger("", { info: false, warning: false, error: false });
   const server = await startServer(config, { logger });
   const port = server.httpAddr?.port ?? 0;
   const close = () => server.shutdown();

@@ -10,11 +10,11 @@ import { Buffer } from "node:buffer";
 import { tmpdir } from "node:os";
 import { parseCommandLine } from "../../server/cli.ts";
 import type { ServerConfig } from "../../server/config.ts";
-import { Logger } from "../../server/logging.ts";
 import { startServer, StartupError } from "../../server/server.ts";
 import {
   deadPid,
   EXAMPLES,
+  fileLogger,
   FIXTURES,
   freePorts,
   loopbackFlags,
@@ -193,14 +193,7 @@ Deno.test("a failed start in process undoes every step: no listener, no stub", a
   const [http, grpc, metrics] = freePorts(3) as [number, number, number];
   const taken = Deno.listen({ hostname: "127.0.0.1", port: metrics });
   const lines: string[] = [];
-  const logger = new Logger({
-    info: true,
-    warning: true,
-    error: true,
-    verbose: 0,
-    format: "default",
-    file: "",
-  });
+  const logger = fileLogger("");
   logger.info = (m: string) => void lines.push(m);
   try {
     const config = parseCommandLine([

@@ -8,8 +8,8 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { pythonPath, startTestServer, type TestServer } from "../helpers.ts";
-import { Logger } from "../../server/logging.ts";
+import { fileLogger, pythonPath, startTestServer, type TestServer } from "../helpers.ts";
+import type { Logger } from "../../server/logging.ts";
 import { pythonJson } from "./_python.ts";
 import { copyDir } from "./_http.ts";
 
@@ -249,14 +249,7 @@ Deno.test("generate_stream sends one event per response of a decoupled model, er
 Deno.test("a client that leaves a stream is told to the model: HTTP disconnect and gRPC cancel", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-generate-" });
   const logFile = `${dir}/server.log`;
-  const logger = new Logger({
-    info: true,
-    warning: true,
-    error: true,
-    verbose: 0,
-    format: "default",
-    file: logFile,
-  });
+  const logger = fileLogger(logFile);
   try {
     await using s = await startGenerateServer(["--allow-grpc=true"], logger);
 
@@ -349,14 +342,7 @@ Deno.test("metrics: time to first response, the gaps between responses and the r
 Deno.test("the OpenAI API tells the model when a stream's client leaves or a stop sequence ends it", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-generate-" });
   const logFile = `${dir}/server.log`;
-  const logger = new Logger({
-    info: true,
-    warning: true,
-    error: true,
-    verbose: 0,
-    format: "default",
-    file: logFile,
-  });
+  const logger = fileLogger(logFile);
   try {
     // words_py with a default delay of 300 ms between words (the OpenAI API passes no delay_ms).
     await copyDir(`${MODELS}/words_py`, `${dir}/models/words_py`);
@@ -422,14 +408,7 @@ Deno.test(
   async () => {
     const dir = await Deno.makeTempDir({ prefix: "dinfer-generate-" });
     const logFile = `${dir}/server.log`;
-    const logger = new Logger({
-      info: true,
-      warning: true,
-      error: true,
-      verbose: 0,
-      format: "default",
-      file: logFile,
-    });
+    const logger = fileLogger(logFile);
     try {
       await using s = await startGenerateServer(["--http-thread-count=2"], logger);
       // Each stream on a connection of its own: the kernel gives it to the main thread or the listener thread

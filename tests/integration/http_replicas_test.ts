@@ -8,8 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Logger } from "../../server/logging.ts";
-import { EXAMPLES, startTestServer } from "../helpers.ts";
+import { EXAMPLES, fileLogger, startTestServer } from "../helpers.ts";
 import { rawRequest, SIMPLE_DIFF, SIMPLE_REQUEST, SIMPLE_SUM } from "./_http.ts";
 
 const ROUNDS = 32;
@@ -30,10 +29,6 @@ async function tritonSimple(): Promise<string> {
 }
 
 /** A logger writing info and verbose lines to a file. */
-function fileLogger(file: string): Logger {
-  return new Logger({ info: true, warning: false, error: true, verbose: 0, format: "default", file });
-}
-
 async function infer(
   base: string,
   body: unknown = SIMPLE_REQUEST,
@@ -104,7 +99,7 @@ function replicaTest(
 
 /** The server under test: two HTTP threads, its log in `log`. */
 function twoThreads(log: string, flags: string[]) {
-  return startTestServer([...flags, "--http-thread-count=2"], fileLogger(log));
+  return startTestServer([...flags, "--http-thread-count=2"], fileLogger(log, { warning: false }));
 }
 
 replicaTest(

@@ -8,8 +8,7 @@ import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import { lookupType } from "../../server/core/protos.ts";
-import { Logger } from "../../server/logging.ts";
-import { EXAMPLES, startTestServer } from "../helpers.ts";
+import { EXAMPLES, fileLogger, startTestServer } from "../helpers.ts";
 import { call, get } from "./_http.ts";
 
 const SIMPLE_INPUTS = {
@@ -200,14 +199,7 @@ Deno.test("gRPC: a restricted protocol answers PERMISSION_DENIED without its met
 async function startupWarnings(flags: string[]): Promise<string[]> {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-restricted-" });
   const file = `${dir}/server.log`;
-  const logger = new Logger({
-    info: false,
-    warning: true,
-    error: false,
-    verbose: 0,
-    format: "default",
-    file,
-  });
+  const logger = fileLogger(file, { info: false, error: false });
   try {
     const s = await startTestServer([`--model-repository=${EXAMPLES}`, ...flags], logger);
     await s.close();

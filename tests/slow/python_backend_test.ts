@@ -7,8 +7,8 @@
 
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { EXAMPLES, pythonPath, ROOT, startTestServer, type TestServer } from "../helpers.ts";
-import { Logger } from "../../server/logging.ts";
+import { EXAMPLES, fileLogger, pythonPath, ROOT, startTestServer, type TestServer } from "../helpers.ts";
+import type { Logger } from "../../server/logging.ts";
 import {
   binaryOutputs,
   bytesOf,
@@ -263,14 +263,7 @@ Deno.test("python backend runs Triton-style model.py files", async (t) => {
 Deno.test("decoupled Python models stream through tritonclient; their Logger lines reach the server log", async () => {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-decoupled-" });
   const logFile = `${dir}/server.log`;
-  const logger = new Logger({
-    info: true,
-    warning: true,
-    error: true,
-    verbose: 0,
-    format: "default",
-    file: logFile,
-  });
+  const logger = fileLogger(logFile);
   try {
     // Two gRPC threads: the streams reach the main thread or the listener thread, which hands them over.
     await using s = await startPythonServer(
