@@ -30,6 +30,7 @@ import { nativeSessionClass } from "./onnxruntime_binding.ts";
 import { ONNX_ELEMENT_TYPES, sameNames, ShimSession } from "./onnxruntime_shim.ts";
 import { openOrtShim } from "../../ffi/ortshim.ts";
 import type { WorkerReply, WorkerRequest, WorkerRuntime, WorkerValueMetadata } from "./onnxruntime_worker.ts";
+import { settleWithin } from "../core/clock.ts";
 import {
   align8,
   ARENA_MAX_BYTES,
@@ -1077,10 +1078,7 @@ class WorkerRunner implements SessionRunner {
     this.#closing = true;
     const closing = new Error("the instance is closing");
     for (const job of this.#queue.splice(0)) job.reject(closing);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const wait = (done: Promise<void>) =>
-      Promise.race([done, new Promise<void>((r) => (timer = setTimeout(r, WORKER_CLOSE_WAIT_MS)))])
-        .finally(() => clearTimeout(timer));
+    const wait = (done: Promise<void>) => settleWithin(done, WORKER_CLOSE_WAIT_MS);
     // The runs in flight finish first: a native run cannot be interrupted.
     if (!this.idle && !this.#dead) await wait(new Promise<void>((r) => (this.#idle = r)));
     if (!this.#dead) {

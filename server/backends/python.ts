@@ -45,6 +45,7 @@ import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerA
 import { Slab } from "../core/slab.ts";
 import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
+import { settleWithin } from "../core/clock.ts";
 
 /** Request parameters the server acts on itself; as in Triton, the model's `request.parameters()` leaves them out. */
 const SERVER_PARAMETERS = new Set(["priority", "timeout", "sequence_id", "sequence_start", "sequence_end"]);
@@ -635,11 +636,7 @@ class Stub {
       this.exitReason = s.signal ? `was killed by ${s.signal}` : `exited with code ${s.code}`;
       // What the stub wrote before it exited is read first (the read loop ends at the socket's end), so that
       // the calls it answered are not failed with the one that made it exit.
-      if (this.#reading) {
-        let timer: ReturnType<typeof setTimeout> | undefined;
-        await Promise.race([this.#reading, new Promise((r) => (timer = setTimeout(r, EXIT_DRAIN_MS)))]);
-        clearTimeout(timer);
-      }
+      if (this.#reading) await settleWithin(this.#reading, EXIT_DRAIN_MS);
       this.#failAll(`the Python stub ${this.exitReason}`);
       this.#conn?.close();
       this.#closeCommands();
@@ -1292,14 +1289,8 @@ class Stub {
   /** Asks the model to finalize, then stops the stub (killing it when it does not stop in time). */
   async finalize(): Promise<void> {
     if (!this.exitReason) {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      await Promise.race([
-        this.#controlCall({ op: "finalize" }).catch(() => {}),
-        new Promise((r) => (timer = setTimeout(r, FINALIZE_TIMEOUT_MS))),
-      ]);
-      clearTimeout(timer);
-      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, FINALIZE_TIMEOUT_MS)))]);
-      clearTimeout(timer);
+      await settleWithin(this.#controlCall({ op: "finalize" }), FINALIZE_TIMEOUT_MS);
+      await settleWithin(this.exited, FINALIZE_TIMEOUT_MS);
     }
     await this.kill();
   }

@@ -13,6 +13,7 @@ import tls from "node:tls";
 import { setImmediate } from "node:timers";
 import { GoawayFilter } from "./goaway_filter.ts";
 import type { GrpcOptions } from "./options.ts";
+import { settleWithin } from "../../core/clock.ts";
 
 /** How long a new connection may stay silent before it is closed, in ms. */
 export const HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -136,12 +137,10 @@ export async function listenGrpc(
     connections.clear();
     // Each socket ends after its last bytes (a session that closed itself ended its socket the same way), and is
     // destroyed once closed or after the filter's grace; a thread must not end before, or those bytes are lost.
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([
+    await settleWithin(
       Promise.all([...sockets].map((s) => new Promise<void>((resolve) => s.once("close", () => resolve())))),
-      new Promise<void>((resolve) => (timer = setTimeout(resolve, 2 * CLOSE_GRACE_MS))),
-    ]);
-    clearTimeout(timer);
+      2 * CLOSE_GRACE_MS,
+    );
     for (const s of sockets) s.destroy();
   };
   return {
@@ -176,12 +175,7 @@ export async function closeGracefully(server: grpc.Server, listener: GrpcListene
   // The last calls' statuses are still inside node:http2, which sends a stream's trailers two turns after the
   // call's answer (see FLUSH_TURNS in goaway_filter.ts); a session closed before then lost them.
   for (let turn = 0; turn < SETTLE_TURNS; turn++) await new Promise<void>((resolve) => setImmediate(resolve));
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  await Promise.race([
-    new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
-    new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_GRACE_MS))),
-  ]);
-  clearTimeout(timer);
+  await settleWithin(new Promise<void>((resolve) => server.tryShutdown(() => resolve())), CLOSE_GRACE_MS);
   await listener.closeConnections();
 }
 

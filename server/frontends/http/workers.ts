@@ -17,6 +17,7 @@ import type { ListenerReplicas, ReplicaMessage } from "./replicas.ts";
 import type { GrpcListenOptions } from "../grpc/listen.ts";
 import { type GrpcFromThread, type GrpcToThread, RemoteCalls, type RemoteMethod } from "../grpc/remote.ts";
 import type { GrpcThreadOptions, ThreadMethod } from "../grpc/thread.ts";
+import { settleWithin } from "../../core/clock.ts";
 import {
   type Answer,
   ANSWERS,
@@ -365,13 +366,7 @@ export class ListenerThreads {
         w.postMessage({ op: "reclaim", id: -1 } satisfies ToWorker);
       })
     );
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const late = new Promise<void>((resolve) => {
-      const t = setTimeout(resolve, waitMs);
-      Deno.unrefTimer(t);
-      timer = t;
-    });
-    return Promise.race([Promise.all(done).then(() => {}), late]).finally(() => clearTimeout(timer));
+    return settleWithin(Promise.all(done), waitMs, { unref: true });
   }
 
   /**
