@@ -410,12 +410,13 @@ function readTensor(
     if (!file) throw internal(`Cannot read ${what}: the message names no shared file`);
     bytes = readAt(file, d.offset, d.nbytes);
   }
-  if (d.datatype !== "BYTES" && bytes.byteLength !== elementCount(d.shape) * elementSize(d.datatype)) {
+  const want = d.datatype === "BYTES" ? bytes.byteLength : elementCount(d.shape) * elementSize(d.datatype);
+  if (bytes.byteLength !== want) {
     // A model's array of another dtype than the one it named (float64 bytes called FP32): refused, not misread.
     throw internal(
-      `Cannot read ${what}: it has ${bytes.byteLength} bytes, expected ${
-        elementCount(d.shape) * elementSize(d.datatype)
-      } for shape [${d.shape.join(",")}] of ${d.datatype}`,
+      `Cannot read ${what}: it has ${bytes.byteLength} bytes, expected ${want} for shape [${
+        d.shape.join(",")
+      }] of ${d.datatype}`,
     );
   }
   const data = d.datatype === "BYTES" ? BytesTensor.fromWire(bytes, elementCount(d.shape), what) : bytes;
