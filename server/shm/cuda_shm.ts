@@ -86,9 +86,8 @@ export class CudaSharedMemory extends ShmRegistry<CudaRegion> {
     if (deviceId >= count) {
       throw invalidArg(`${where}: device_id ${deviceId} is not a GPU of this server (it has ${count})`);
     }
-    // Only to bound the count: the registration does not wait, so nothing else can take the name meanwhile.
-    this.regions.reserve(name, where);
-    this.regions.release(name);
+    // The registration does not wait, so nothing else can take the name meanwhile: only the count is checked.
+    this.regions.checkRoom(where);
     let mapping: IpcMapping;
     try {
       mapping = shim.ipcOpen(deviceId, rawHandle);

@@ -85,12 +85,21 @@ export class RegionTable<R extends TableRegion> {
    * @throws ServerError UNAVAILABLE when MAX_REGIONS regions are registered or being registered
    */
   reserve(name: string, where: string): void {
+    this.checkRoom(where);
+    this.#pending.add(name);
+  }
+
+  /**
+   * Throws unless one more region may be registered.
+   * @param where the start of an error message
+   * @throws ServerError UNAVAILABLE when MAX_REGIONS regions are registered or being registered
+   */
+  checkRoom(where: string): void {
     if (this.#regions.size + this.#pending.size >= MAX_REGIONS) {
       throw unavailable(
         `${where}: ${MAX_REGIONS} ${this.#kind} regions are registered, the most there may be`,
       );
     }
-    this.#pending.add(name);
   }
 
   /** Gives up a name held for a registration that failed. */
