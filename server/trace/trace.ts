@@ -80,12 +80,12 @@ interface Settings {
 
 type Partial_ = { [K in keyof Settings]?: Settings[K] };
 
-/** One traced request. */
 /** The most traces held for a file before they are written to an indexed file (`<trace_file>.<n>`). */
 export const MAX_PENDING_TRACES = 10_000;
 /** The most characters of traces held for a file before they are written (tensors can make them large). */
 export const MAX_PENDING_CHARS = 64 * 2 ** 20;
 
+/** One traced request. */
 export class Trace implements RequestTrace {
   readonly id: number;
   readonly model: string;
@@ -411,11 +411,11 @@ export class TraceManager {
   #remaining = new Map<string, number>();
   #open = new Map<string, number>();
   #nextId = 1;
-  /** By trace file: the entries collected and how many traces they hold. */
-  #pending = new Map<string, Record<string, unknown>[]>();
-  #pendingTraces = new Map<string, number>();
-  /** The approximate size of each file's traces not yet written, in characters of JSON. */
-  #pendingBytes = new Map<string, number>();
+  /**
+   * By trace file: each trace collected, as the JSON text of its entries (without the brackets, so that the
+   * file is their join), and the characters they hold together.
+   */
+  #pending = new Map<string, { texts: string[]; chars: number }>();
   #fileIndex = new Map<string, number>();
   readonly #mode: TraceMode;
   readonly #opentelemetry: OpenTelemetrySettings;
@@ -614,14 +614,12 @@ export class TraceManager {
       return;
     }
     if (!file) return;
-    const list = this.#pending.get(file) ?? [];
-    const entries = t.toTritonJson();
-    list.push(...entries);
-    this.#pending.set(file, list);
-    const traces = (this.#pendingTraces.get(file) ?? 0) + 1;
-    this.#pendingTraces.set(file, traces);
-    const bytes = (this.#pendingBytes.get(file) ?? 0) + JSON.stringify(entries).length;
-    this.#pendingBytes.set(file, bytes);
+    let held = this.#pending.get(file);
+    if (!held) this.#pending.set(file, held = { texts: [], chars: 0 });
+    const text = JSON.stringify(t.toTritonJson()).slice(1, -1);
+    held.texts.push(text);
+    held.chars += text.length;
+    const traces = held.texts.length, bytes = held.chars;
     // Written every log_frequency traces, and (whatever log_frequency says) once trace_count has run out, or
     // once the traces held would take too much memory (log_frequency 0 holds them to shutdown otherwise, and
     // a client that sets trace_rate 1 at level TENSORS could fill the memory with them).
@@ -631,11 +629,10 @@ export class TraceManager {
   }
 
   #write(file: string, indexed: boolean): void {
-    const list = this.#pending.get(file);
-    this.#pendingTraces.delete(file);
-    this.#pendingBytes.delete(file);
-    if (!list || list.length === 0) return;
+    const held = this.#pending.get(file);
     this.#pending.delete(file);
+    const texts = held?.texts.filter((text) => text !== "") ?? [];
+    if (texts.length === 0) return;
     let path = file;
     if (indexed) {
       const i = this.#fileIndex.get(file) ?? 0;
@@ -643,7 +640,7 @@ export class TraceManager {
       path = `${file}.${i}`;
     }
     try {
-      Deno.writeTextFileSync(path, JSON.stringify(list));
+      Deno.writeTextFileSync(path, `[${texts.join(",")}]`);
     } catch {
       // A trace file that cannot be written must not fail requests; the traces are dropped.
     }
