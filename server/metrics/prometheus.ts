@@ -111,7 +111,9 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
       return {
         seen,
         collect(this: { remove(labels: Labels): void }) {
-          const ready = new Set(models.readyVersions().map((v) => `${v.name}\0${v.version}`));
+          const ready = new Set(
+            models.readyVersions().map((v) => keyOf({ model: v.name, version: String(v.version) })),
+          );
           for (const [key, labels] of seen) {
             if (ready.has(key)) continue;
             this.remove(labels);
@@ -120,8 +122,9 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
         },
       };
     };
-    const noted = (p: ReturnType<typeof pruned> | undefined, labels: Labels) =>
-      p?.seen.set(`${labels.model}\0${labels.version}`, labels);
+    const keyOf = (labels: Labels) => `${labels.model}\0${labels.version}`;
+    const noted = (p: ReturnType<typeof pruned> | undefined, key: string, labels: Labels) =>
+      p?.seen.set(key, labels);
     const summaries = mc.summaryLatencies
       ? names.map(([key, name, help]) => {
         const p = pruned();
@@ -164,24 +167,25 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
       : undefined;
     setLatencyObserver((model, version, l) => {
       const labels = { model, version };
+      const series = keyOf(labels);
       for (const [key, summary, p] of summaries) {
         summary.observe(labels, l[key] / 1000);
-        noted(p, labels);
+        noted(p, series, labels);
       }
       // A decoupled model's first response is timed when it is sent (below), not when execute returns.
       if (!l.decoupled && histogram) {
         histogram.observe(labels, l.request / 1e6);
-        noted(firstPruned, labels);
+        noted(firstPruned, series, labels);
       }
     });
     setResponseObserver((model, version, sinceRequest, sincePrevious) => {
       const labels = { model, version };
       if (sincePrevious === undefined) {
         histogram?.observe(labels, sinceRequest / 1e6);
-        noted(firstPruned, labels);
+        noted(firstPruned, keyOf(labels), labels);
       } else {
         interval?.observe(labels, sincePrevious / 1e6);
-        noted(intervalPruned, labels);
+        noted(intervalPruned, keyOf(labels), labels);
       }
     });
   }
