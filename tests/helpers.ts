@@ -106,35 +106,42 @@ export async function startServerProcess(
   flags: string[],
   options: { env?: Record<string, string>; readyPath?: string; timeoutMs?: number; pollMs?: number } = {},
 ): Promise<ServerProcess> {
-  const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "main.ts", ...flags, ...loopbackFlags([http, grpc, metrics])],
-    cwd: ROOT,
-    env: options.env,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const output = child.output();
-  const url = `http://127.0.0.1:${http}`;
-  const deadline = Date.now() + (options.timeoutMs ?? 30_000);
-  while (Date.now() < deadline) {
-    try {
-      const r = await fetch(`${url}${options.readyPath ?? "/v2/health/ready"}`);
-      await r.body?.cancel();
-      if (r.status === 200) return { child, output, http, grpc, metrics, url };
-    } catch {
-      // Not listening yet.
+  // A port found free can still be taken by another test's server before this one binds it: the start is tried
+  // again on other ports then (and only then).
+  for (let attempt = 1;; attempt++) {
+    const [http = 0, grpc = 0, metrics = 0] = freePorts(3);
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", "main.ts", ...flags, ...loopbackFlags([http, grpc, metrics])],
+      cwd: ROOT,
+      env: options.env,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const output = child.output();
+    let exited = false;
+    child.status.then(() => (exited = true), () => (exited = true));
+    const url = `http://127.0.0.1:${http}`;
+    const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+    while (!exited && Date.now() < deadline) {
+      try {
+        const r = await fetch(`${url}${options.readyPath ?? "/v2/health/ready"}`);
+        await r.body?.cancel();
+        if (r.status === 200) return { child, output, http, grpc, metrics, url };
+      } catch {
+        // Not listening yet.
+      }
+      await new Promise((r) => setTimeout(r, options.pollMs ?? 50));
     }
-    await new Promise((r) => setTimeout(r, options.pollMs ?? 50));
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // Already gone.
+    }
+    const stderr = new TextDecoder().decode((await output).stderr);
+    if (attempt < 3 && exited && /Address already in use/.test(stderr)) continue;
+    throw new Error(`dinfer did not get ready: ${stderr}`);
   }
-  try {
-    child.kill("SIGKILL");
-  } catch {
-    // Already gone.
-  }
-  const out = await output;
-  throw new Error(`dinfer did not get ready: ${new TextDecoder().decode(out.stderr)}`);
 }
 
 /** A server started for a test. */
