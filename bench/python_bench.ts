@@ -7,7 +7,7 @@
  *
  * `deno run -A bench/python_bench.ts` (also the end of `./dinfer bench`). Flags: `--rounds=<n>` (default 3),
  * `--duration=<s>` measured seconds per point (default 3), `--warmup=<s>` (default 1),
- * `--connections=1,8`, `--quick` (1 round of 1 s), `--triton-venv=<dir>` (default `$TRITON_VENV` or
+ * `--connections=1,8`, `--protocols=json,binary,grpc,grpc-h2load` (default all), `--quick` (1 round of 1 s), `--triton-venv=<dir>` (default `$TRITON_VENV` or
  * `/tmp/triton-venv`), `--no-write`, `--out=<path>`.
  *
  * Without the Triton venv the Triton column is skipped and the way to create the venv is printed.
@@ -155,6 +155,7 @@ interface Flags {
   durationS: number;
   warmupS: number;
   connections: number[];
+  protocols: Protocol[];
   tritonVenv: string;
   write: boolean;
   out: string;
@@ -166,6 +167,7 @@ function parseFlags(args: string[]): Flags {
     durationS: 3,
     warmupS: 1,
     connections: [1, 8],
+    protocols: [...PROTOCOLS],
     tritonVenv: Deno.env.get("TRITON_VENV") || "/tmp/triton-venv",
     write: true,
     out: RESULTS,
@@ -181,6 +183,7 @@ function parseFlags(args: string[]): Flags {
     else if (k === "--duration") flags.durationS = num();
     else if (k === "--warmup") flags.warmupS = num();
     else if (k === "--connections") flags.connections = (v ?? "").split(",").map(Number);
+    else if (k === "--protocols") flags.protocols = (v ?? "").split(",") as Protocol[];
     else if (k === "--quick") Object.assign(flags, { rounds: 1, durationS: 1, warmupS: 0.3 });
     else if (k === "--triton-venv" && v) flags.tritonVenv = v;
     else if (k === "--no-write") flags.write = false;
@@ -189,6 +192,10 @@ function parseFlags(args: string[]): Flags {
   }
   if (flags.connections.some((c) => !Number.isInteger(c) || c < 1)) {
     throw new Error(`Cannot parse '--connections': expected positive integers`);
+  }
+  const unknown = flags.protocols.filter((p) => !PROTOCOLS.includes(p));
+  if (unknown.length || !flags.protocols.length) {
+    throw new Error(`Cannot parse '--protocols': expected some of ${PROTOCOLS.join(", ")}`);
   }
   return flags;
 }
@@ -840,7 +847,7 @@ async function main(args: string[]): Promise<void> {
     const points: Point[] = [];
     const notes: string[] = [];
     const h2load = findH2load();
-    const protocols = PROTOCOLS.filter((p) => p !== "grpc-h2load" || h2load);
+    const protocols = flags.protocols.filter((p) => p !== "grpc-h2load" || h2load);
     if (!h2load) {
       console.log("h2load is not on PATH (Debian package nghttp2-client): no gRPC points through it");
     }
