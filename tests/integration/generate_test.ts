@@ -452,3 +452,64 @@ Deno.test(
     }
   },
 );
+
+/** Opens a connection, sends a generate_stream request on it and reads nothing back: a client that stopped reading. */
+async function unreadStream(port: number, body: string): Promise<Deno.TcpConn> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  const bytes = new TextEncoder().encode(body);
+  await conn.write(
+    new TextEncoder().encode(
+      `POST /v2/models/words_py/generate_stream HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n` +
+        `content-length: ${bytes.byteLength}\r\n\r\n`,
+    ),
+  );
+  await conn.write(bytes);
+  return conn;
+}
+
+Deno.test(
+  "a stream's client that stops reading is cut once 16 MiB of events wait for it, and its model is told",
+  async (t) => {
+    const dir = await Deno.makeTempDir({ prefix: "dinfer-generate-" });
+    const logFile = `${dir}/server.log`;
+    const logger = fileLogger(logFile);
+    // Events of 64 KiB (one word), 2000 of them (125 MiB) unless the model is told to stop.
+    const word = "x".repeat(65536);
+    const body = JSON.stringify({ text_input: word, parameters: { repeat: 2000 } });
+    const stopped = async (n: number) => {
+      for (let i = 0; i < 1200; i++) {
+        const lines = (await Deno.readTextFile(logFile)).split("\n").filter((l) =>
+          l.includes("words_py stopped")
+        );
+        if (lines.length >= n) return lines;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      throw new Error(`fewer than ${n} 'words_py stopped' lines in the server log`);
+    };
+    try {
+      await using s = await startGenerateServer(["--http-thread-count=2"], logger);
+      await t.step("each of 4 clients that read nothing (on either HTTP thread) is cut", async () => {
+        const conns: Deno.TcpConn[] = [];
+        try {
+          for (let i = 0; i < 4; i++) conns.push(await unreadStream(s.server.httpAddr!.port, body));
+          const lines = await stopped(4);
+          for (const line of lines) {
+            const n = Number(/ stopped after (\d+) responses: cancelled$/.exec(line)?.[1]);
+            // More than 16 MiB of events waited (256 of them), less than the whole generation was sent.
+            assert.ok(n > 256 && n < 2000, `stopped after ${n} responses: ${line}`);
+          }
+        } finally {
+          for (const c of conns) c.close();
+        }
+      });
+      await t.step("the server answers as before", async () => {
+        const r = await post(`${s.url}/v2/models/words_py/generate_stream`, '{"text_input":"a b"}');
+        assert.equal(r.status, 200);
+        assert.deepEqual(events(r.text).map((e) => (e as { text_output: string }).text_output), ["a", "b"]);
+      });
+    } finally {
+      logger.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);

@@ -20,6 +20,7 @@ import { type ValidatedRequest, validateRequest } from "../../core/validate.ts";
 import type { ModelVersion } from "../../models/model_version.ts";
 import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import { readUpTo } from "./_body.ts";
+import { EventBody } from "./event_body.ts";
 import { flatten } from "./infer_codec.ts";
 import { receiveBody } from "./listener.ts";
 
@@ -293,37 +294,28 @@ export function createGenerateHandler(
     if (signal.aborted) controller.abort();
     else signal.addEventListener("abort", abort, { once: true });
     request.signal = controller.signal;
-    let open = true;
-    let sse!: ReadableStreamDefaultController<Uint8Array>;
-    const body = new ReadableStream<Uint8Array>({
-      start(c) {
-        sse = c; // called at once, by the constructor
-      },
-      cancel() {
-        // The client went away: the model is told (request.is_cancelled()).
-        open = false;
-        signal.removeEventListener("abort", abort);
-        controller.abort();
-      },
+    // The client went away or stopped reading: the model is told (request.is_cancelled()).
+    const events = new EventBody(() => {
+      signal.removeEventListener("abort", abort);
+      controller.abort();
     });
     return new Promise<Response>((resolve) => {
       let started = false;
       const start = (status: number) => {
         if (started) return;
         started = true;
-        resolve(new Response(body, { status, headers: SSE_HEADERS }));
+        resolve(new Response(events.body, { status, headers: SSE_HEADERS }));
       };
       run(mv, validated, (item, final) => {
         if (item !== undefined) {
           // As Triton: the first response sets the status; the events follow as the model sends them.
           start(item instanceof ServerError ? httpStatus(item.code) : 200);
-          if (open) sse.enqueue(encoder.encode(`data: ${itemJson(item)}\n\n`));
+          if (events.open) events.push(encoder.encode(`data: ${itemJson(item)}\n\n`));
         }
         if (final) {
           start(200);
           signal.removeEventListener("abort", abort);
-          if (open) sse.close();
-          open = false;
+          events.close();
         }
       });
     });

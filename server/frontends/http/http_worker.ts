@@ -32,6 +32,7 @@ import { handlerFailed, receiveBody, type ResilientServer, serveResilient } from
 import type { FromWorker, ToWorker } from "./workers.ts";
 import { matchesRestriction, type Restriction } from "../restricted.ts";
 import { ReplicaRunner } from "./_replica_runner.ts";
+import { EventBody } from "./event_body.ts";
 import { reclaimMemory } from "../../core/memory.ts";
 import {
   type Answer,
@@ -49,7 +50,7 @@ let nextId = 0;
 /** The main thread's replies awaited by message id (requests sent by postMessage). */
 const pending = new Map<number, (reply: ToWorker) => void>();
 /** The streamed answers of forwarded requests (see forward), by id. */
-const streams = new Map<number, ReadableStreamDefaultController<Uint8Array>>();
+const streams = new Map<number, EventBody>();
 /**
  * The replies awaited by channel slot (an answer too large for its slot), by slot: an array, as every request
  * through the channel registers one, and a Map that fills and empties with every request allocates a new
@@ -233,29 +234,26 @@ async function forward(request: Request, body: Uint8Array | null, tooLarge = fal
     return new Response(reply.body as BodyInit | null, { status: reply.status, headers: reply.headers });
   }
   // Server-sent events: each piece goes to the client as the main thread sends it.
-  const events = new ReadableStream<Uint8Array>({
-    start(controller) {
-      streams.set(id, controller);
-    },
-    cancel() {
-      if (streams.delete(id)) self.postMessage({ op: "http-cancel", id } satisfies FromWorker);
-      request.signal.removeEventListener("abort", cancel);
-    },
+  // A client that leaves or stops reading ends the request on the main thread.
+  const events = new EventBody(() => {
+    if (streams.delete(id)) self.postMessage({ op: "http-cancel", id } satisfies FromWorker);
+    request.signal.removeEventListener("abort", cancel);
   });
-  return new Response(events, { status: reply.status, headers: reply.headers });
+  streams.set(id, events);
+  return new Response(events.body, { status: reply.status, headers: reply.headers });
 }
 
 /** A piece or the end of a streamed answer (see forward). */
 function streamPiece(msg: Extract<ToWorker, { op: "http-chunk" | "http-end" }>): void {
-  const controller = streams.get(msg.id);
-  if (!controller) return;
+  const events = streams.get(msg.id);
+  if (!events) return;
   if (msg.op === "http-chunk") {
-    controller.enqueue(msg.chunk);
+    events.push(msg.chunk);
     return;
   }
   streams.delete(msg.id);
-  if (msg.error === undefined) controller.close();
-  else controller.error(new Error(msg.error));
+  if (msg.error === undefined) events.close();
+  else events.fail(new Error(msg.error));
 }
 
 /** Decodes an inference request here, or returns undefined when the main thread must read it. */

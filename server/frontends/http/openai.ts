@@ -31,6 +31,7 @@ import {
 import type { InferRequest, InferResponse, ParamValue, Tensor } from "../../core/types.ts";
 import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { ModelVersion } from "../../models/model_version.ts";
+import { EventBody } from "./event_body.ts";
 import { generateShape, readLimitedBody } from "./generate.ts";
 
 /** Limits of the OpenAI-compatible endpoints. */
@@ -382,26 +383,16 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
     // when a write fails.
     if (requestSignal.aborted) controller.abort();
     else requestSignal.addEventListener("abort", () => controller.abort(), { once: true });
-    let open = true;
-    const body = new ReadableStream<Uint8Array>({
-      start(c) {
-        const send = (chunk: unknown) => {
-          if (open) c.enqueue(encoder.encode(`data: ${JSON.stringify(chunk)}\n\n`));
-        };
-        run(send, controller.signal).catch((err) => send(errorBody(err).body)).finally(() => {
-          if (!open) return;
-          open = false;
-          c.enqueue(encoder.encode("data: [DONE]\n\n"));
-          c.close();
-        });
-      },
-      cancel() {
-        // The client went away: the model is told (request.is_cancelled()).
-        open = false;
-        controller.abort();
-      },
+    // The client went away or stopped reading: the model is told (request.is_cancelled()).
+    const events = new EventBody(() => controller.abort());
+    const send = (chunk: unknown) => {
+      if (events.open) events.push(encoder.encode(`data: ${JSON.stringify(chunk)}\n\n`));
+    };
+    run(send, controller.signal).catch((err) => send(errorBody(err).body)).finally(() => {
+      if (events.open) events.push(encoder.encode("data: [DONE]\n\n"));
+      events.close();
     });
-    return new Response(body, { status: 200, headers: SSE_HEADERS });
+    return new Response(events.body, { status: 200, headers: SSE_HEADERS });
   }
 
   async function completions(request: Request, chat: boolean): Promise<Response> {
