@@ -12,6 +12,8 @@ import { fileLogger, pythonPath, startTestServer, type TestServer } from "../hel
 import type { Logger } from "../../server/logging.ts";
 import { pythonJson } from "./_python.ts";
 import { copyDir } from "./_http.ts";
+import http2 from "node:http2";
+import { lookupType } from "../../server/core/protos.ts";
 
 const MODELS = fileURLToPath(new URL("../fixtures/generate_models", import.meta.url));
 
@@ -467,13 +469,33 @@ async function unreadStream(port: number, body: string): Promise<Deno.TcpConn> {
   return conn;
 }
 
+/** Opens a ModelStreamInfer stream, sends one request on it and reads nothing back (the stream paused). */
+function unreadGrpcStream(
+  port: number,
+  message: Uint8Array,
+): { session: http2.ClientHttp2Session; stream: http2.ClientHttp2Stream } {
+  const frame = new Uint8Array(5 + message.byteLength);
+  new DataView(frame.buffer).setUint32(1, message.byteLength);
+  frame.set(message, 5);
+  const session = http2.connect(`http://127.0.0.1:${port}`);
+  const stream = session.request({
+    ":method": "POST",
+    ":path": "/inference.GRPCInferenceService/ModelStreamInfer",
+    "content-type": "application/grpc",
+    te: "trailers",
+  });
+  stream.write(frame);
+  stream.pause();
+  return { session, stream };
+}
+
 Deno.test(
-  "a stream's client that stops reading is cut once 16 MiB of events wait for it, and its model is told",
+  "a stream's client that stops reading is cut once 16 MiB of answers wait for it, and its model is told: HTTP and gRPC",
   async (t) => {
     const dir = await Deno.makeTempDir({ prefix: "dinfer-generate-" });
     const logFile = `${dir}/server.log`;
     const logger = fileLogger(logFile);
-    // Events of 64 KiB (one word), 2000 of them (125 MiB) unless the model is told to stop.
+    // Responses of 64 KiB (one word), 2000 of them (125 MiB) unless the model is told to stop.
     const word = "x".repeat(65536);
     const body = JSON.stringify({ text_input: word, parameters: { repeat: 2000 } });
     const stopped = async (n: number) => {
@@ -486,22 +508,68 @@ Deno.test(
       }
       throw new Error(`fewer than ${n} 'words_py stopped' lines in the server log`);
     };
+    // More than 16 MiB waited (256 responses), less than the whole generation was sent.
+    const cutAfter = (line: string) => {
+      const n = Number(/ stopped after (\d+) responses: cancelled$/.exec(line)?.[1]);
+      assert.ok(n > 256 && n < 2000, `stopped after ${n} responses: ${line}`);
+    };
     try {
-      await using s = await startGenerateServer(["--http-thread-count=2"], logger);
-      await t.step("each of 4 clients that read nothing (on either HTTP thread) is cut", async () => {
+      await using s = await startGenerateServer(
+        ["--http-thread-count=2", "--allow-grpc=true", "--grpc-thread-count=2"],
+        logger,
+      );
+      await t.step("each of 4 HTTP clients that read nothing (on either thread) is cut", async () => {
         const conns: Deno.TcpConn[] = [];
         try {
           for (let i = 0; i < 4; i++) conns.push(await unreadStream(s.server.httpAddr!.port, body));
-          const lines = await stopped(4);
-          for (const line of lines) {
-            const n = Number(/ stopped after (\d+) responses: cancelled$/.exec(line)?.[1]);
-            // More than 16 MiB of events waited (256 of them), less than the whole generation was sent.
-            assert.ok(n > 256 && n < 2000, `stopped after ${n} responses: ${line}`);
-          }
+          (await stopped(4)).forEach(cutAfter);
         } finally {
           for (const c of conns) c.close();
         }
       });
+      await t.step(
+        "each of 4 gRPC streams that read nothing (on either thread) is cut, RESOURCE_EXHAUSTED",
+        async () => {
+          const type = lookupType("ModelInferRequest");
+          const text = new TextEncoder().encode(word);
+          const element = new Uint8Array(4 + text.byteLength);
+          new DataView(element.buffer).setUint32(0, text.byteLength, true);
+          element.set(text, 4);
+          const message = type.encode(type.fromObject({
+            model_name: "words_py",
+            inputs: [{ name: "text_input", datatype: "BYTES", shape: [1] }],
+            parameters: { repeat: { int64_param: 2000 } },
+            raw_input_contents: [element],
+          })).finish();
+          const clients = Array.from({ length: 4 }, () => unreadGrpcStream(s.server.grpcPort!, message));
+          try {
+            (await stopped(8)).slice(4).forEach(cutAfter);
+            // A client that reads again gets what was held, then the status.
+            const { stream } = clients[0]!;
+            const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) =>
+              stream.once("trailers", resolve)
+            );
+            let bytes = 0;
+            stream.on("data", (d: Uint8Array) => (bytes += d.byteLength));
+            const ended = new Promise((resolve) => stream.once("end", resolve));
+            stream.resume();
+            // The trailers come as they arrive; the data before them may still be on its way to 'data'.
+            const status = await trailers;
+            await ended;
+            assert.equal(status["grpc-status"], "8");
+            assert.match(
+              decodeURIComponent(String(status["grpc-message"])),
+              /^The client read none of the last 16777216 bytes of this stream's responses: the stream was cut$/,
+            );
+            // The responses held when the bound was passed: 16 MiB give or take one (65,645 bytes each; the
+            // main thread counts them by their tensors, a little more than they take).
+            const bound = 16 * 1024 * 1024;
+            assert.ok(bytes > bound - 65645 && bytes <= bound + 65645, `${bytes} bytes`);
+          } finally {
+            for (const c of clients) c.session.destroy();
+          }
+        },
+      );
       await t.step("the server answers as before", async () => {
         const r = await post(`${s.url}/v2/models/words_py/generate_stream`, '{"text_input":"a b"}');
         assert.equal(r.status, 200);

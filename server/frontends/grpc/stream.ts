@@ -12,7 +12,8 @@ import type { ModelVersion } from "../../models/model_version.ts";
 import { ENDPOINTS, type InferencePipeline } from "../../pipeline/pipeline.ts";
 import type { ApiGroup } from "../restricted.ts";
 import { type GrpcDeps, method, SERVICE, undecodable } from "./_calls.ts";
-import { framedCodec, type FramedMessage } from "./framing.ts";
+import { framedCodec, FramedMessage } from "./framing.ts";
+import { HeldWrites } from "./held_writes.ts";
 import { inferRequestCodec, runInfer } from "./infer.ts";
 import {
   decodeModelInferRequest,
@@ -45,6 +46,13 @@ function emptyFinal(msg: Message) {
     error_message: "",
     infer_response: { ...answering(msg), parameters: { triton_final_response: { bool_param: true } } },
   };
+}
+
+/** A stream message's size on the wire, near enough: its tensors' bytes and a little for the rest. */
+function wireSize(out: Message | FramedMessage): number {
+  if (out instanceof FramedMessage) return out.byteLength;
+  const raw = (out.infer_response as { raw_output_contents?: Uint8Array[] } | undefined)?.raw_output_contents;
+  return (raw ?? []).reduce((n, r) => n + r.byteLength, 256);
 }
 
 /**
@@ -120,10 +128,13 @@ export function modelStreamInfer({ pipeline, calls }: GrpcDeps): {
     });
     let last: Promise<void> = Promise.resolve();
     const streaming = new Set<Promise<void>>();
-    const write = (out: Message | FramedMessage) => {
-      if (!call.cancelled && !call.writableEnded) call.write(out);
-    };
+    // A client that stops reading has its requests cancelled once too many answers wait for it.
+    const held = new HeldWrites(call, () => {
+      for (const c of running) c.abort();
+    });
+    const write = (out: Message | FramedMessage) => held.write(out, wireSize(out));
     call.on("data", (msg: Message) => {
+      if (held.cut) return;
       const bad = undecodable(msg, "ModelStreamInfer");
       if (bad) {
         const answer = streamError({}, bad);

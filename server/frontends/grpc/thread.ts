@@ -9,6 +9,7 @@
 
 import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
+import { HeldWrites } from "./held_writes.ts";
 import { type ErrorCode, grpcStatus } from "../../core/errors.ts";
 import { nowNs } from "../../core/clock.ts";
 import { lookupType } from "../../core/protos.ts";
@@ -107,8 +108,8 @@ export class GrpcThreadServer {
   readonly #calls = new CallCounter();
   /** Unary calls forwarded, by message id. */
   readonly #replies = new Map<number, (reply: Extract<GrpcToThread, { op: "grpc-reply" }>) => void>();
-  /** Streams forwarded, by message id. */
-  readonly #streams = new Map<number, grpc.ServerDuplexStream<Buffer, Buffer>>();
+  /** Streams forwarded, by message id, with their writes (bounded for a client that stops reading). */
+  readonly #streams = new Map<number, { call: grpc.ServerDuplexStream<Buffer, Buffer>; held: HeldWrites }>();
   #server: grpc.Server | undefined;
   #listener: GrpcListener | undefined;
   /** The inference group's restriction check: such a call without its key goes to the main thread, which refuses it. */
@@ -148,14 +149,14 @@ export class GrpcThreadServer {
       resolve?.(msg);
       return;
     }
-    const call = this.#streams.get(msg.id);
-    if (!call) return;
+    const stream = this.#streams.get(msg.id);
+    if (!stream) return;
     if (msg.op === "grpc-write") {
-      if (!call.cancelled && !call.writableEnded) {
-        call.write(Buffer.from(msg.message.buffer, msg.message.byteOffset, msg.message.byteLength));
-      }
+      const m = msg.message;
+      stream.held.write(Buffer.from(m.buffer, m.byteOffset, m.byteLength), m.byteLength);
       return;
     }
+    const call = stream.call;
     this.#streams.delete(msg.id);
     if (msg.status) call.emit("error", msg.status);
     else if (!call.writableEnded) call.end();
@@ -236,7 +237,11 @@ export class GrpcThreadServer {
       this.#streams.delete(id);
       this.#calls.end();
     };
-    this.#streams.set(id, call);
+    // A client that stops reading is cancelled on the main thread as one that went away (then the call ends).
+    const held = new HeldWrites(call, () => {
+      if (this.#streams.has(id)) this.link.post({ op: "grpc-cancel", id }, []);
+    });
+    this.#streams.set(id, { call, held });
     this.link.post({ op: "grpc-open", id, method, metadata: metadataEntries(call.metadata) }, []);
     call.on("data", (bytes: Buffer) => {
       if (!this.#streams.has(id)) return; // the main thread has ended the call

@@ -1,0 +1,68 @@
+/**
+ * The messages a gRPC stream (ModelStreamInfer) holds for a client that does not read them, bounded: a client
+ * that keeps its stream open but stops reading would otherwise make the server hold everything its requests'
+ * models answer (HTTP/2 flow control stops the bytes at the connection, and grpc-js queues the messages behind
+ * them without limit).
+ * @module
+ */
+
+import * as grpc from "@grpc/grpc-js";
+
+/**
+ * The most bytes of messages held for one stream (beyond what the connection took): past it the stream writes
+ * no more, its requests are cancelled and it ends RESOURCE_EXHAUSTED, as an HTTP event stream is cut.
+ */
+export const STREAM_HELD_MAX = 16 * 1024 * 1024;
+
+/** What the writer uses of a grpc-js server stream. */
+export interface WritableCall {
+  cancelled: boolean;
+  writableEnded: boolean;
+  write(message: unknown, callback: () => void): unknown;
+  emit(event: "error", status: grpc.StatusObject | { code: number; details: string }): unknown;
+}
+
+/** Writes a stream's messages while the bytes its client has not taken stay within the bound. */
+export class HeldWrites {
+  #held = 0;
+  #cut = false;
+
+  /**
+   * @param call the stream
+   * @param over called once when the bound is passed (before the stream ends): cancels the stream's requests
+   * @param max the bound in bytes (default STREAM_HELD_MAX)
+   */
+  constructor(
+    private readonly call: WritableCall,
+    private readonly over: () => void,
+    private readonly max = STREAM_HELD_MAX,
+  ) {}
+
+  /** Whether the bound was passed: nothing more is written. */
+  get cut(): boolean {
+    return this.#cut;
+  }
+
+  /**
+   * Writes a message unless the stream has ended or was cut.
+   * @param message the message
+   * @param bytes its size on the wire (an estimate is enough: what matters is the bound's order)
+   */
+  write(message: unknown, bytes: number): void {
+    const call = this.call;
+    if (this.#cut || call.cancelled || call.writableEnded) return;
+    this.#held += bytes;
+    call.write(message, () => {
+      this.#held -= bytes;
+    });
+    if (this.#held <= this.max) return;
+    this.#cut = true;
+    this.over();
+    // The status follows the messages held; a client that reads again sees them, then the status.
+    call.emit("error", {
+      code: grpc.status.RESOURCE_EXHAUSTED,
+      details:
+        `The client read none of the last ${this.max} bytes of this stream's responses: the stream was cut`,
+    });
+  }
+}
