@@ -323,3 +323,43 @@ Deno.test("a chat template in the model folder shapes the prompt", async () => {
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("embeddings of any width, as floats or base64; a model that answers no embedding is named", async (t) => {
+  await using s = await startGenaiServer(
+    fileURLToPath(new URL("../fixtures/embedding_models", import.meta.url)),
+  );
+  const v1 = `${s.url}/v1`;
+  await t.step("rows of 40,000 floats", async () => {
+    const r = await postJson(`${v1}/embeddings`, { model: "wide_embed", input: ["40000", "x"] });
+    assert.equal(r.status, 200);
+    const data = r.json.data as { index: number; embedding: number[] }[];
+    assert.deepEqual(data.map((d) => [d.index, d.embedding.length]), [[0, 40000], [1, 40000]]);
+    assert.ok(data[0]!.embedding.every((v) => v === 0.5) && data[1]!.embedding.every((v) => v === 1.5));
+    assert.deepEqual(r.json.usage, { prompt_tokens: 2, total_tokens: 2 });
+  });
+  await t.step("the same rows in base64", async () => {
+    const r = await postJson(`${v1}/embeddings`, {
+      model: "wide_embed",
+      input: ["40000", "x"],
+      encoding_format: "base64",
+    });
+    assert.equal(r.status, 200);
+    const rows = (r.json.data as { embedding: string }[]).map((d) => {
+      const bytes = Uint8Array.from(atob(d.embedding), (c) => c.charCodeAt(0));
+      return new Float32Array(bytes.buffer);
+    });
+    assert.deepEqual(rows.map((row) => row.length), [40000, 40000]);
+    assert.ok(rows[0]!.every((v) => v === 0.5) && rows[1]!.every((v) => v === 1.5));
+  });
+  await t.step("an answer without the embedding output is a server error that says so", async () => {
+    const r = await postJson(`${v1}/embeddings`, { model: "wide_embed", input: "none" });
+    assert.deepEqual([r.status, r.json], [500, {
+      error: {
+        message: "Cannot use 'wide_embed': it answered without its output 'embedding'",
+        type: "server_error",
+        param: null,
+        code: null,
+      },
+    }]);
+  });
+});

@@ -17,6 +17,7 @@
  * @module
  */
 
+import { Buffer } from "node:buffer";
 import { join, normalize } from "node:path";
 import { Template } from "@huggingface/jinja";
 import { type Datatype, fromJsonValues, parseJsonExact, toJsonValues, typedView } from "../../core/dtypes.ts";
@@ -583,7 +584,14 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
       signal: request.signal,
     };
     const response = await pipeline.run(k.mv, infer, { endpoint: ENDPOINTS.openAiEmbedding });
-    const out = response.outputs.find((t) => t.name === "embedding")!;
+    const out = response.outputs.find((t) => t.name === "embedding");
+    if (!out) {
+      throw new ApiError(
+        500,
+        `Cannot use '${k.mv.name}': it answered without its output 'embedding'`,
+        "server_error",
+      );
+    }
     if (out.datatype !== "FP32") {
       throw new ApiError(
         500,
@@ -604,7 +612,7 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
       const row = all.subarray(i * width, (i + 1) * width);
       const embedding = format === "float"
         ? Array.from(row)
-        : btoa(String.fromCharCode(...new Uint8Array(row.slice().buffer)));
+        : Buffer.from(row.buffer, row.byteOffset, row.byteLength).toString("base64");
       return { object: "embedding", index: i, embedding };
     });
     const counts = response.outputs.find((t) => t.name === "num_input_tokens");
