@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { ROOT } from "../helpers.ts";
 import { pythonJson } from "./_python.ts";
 
-Deno.test("pb_utils: serialize_byte_tensor and deserialize_bytes_tensor, triton_to_numpy_type, Logger levels", async () => {
+Deno.test("pb_utils: serialize_byte_tensor and deserialize_bytes_tensor, the datatype numbers, Logger levels", async () => {
   const got = await pythonJson(
     `
 import json, sys
@@ -30,6 +30,7 @@ print(json.dumps({
     "empty": list(pb_utils.serialize_byte_tensor(np.array([], dtype=np.object_)).shape),
     "types": [np.dtype(pb_utils.triton_to_numpy_type(c)).name for c in (1, 8, 11, 13)],
     "named": np.dtype(pb_utils.triton_to_numpy_type("TYPE_FP16")).name,
+    "codes": [pb_utils.numpy_to_triton_type(t) for t in (np.bool_, np.uint16, np.int32, np.float16, np.float32, np.float64, np.object_, np.bytes_, np.complex64)],
     "levels": [pb_utils.Logger.INFO, pb_utils.Logger.WARNING, pb_utils.Logger.ERROR, pb_utils.Logger.VERBOSE],
 }))
 `,
@@ -44,6 +45,8 @@ print(json.dumps({
     empty: [0],
     types: ["bool", "int32", "float32", "object"],
     named: "float16",
+    // TRITONSERVER_DataType numbers, as Triton's numpy_to_triton_type; none for a dtype Triton has no type for.
+    codes: [1, 3, 8, 10, 11, 12, 13, 13, null],
     levels: [0, 1, 2, 3],
   });
 });

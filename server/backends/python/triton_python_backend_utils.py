@@ -121,11 +121,22 @@ def deserialize_bytes_tensor(encoded_tensor):
     return np.array(elements, dtype=np.object_)
 
 
-# Protocol datatypes by numpy dtype (native byte order), for the common case of numpy_to_triton_type.
+# Protocol datatypes by numpy dtype (native byte order), for the common case of _datatype_of.
 _TRITON_OF = {np.dtype(t): name for name, t in _NUMPY.items() if name != "BYTES"}
+# TRITONSERVER_DataType numbers by protocol datatype.
+_CODE_OF_NAME = {name: code for code, t in _NUMPY_OF_CODE.items() for name, u in _NUMPY.items() if t is u}
 
 
 def numpy_to_triton_type(dtype):
+    """The TRITONSERVER_DataType number of a numpy dtype (`np.float32` -> 11), as Triton's: bytes and strings
+    (object, `S`, `U`) are 13 (BYTES); a dtype without one gives None."""
+    try:
+        return _CODE_OF_NAME[_datatype_of(dtype)]
+    except TritonModelException:
+        return None
+
+
+def _datatype_of(dtype):
     """The protocol datatype of a numpy dtype (`np.float32` -> `FP32`)."""
     try:
         found = _TRITON_OF.get(dtype)
@@ -204,7 +215,7 @@ class Tensor:
             array = np.array([_to_bytes(v) for v in array.reshape(-1)], dtype=np.object_).reshape(array.shape)
         self._name = name
         self._array = array
-        self._datatype = _datatype or numpy_to_triton_type(array.dtype)
+        self._datatype = _datatype or _datatype_of(array.dtype)
 
     @classmethod
     def _of(cls, name, array, datatype):
