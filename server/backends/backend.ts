@@ -122,6 +122,31 @@ export interface ServerAccess {
   inferStream(request: InferRequest, sink: ResponseSink): Promise<void>;
   /** The server log, when the server has one. */
   logger: Logger | undefined;
+  /** The server's models as a model's own code manages them (Triton's BLS model loading API). */
+  models?: ModelControl;
+}
+
+/** Loading, unloading and readiness of the server's models, for a model's own code. */
+export interface ModelControl {
+  /**
+   * Whether a model version is ready.
+   * @param name the model
+   * @param version the version, "" for the one the version policy serves
+   */
+  ready(name: string, version: string): boolean;
+  /**
+   * Loads (or reloads) a model as the repository API's load does (explicit model control only).
+   * @param name the model
+   * @param config a JSON config that replaces config.pbtxt, or undefined
+   * @param files the model's files by `<version>/<name>`
+   */
+  load(name: string, config: string | undefined, files: Map<string, Uint8Array>): Promise<void>;
+  /**
+   * Unloads a model as the repository API's unload does (explicit model control only).
+   * @param name the model
+   * @param unloadDependents whether an ensemble's composing models go with it
+   */
+  unload(name: string, unloadDependents: boolean): Promise<void>;
 }
 
 /** A runtime that can complete configurations and create instances. */

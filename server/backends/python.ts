@@ -41,7 +41,14 @@ import {
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import { type Logger, printError } from "../logging.ts";
-import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
+import type {
+  Backend,
+  BackendInstance,
+  BackendRequest,
+  InstanceContext,
+  ModelControl,
+  ServerAccess,
+} from "./backend.ts";
 import { Slab } from "../core/slab.ts";
 import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
@@ -292,7 +299,28 @@ type StubMessage =
     inputs: TensorDesc[];
     /** The shared file of large inputs; absent when they are inline. */
     file?: string;
-  };
+  }
+  | ModelCall;
+
+/**
+ * A model's call to manage the server's models (pb_utils.is_model_ready, load_model, unload_model), answered
+ * by a `model_result` message with its id: `ready`, or `error`.
+ */
+interface ModelCall {
+  op: "model";
+  id: number;
+  action: "ready" | "load" | "unload";
+  model: string;
+  version?: string;
+  /** load: the config override (JSON), and the files, their bytes one after the other in the payload. */
+  config?: string;
+  files?: { name: string; nbytes: number }[];
+  /** unload: whether an ensemble's composing models go with it. */
+  unload_dependents?: boolean;
+}
+
+/** An unload a model asks for goes on after its answer (as in Triton): the answer waits this long at most. */
+const UNLOAD_ANSWER_MS = 50;
 
 function writeAt(file: Deno.FsFile, offset: number, bytes: Uint8Array): void {
   file.seekSync(offset, Deno.SeekMode.Start);
@@ -455,6 +483,8 @@ interface StubOptions {
   infer: InferFn | undefined;
   inferStream: InferStreamFn | undefined;
   logger: Logger | undefined;
+  /** The server's models, for pb_utils.is_model_ready, load_model and unload_model. */
+  models: ModelControl | undefined;
 }
 
 /** Whether a file name is one the stub made for us in the shared-memory folder, with the given prefix. */
@@ -960,6 +990,8 @@ class Stub {
         request = err as Error;
       }
       (msg.decoupled ? this.#blsStream(msg, request) : this.#bls(msg, request)).catch(() => {});
+    } else if (msg.op === "model") {
+      this.#modelCall(msg, payload).catch(() => {});
     } else {
       this.#answered(0);
       if (msg.op === "ready" && msg.pipe_pages > 0 && msg.page_size > 0) {
@@ -1116,6 +1148,50 @@ class Stub {
       const size = (await file.stat()).size;
       const { descs } = writeTensors(file, 0, response.outputs, size);
       await reply({ outputs: descs });
+    } catch (err) {
+      await reply({ error: wireError(err) });
+    }
+  }
+
+  /** Answers a model's call to manage the server's models (see ModelCall). */
+  async #modelCall(msg: ModelCall, payload: Uint8Array): Promise<void> {
+    const reply = (extra: Record<string, unknown>) =>
+      this.#send({ op: "model_result", id: msg.id, ...extra });
+    const models = this.#opts.models;
+    try {
+      if (!models) throw unavailable(`Cannot manage models from ${this.#what}: no server to call`);
+      const model = String(msg.model);
+      if (msg.action === "ready") {
+        await reply({ ready: models.ready(model, String(msg.version ?? "")) });
+        return;
+      }
+      if (msg.action === "unload") {
+        const unloading = models.unload(model, msg.unload_dependents === true);
+        // A refusal (not explicit mode) is the caller's to see; the unload itself goes on after the answer.
+        unloading.catch((err) => this.#log(1, `unloading '${model}' failed: ${(err as Error).message}`));
+        await Promise.race([unloading, new Promise((done) => setTimeout(done, UNLOAD_ANSWER_MS))]);
+        await reply({});
+        return;
+      }
+      if (msg.action !== "load") throw invalidArg(`Cannot manage models: unknown action '${msg.action}'`);
+      const files = new Map<string, Uint8Array>();
+      let at = 0;
+      for (const f of msg.files ?? []) {
+        if (
+          typeof f.name !== "string" || !Number.isInteger(f.nbytes) || f.nbytes < 0 ||
+          at + f.nbytes > payload.byteLength
+        ) {
+          throw invalidArg(`Cannot load '${model}': the files sent do not match their sizes`);
+        }
+        files.set(f.name, payload.slice(at, at + f.nbytes));
+        at += f.nbytes;
+      }
+      await models.load(
+        model,
+        typeof msg.config === "string" && msg.config !== "" ? msg.config : undefined,
+        files,
+      );
+      await reply({});
     } catch (err) {
       await reply({ error: wireError(err) });
     }
@@ -1427,6 +1503,7 @@ export class PythonBackend implements Backend {
   #infer: InferFn | undefined;
   #inferStream: InferStreamFn | undefined;
   #logger: Logger | undefined;
+  #models: ModelControl | undefined;
 
   /**
    * Lets models call back into the server (`pb_utils.InferenceRequest.exec`, `exec(decoupled=True)`) and
@@ -1437,6 +1514,7 @@ export class PythonBackend implements Backend {
     this.#infer = (r) => server.infer(r);
     this.#inferStream = (r, sink) => server.inferStream(r, sink);
     this.#logger = server.logger;
+    this.#models = server.models;
   }
 
   /** Runs the model class's `auto_complete_config` in a short-lived stub. */
@@ -1496,6 +1574,7 @@ export class PythonBackend implements Backend {
       infer: this.#infer,
       inferStream: this.#inferStream,
       logger: this.#logger,
+      models: this.#models,
     };
     const timeoutMs = executeTimeoutMs(config, ctx.backendConfig);
     return new PythonInstance(opts, await Stub.start(opts), timeoutMs);

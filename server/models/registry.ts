@@ -316,6 +316,12 @@ export class ModelRegistry {
       infer: (r) => this.#requests.infer(r),
       inferStream: (r, sink) => this.#requests.inferStream(r, sink),
       logger: options.logger,
+      models: {
+        ready: (name, version) => this.isReady(name, version),
+        load: (name, config, files) =>
+          this.loadModel(name, config === undefined ? { files } : { config, files }),
+        unload: (name, unloadDependents) => this.unloadModel(name, { unloadDependents }),
+      },
     };
     for (const b of this.#backends.values()) b.bind?.(server);
   }

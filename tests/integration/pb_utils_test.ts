@@ -31,6 +31,9 @@ print(json.dumps({
     "types": [np.dtype(pb_utils.triton_to_numpy_type(c)).name for c in (1, 8, 11, 13)],
     "named": np.dtype(pb_utils.triton_to_numpy_type("TYPE_FP16")).name,
     "codes": [pb_utils.numpy_to_triton_type(t) for t in (np.bool_, np.uint16, np.int32, np.float16, np.float32, np.float64, np.object_, np.bytes_, np.complex64)],
+    "consts": [pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, pb_utils.TRITONSERVER_MEMORY_GPU, pb_utils.TRITONSERVER_MEMORY_CPU],
+    "s2n": {k: np.dtype(v).name for k, v in pb_utils.TRITON_STRING_TO_NUMPY.items()},
+    "memory": vars(pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)),
     "levels": [pb_utils.Logger.INFO, pb_utils.Logger.WARNING, pb_utils.Logger.ERROR, pb_utils.Logger.VERBOSE],
 }))
 `,
@@ -47,6 +50,24 @@ print(json.dumps({
     named: "float16",
     // TRITONSERVER_DataType numbers, as Triton's numpy_to_triton_type; none for a dtype Triton has no type for.
     codes: [1, 3, 8, 10, 11, 12, 13, 13, null],
+    // Triton's values.
+    consts: [2, 0, 1],
+    s2n: {
+      TYPE_BOOL: "bool",
+      TYPE_UINT8: "uint8",
+      TYPE_UINT16: "uint16",
+      TYPE_UINT32: "uint32",
+      TYPE_UINT64: "uint64",
+      TYPE_INT8: "int8",
+      TYPE_INT16: "int16",
+      TYPE_INT32: "int32",
+      TYPE_INT64: "int64",
+      TYPE_FP16: "float16",
+      TYPE_FP32: "float32",
+      TYPE_FP64: "float64",
+      TYPE_STRING: "object",
+    },
+    memory: { preferred_memory_type: 1, preferred_device_id: 0 },
     levels: [0, 1, 2, 3],
   });
 });

@@ -383,9 +383,28 @@ class Connection:
             return None
         return responses.popleft()
 
+    def model_call(self, msg, parts=(), size=0):
+        """Sends a call that manages the server's models (`op` "model", see pb_utils.load_model) and waits for
+        its answer (reading the pipe meanwhile); returns the answer's dict."""
+        future = concurrent.futures.Future()
+        with self.pending_lock:
+            self.next_id += 1
+            call_id = self.next_id
+            self.pending[call_id] = (future, None)
+        self.send({**msg, "op": "model", "id": call_id}, parts, size)
+        self.wait_for(future.done)
+        if not future.done():
+            return {"error": {"code": "UNAVAILABLE", "message": "the server closed the connection"}}
+        return future.result()
+
     def _dispatch(self, msg, payload, tag):
         op = msg.get("op")
-        if op == "bls_result":
+        if op == "model_result":
+            with self.pending_lock:
+                future, _ = self.pending.pop(msg["id"], (None, None))
+            if future is not None:
+                future.set_result(msg)
+        elif op == "bls_result":
             self._finish_bls(msg, payload)
         elif op == "bls_stream":
             self._stream_bls(msg, payload)
@@ -639,6 +658,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
     # frame.
     conn.readable.poll()
     pb_utils._server = conn
+    pb_utils._model_dir = os.path.dirname(os.path.abspath(model_path))
     shared = SharedFile(shm_path)
     model = None
     name = ""

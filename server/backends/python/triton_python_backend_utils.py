@@ -12,11 +12,17 @@ import time
 
 import numpy as np
 
-# Response flags (decoupled mode) and request flags (sequence batching), with Triton's values.
+# Response flags (decoupled mode), request flags (sequence batching), release flags and the memory kinds of
+# PreferredMemory, with Triton's values.
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_GPU = 0
+TRITONSERVER_MEMORY_CPU = 1
+# The largest files load_model sends in one call (the message's length is 32 bits).
+_LOAD_FILES_MAX = 1 << 31
 
 _NUMPY = {
     "BOOL": np.bool_,
@@ -34,8 +40,13 @@ _NUMPY = {
     "BYTES": np.object_,
 }
 
+# The numpy dtype of each config data type.
+TRITON_STRING_TO_NUMPY = {"TYPE_STRING" if name == "BYTES" else f"TYPE_{name}": t for name, t in _NUMPY.items()}
+
 # The stub sets this to its connection to the server (BLS calls); None outside a stub.
 _server = None
+# The stub sets this to the model's version folder.
+_model_dir = None
 
 
 def triton_string_to_numpy(triton_type_string):
@@ -405,6 +416,12 @@ class InferenceRequest:
         _server.poll()
         return self._key in _server.cancelled
 
+    def set_release_flags(self, flags):
+        """Releases the request when execute returns (TRITONSERVER_REQUEST_RELEASE_ALL, the default); rescheduling
+        a request (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported."""
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException(f"Cannot set release flags {flags}: request rescheduling is not supported")
+
     def get_response_sender(self):
         if not self._decoupled:
             raise TritonModelException(
@@ -496,6 +513,67 @@ def _config_entry(model_config, key, name):
         if entry.get("name") == name:
             return entry
     return None
+
+
+def get_model_dir():
+    """The model's version folder (where its model.py is)."""
+    return _model_dir
+
+
+def _model_call(what, msg, parts=(), size=0):
+    """Sends a model management call to the server; raises TritonModelException with `what` on an error."""
+    if _server is None:
+        raise TritonModelException(f"{what}: managing models needs the server")
+    answer = _server.model_call(msg, parts, size)
+    error = answer.get("error")
+    if error:
+        raise TritonModelException(f"{what}: {error.get('message', 'unknown error')}")
+    return answer
+
+
+def is_model_ready(model_name, model_version=""):
+    """Whether the model (the version, when given as text; else the one its version policy serves) is ready."""
+    answer = _model_call(
+        "Failed to check model readiness",
+        {"action": "ready", "model": str(model_name), "version": str(model_version)},
+    )
+    return bool(answer.get("ready"))
+
+
+def load_model(model_name, config="", files=None):
+    """Loads (or reloads) a model, as the repository API's load does (explicit model control only): `config` a
+    JSON config that replaces its config.pbtxt, `files` its files by `file:<version>/<name>` (bytes). Returns once
+    the model has loaded."""
+    descs, parts, size = [], [], 0
+    for key, data in (files or {}).items():
+        if not isinstance(key, str) or not key.startswith("file:"):
+            raise TritonModelException(f"Failed to load model: file key '{key}' must start with 'file:'")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TritonModelException(f"Failed to load model: the contents of '{key}' must be bytes")
+        data = bytes(data)
+        descs.append({"name": key[5:], "nbytes": len(data)})
+        parts.append(data)
+        size += len(data)
+    if size > _LOAD_FILES_MAX:
+        raise TritonModelException("Failed to load model: the files hold more than 2 GiB; put them in the repository")
+    msg = {"action": "load", "model": str(model_name), "config": str(config or ""), "files": descs}
+    _model_call("Failed to load model", msg, parts, size)
+
+
+def unload_model(model_name, unload_dependents=False):
+    """Asks for a model to be unloaded, as the repository API's unload does (explicit model control only);
+    returns once the unload has started (it may still be going on)."""
+    msg = {"action": "unload", "model": str(model_name), "unload_dependents": bool(unload_dependents)}
+    _model_call("Failed to unload model", msg)
+
+
+class PreferredMemory:
+    """Where a BLS call would like its outputs (TRITONSERVER_MEMORY_CPU or _GPU, and the device): dinfer answers
+    BLS calls in CPU memory whatever it says."""
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
 
 
 def using_decoupled_model_transaction_policy(model_config):

@@ -1,0 +1,120 @@
+/**
+ * pb_utils' model loading API, which a Python model's own code calls: is_model_ready, load_model (with a config
+ * override and files), unload_model and get_model_dir, in explicit model control and, refused, in none; and a
+ * request's release flags, whose rescheduling is refused as not supported.
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { pythonPath, startTestServer, type TestServer } from "../helpers.ts";
+import { call, outputsOf } from "./_http.ts";
+
+const MODELS = fileURLToPath(new URL("../fixtures/model_control_models", import.meta.url));
+
+function startServer(mode: string): Promise<TestServer> {
+  return startTestServer([
+    `--model-repository=${MODELS}`,
+    `--backend-config=python,python-executable=${pythonPath()}`,
+    `--model-control-mode=${mode}`,
+    ...(mode === "explicit" ? ["--load-model=manage_py"] : []),
+  ]);
+}
+
+/** Runs a command through manage_py; returns its answer ({ok} or {error}). */
+async function manage(s: TestServer, command: Record<string, unknown>): Promise<unknown> {
+  const a = await call(`${s.url}/v2/models/manage_py/infer`, {
+    method: "POST",
+    body: JSON.stringify({
+      inputs: [{ name: "command", datatype: "BYTES", shape: [1], data: [JSON.stringify(command)] }],
+    }),
+  });
+  assert.equal(a.status, 200, JSON.stringify(a.json));
+  return JSON.parse(String(outputsOf(a)[0]!.data![0]));
+}
+
+/** Doubles [3, 4] on a model: its answer's status and y. */
+async function double(s: TestServer, model: string): Promise<[number, unknown]> {
+  const a = await call(`${s.url}/v2/models/${model}/infer`, {
+    method: "POST",
+    body: JSON.stringify({ inputs: [{ name: "x", datatype: "INT32", shape: [2], data: [3, 4] }] }),
+  });
+  return [a.status, a.status === 200 ? outputsOf(a)[0]!.data : a.json?.error];
+}
+
+const TRIPLE = `import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy() * 3)]) for r in requests]
+`;
+
+Deno.test("a Python model loads, unloads and checks models through pb_utils in explicit mode", async (t) => {
+  await using s = await startServer("explicit");
+  await t.step("is_model_ready and get_model_dir", async () => {
+    assert.deepEqual(await manage(s, { op: "ready", model: "target_py" }), { ok: false });
+    assert.deepEqual(await manage(s, { op: "ready", model: "manage_py" }), { ok: true });
+    assert.deepEqual(await manage(s, { op: "ready", model: "manage_py", version: "1" }), { ok: true });
+    assert.deepEqual(await manage(s, { op: "ready", model: "manage_py", version: "2" }), { ok: false });
+    assert.deepEqual(await manage(s, { op: "dir" }), { ok: `${MODELS}/manage_py/1` });
+  });
+  await t.step("load_model loads from the repository and returns once the model is ready", async () => {
+    assert.deepEqual(await double(s, "target_py"), [
+      404,
+      "Request for unknown model: 'target_py' is not found",
+    ]);
+    assert.deepEqual(await manage(s, { op: "load", model: "target_py" }), { ok: null });
+    assert.deepEqual(await manage(s, { op: "ready", model: "target_py" }), { ok: true });
+    assert.deepEqual(await double(s, "target_py"), [200, [6, 8]]);
+  });
+  await t.step("load_model with a config override and files makes a new model", async () => {
+    const config = JSON.stringify({
+      name: "made_py",
+      backend: "python",
+      max_batch_size: 0,
+      input: [{ name: "x", data_type: "TYPE_INT32", dims: [2] }],
+      output: [{ name: "y", data_type: "TYPE_INT32", dims: [2] }],
+    });
+    const files = { "file:1/model.py": TRIPLE };
+    assert.deepEqual(await manage(s, { op: "load", model: "made_py", config, files }), { ok: null });
+    assert.deepEqual(await double(s, "made_py"), [200, [9, 12]]);
+    assert.deepEqual(await manage(s, { op: "load", model: "made_py", config, files: { "1/model.py": "" } }), {
+      error: "Failed to load model: file key '1/model.py' must start with 'file:'",
+    });
+  });
+  await t.step("unload_model returns as the unload starts; the model is gone soon after", async () => {
+    assert.deepEqual(await manage(s, { op: "unload", model: "target_py" }), { ok: null });
+    let ready = true;
+    for (let i = 0; i < 100 && ready; i++) {
+      ready = ((await manage(s, { op: "ready", model: "target_py" })) as { ok: boolean }).ok;
+      if (ready) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(ready, false);
+    assert.deepEqual(await double(s, "target_py"), [
+      404,
+      "Request for unknown model: 'target_py' has no available versions: unloaded",
+    ]);
+  });
+  await t.step("errors are the model's exceptions, and the server serves on", async () => {
+    const missing = await manage(s, { op: "load", model: "nope" }) as { error: string };
+    assert.match(missing.error, /^Failed to load model: Cannot load 'nope': failed to load 'nope': /);
+    assert.deepEqual(await manage(s, { op: "ready", model: "manage_py", version: "x" }), {
+      error:
+        "Failed to check model readiness: Cannot resolve a version of 'manage_py': failed to get model " +
+        "version from specified version string 'x', version should be an integral value > 0",
+    });
+    assert.deepEqual(await manage(s, { op: "reschedule" }), {
+      error: "Cannot set release flags 2: request rescheduling is not supported",
+    });
+    assert.deepEqual(await double(s, "made_py"), [200, [9, 12]]);
+  });
+});
+
+Deno.test("without explicit model control, load_model and unload_model are refused", async () => {
+  await using s = await startServer("none");
+  const load = await manage(s, { op: "load", model: "target_py" }) as { error: string };
+  const unload = await manage(s, { op: "unload", model: "target_py" }) as { error: string };
+  assert.match(load.error, /^Failed to load model: .*explicit/);
+  assert.match(unload.error, /^Failed to unload model: .*explicit/);
+  assert.deepEqual(await double(s, "target_py"), [200, [6, 8]]);
+});
