@@ -5,6 +5,7 @@
  * @module
  */
 
+import { CustomMetrics } from "./metrics/custom.ts";
 import { fileURLToPath } from "node:url";
 import { ConfigError, httpListenerCount, resolveConfig } from "./cli.ts";
 import type { ServerConfig, ServerConfigInput } from "./config.ts";
@@ -230,9 +231,10 @@ function openRegistry(
   repositories: string[],
   traces: TraceManager,
   cloud: CloudRepositories | undefined,
-): { registry: ModelRegistry; responseCache: ResponseCache | undefined } {
+): { registry: ModelRegistry; responseCache: ResponseCache | undefined; customMetrics: CustomMetrics } {
   const { config } = s;
   const responseCache = config.cache.size > 0 ? new ResponseCache(config.cache.size) : undefined;
+  const customMetrics = new CustomMetrics();
   const registry = new ModelRegistry({
     responseCache,
     rateLimiter: config.rateLimit.mode === "execution_count"
@@ -243,13 +245,14 @@ function openRegistry(
     backendConfig: config.backends.settings,
     controlMode: config.repository.controlMode,
     logger: s.log,
+    metrics: customMetrics,
     ...(cloud ? { beforeScan: () => cloud.sync() } : {}),
   });
   // Unloading waits for the requests in flight and for loads that hang; past the time limit it goes on
   // unwaited (the stubs end with the process).
   s.stack.defer("models", () => registry.close(), { force: () => void registry.close().catch(() => {}) });
   traces.modelKnown = (name) => registry.isReady(name, "");
-  return { registry, responseCache };
+  return { registry, responseCache, customMetrics };
 }
 
 /** Loads the models of the start (all of them, or `--load-model` in explicit mode) and logs their states. */
@@ -293,6 +296,7 @@ function createServerMetrics(
   s: Startup,
   registry: ModelRegistry,
   responseCache: ResponseCache | undefined,
+  customMetrics: CustomMetrics,
 ): ReturnType<typeof createMetrics> | undefined {
   const { metrics: m, backends } = s.config;
   if (!m.enabled) return undefined;
@@ -305,6 +309,7 @@ function createServerMetrics(
   s.stack.defer("metrics sampler", () => sampler.stop());
   const metrics = createMetrics(registry, { config: m.settings, sampler });
   if (responseCache) registerCacheMetrics(metrics, registry, responseCache);
+  customMetrics.attach(metrics);
   sampler.start();
   return metrics;
 }
@@ -630,13 +635,13 @@ export async function startServer(
     removeStale(s);
     const { paths, cloud } = await openRepositories(s);
     const traces = await startTraces(s);
-    const { registry, responseCache } = openRegistry(s, paths, traces, cloud);
+    const { registry, responseCache, customMetrics } = openRegistry(s, paths, traces, cloud);
     const { shm, cudaShm } = openSharedMemory(s);
     // Every inference request takes this one path; the models' own requests (ensemble steps, BLS) too.
     const pipeline = new InferencePipeline(registry, { shm, cudaShm, traces });
     const loadFailures = await loadModels(s, registry);
     checkAborted(s);
-    const metrics = createServerMetrics(s, registry, responseCache);
+    const metrics = createServerMetrics(s, registry, responseCache, customMetrics);
     const poller = await startPolling(s, registry, paths, cloud);
     const frontend: FrontendOptions = {
       serverName: config.server.id,

@@ -124,6 +124,42 @@ export interface ServerAccess {
   logger: Logger | undefined;
   /** The server's models as a model's own code manages them (Triton's BLS model loading API). */
   models?: ModelControl;
+  /** Custom metrics that models' own code makes, shown on the metrics endpoint. */
+  metrics?: ModelMetrics;
+}
+
+/** The kind of a custom metric family. */
+export type MetricKind = "counter" | "gauge" | "histogram";
+
+/**
+ * Custom metrics (the Python backend's `pb_utils.MetricFamily`): families and metrics are reached through
+ * handles that an owner (a stub) holds; every call that fails throws INVALID_ARG with Triton's wording.
+ */
+export interface ModelMetrics {
+  /**
+   * Makes a family, or takes the one of that name (of the same kind).
+   * @returns a handle on it
+   */
+  family(owner: object, name: string, description: string, kind: MetricKind): number;
+  /**
+   * Makes a metric of a family (the handle of `family`), or takes the one with those labels.
+   * @param buckets a histogram's upper bounds (only histograms have them)
+   * @returns a handle on it
+   */
+  metric(
+    owner: object,
+    family: number,
+    labels: Record<string, string>,
+    buckets: number[] | undefined,
+  ): number;
+  /** Increments (counters, gauges), sets (gauges) or observes (histograms) a metric's value. */
+  update(metric: number, action: "increment" | "set" | "observe", value: number): void;
+  /** A counter's or gauge's value. */
+  value(metric: number): number;
+  /** Lets go of a handle. */
+  drop(owner: object, handle: number): void;
+  /** Lets go of every handle of an owner. */
+  release(owner: object): void;
 }
 
 /** Loading, unloading and readiness of the server's models, for a model's own code. */

@@ -47,6 +47,7 @@ import type {
   BackendRequest,
   InstanceContext,
   ModelControl,
+  ModelMetrics,
   ServerAccess,
 } from "./backend.ts";
 import { Slab } from "../core/slab.ts";
@@ -300,7 +301,29 @@ type StubMessage =
     /** The shared file of large inputs; absent when they are inline. */
     file?: string;
   }
-  | ModelCall;
+  | ModelCall
+  | MetricCall;
+
+/**
+ * A model's call on its own metrics (pb_utils.MetricFamily): `family` and `metric` make one and `value` reads
+ * one, answered by a `metric_result` message with the call's id (`handle`, `value` or `error`); `increment`,
+ * `set`, `observe` and `drop` are not answered (the stub checks what it can first).
+ */
+interface MetricCall {
+  op: "metric";
+  id?: number;
+  action: "family" | "metric" | "value" | "increment" | "set" | "observe" | "drop";
+  name?: string;
+  description?: string;
+  kind?: "counter" | "gauge" | "histogram";
+  family?: number;
+  labels?: Record<string, string>;
+  buckets?: number[] | null;
+  metric?: number;
+  value?: number;
+  /** drop: the handles let go of. */
+  handles?: number[];
+}
 
 /**
  * A model's call to manage the server's models (pb_utils.is_model_ready, load_model, unload_model), answered
@@ -485,6 +508,8 @@ interface StubOptions {
   logger: Logger | undefined;
   /** The server's models, for pb_utils.is_model_ready, load_model and unload_model. */
   models: ModelControl | undefined;
+  /** Where the model's own metrics go (pb_utils.MetricFamily). */
+  metrics: ModelMetrics | undefined;
 }
 
 /** Whether a file name is one the stub made for us in the shared-memory folder, with the given prefix. */
@@ -669,6 +694,7 @@ class Stub {
       // the calls it answered are not failed with the one that made it exit.
       if (this.#reading) await settleWithin(this.#reading, EXIT_DRAIN_MS);
       this.#failAll(`the Python stub ${this.exitReason}`);
+      this.#opts.metrics?.release(this);
       this.#conn?.close();
       this.#closeCommands();
       removeStubFiles(pid);
@@ -992,6 +1018,8 @@ class Stub {
       (msg.decoupled ? this.#blsStream(msg, request) : this.#bls(msg, request)).catch(() => {});
     } else if (msg.op === "model") {
       this.#modelCall(msg, payload).catch(() => {});
+    } else if (msg.op === "metric") {
+      this.#metricCall(msg);
     } else {
       this.#answered(0);
       if (msg.op === "ready" && msg.pipe_pages > 0 && msg.page_size > 0) {
@@ -1150,6 +1178,40 @@ class Stub {
       await reply({ outputs: descs });
     } catch (err) {
       await reply({ error: wireError(err) });
+    }
+  }
+
+  /** Carries out a model's call on its metrics (see MetricCall). */
+  #metricCall(msg: MetricCall): void {
+    const metrics = this.#opts.metrics;
+    const answer = (extra: Record<string, unknown>) => {
+      if (msg.id !== undefined) this.#send({ op: "metric_result", id: msg.id, ...extra }).catch(() => {});
+    };
+    try {
+      if (!metrics) throw unavailable(`Cannot make metrics in ${this.#what}: the server keeps none`);
+      switch (msg.action) {
+        case "family":
+          answer({
+            handle: metrics.family(this, String(msg.name), String(msg.description ?? ""), msg.kind!),
+          });
+          return;
+        case "metric":
+          answer({
+            handle: metrics.metric(this, Number(msg.family), msg.labels ?? {}, msg.buckets ?? undefined),
+          });
+          return;
+        case "value":
+          answer({ value: metrics.value(Number(msg.metric)) });
+          return;
+        case "drop":
+          for (const h of msg.handles ?? []) metrics.drop(this, h);
+          return;
+        default:
+          metrics.update(Number(msg.metric), msg.action, Number(msg.value));
+      }
+    } catch (err) {
+      if (msg.id !== undefined) answer({ error: wireError(err) });
+      else this.#log(1, `cannot ${msg.action} a metric: ${(err as Error).message}`);
     }
   }
 
@@ -1504,6 +1566,7 @@ export class PythonBackend implements Backend {
   #inferStream: InferStreamFn | undefined;
   #logger: Logger | undefined;
   #models: ModelControl | undefined;
+  #metrics: ModelMetrics | undefined;
 
   /**
    * Lets models call back into the server (`pb_utils.InferenceRequest.exec`, `exec(decoupled=True)`) and
@@ -1515,6 +1578,7 @@ export class PythonBackend implements Backend {
     this.#inferStream = (r, sink) => server.inferStream(r, sink);
     this.#logger = server.logger;
     this.#models = server.models;
+    this.#metrics = server.metrics;
   }
 
   /** Runs the model class's `auto_complete_config` in a short-lived stub. */
@@ -1575,6 +1639,7 @@ export class PythonBackend implements Backend {
       inferStream: this.#inferStream,
       logger: this.#logger,
       models: this.#models,
+      metrics: this.#metrics,
     };
     const timeoutMs = executeTimeoutMs(config, ctx.backendConfig);
     return new PythonInstance(opts, await Stub.start(opts), timeoutMs);

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { invalidArg, notFound, ServerError, unavailable, unsupported } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import { ArrivalCounter } from "../core/arrivals.ts";
-import type { Backend, InstanceContext, ServerAccess } from "../backends/backend.ts";
+import type { Backend, InstanceContext, ModelMetrics, ServerAccess } from "../backends/backend.ts";
 import { onnxRuntimeBackend } from "../backends/onnxruntime.ts";
 import { tensorRtBackend } from "../backends/tensorrt.ts";
 import { PythonBackend } from "../backends/python.ts";
@@ -62,6 +62,8 @@ export interface RegistryOptions {
   controlMode?: "none" | "poll" | "explicit";
   /** The server log, where models' own log lines (pb_utils.Logger) go. */
   logger?: Logger;
+  /** Where models' own metrics (pb_utils.MetricFamily) go. */
+  metrics?: ModelMetrics;
   /** The response cache (`--cache-config`), used by models whose config enables it. */
   responseCache?: ResponseCache;
   /** The rate limiter (`--rate-limit=execution_count`); without it `rate_limiter` settings are ignored. */
@@ -316,6 +318,7 @@ export class ModelRegistry {
       infer: (r) => this.#requests.infer(r),
       inferStream: (r, sink) => this.#requests.inferStream(r, sink),
       logger: options.logger,
+      ...(options.metrics ? { metrics: options.metrics } : {}),
       models: {
         ready: (name, version) => this.isReady(name, version),
         load: (name, config, files) =>

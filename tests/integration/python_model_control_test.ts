@@ -118,3 +118,71 @@ Deno.test("without explicit model control, load_model and unload_model are refus
   assert.match(unload.error, /^Failed to unload model: .*explicit/);
   assert.deepEqual(await double(s, "target_py"), [200, [6, 8]]);
 });
+
+/** The lines of the metrics endpoint that name the test's own metric families. */
+async function customLines(s: TestServer): Promise<string[]> {
+  const text = await fetch(`http://127.0.0.1:${s.server.metricsAddr!.port}/metrics`).then((r) => r.text());
+  return text.split("\n").filter((l) => l.includes("dinfer_test_"));
+}
+
+Deno.test("pb_utils.MetricFamily: a model's counters, gauges and histograms on the metrics endpoint", async (t) => {
+  await using s = await startServer("explicit");
+  await t.step("none before the model loads", async () => {
+    assert.deepEqual(await customLines(s), []);
+    assert.deepEqual(await manage(s, { op: "load", model: "metrics_py" }), { ok: null });
+  });
+  const infer = async (x: number) => {
+    const a = await call(`${s.url}/v2/models/metrics_py/infer`, {
+      method: "POST",
+      body: JSON.stringify({ inputs: [{ name: "x", datatype: "FP32", shape: [1], data: [x] }] }),
+    });
+    assert.equal(a.status, 200, JSON.stringify(a.json));
+    return JSON.parse(String(outputsOf(a)[0]!.data![0]));
+  };
+  await t.step("values as the model reads them, and the errors of what a kind does not do", async () => {
+    const first = await infer(1.5);
+    assert.deepEqual([first.requests, first.last], [1, 1.5]);
+    assert.deepEqual(first.errors, [
+      "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only be incremented " +
+      "monotonically by non-negative values.",
+      "Failed to set metric value: TRITONSERVER_METRIC_KIND_COUNTER does not support Set",
+      "Failed to observe metric value: TRITONSERVER_METRIC_KIND_GAUGE does not support Observe",
+      "Failed to get metric value: TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Value",
+      "Error when creating MetricFamily: Family name already exists with different type",
+      "Error when creating MetricFamily: Invalid metric name 'bad name'",
+      "Error when creating MetricFamily: names starting with 'nv_' are the server's",
+      "Error when creating Metric: Invalid label name 'a b'",
+      "Failed to create metric. Unexpected buckets found.",
+      "Error when creating Metric: buckets must be numbers in increasing order",
+    ]);
+    const third = (await infer(3), await infer(0.5));
+    assert.deepEqual([third.requests, third.last], [3, 0.5]);
+  });
+  await t.step("the metrics endpoint shows them", async () => {
+    assert.deepEqual(await customLines(s), [
+      "# HELP dinfer_test_requests Requests seen",
+      "# TYPE dinfer_test_requests counter",
+      'dinfer_test_requests{model="metrics_py"} 3',
+      "# HELP dinfer_test_last The last x",
+      "# TYPE dinfer_test_last gauge",
+      'dinfer_test_last{model="metrics_py"} 0.5',
+      "# HELP dinfer_test_x The values of x",
+      "# TYPE dinfer_test_x histogram",
+      'dinfer_test_x_bucket{model="metrics_py",le="1"} 1',
+      'dinfer_test_x_bucket{model="metrics_py",le="2"} 2',
+      'dinfer_test_x_bucket{model="metrics_py",le="5"} 3',
+      'dinfer_test_x_bucket{model="metrics_py",le="+Inf"} 3',
+      'dinfer_test_x_sum{model="metrics_py"} 5',
+      'dinfer_test_x_count{model="metrics_py"} 3',
+    ]);
+  });
+  await t.step("they leave with the model", async () => {
+    assert.deepEqual(await manage(s, { op: "unload", model: "metrics_py" }), { ok: null });
+    let lines = await customLines(s);
+    for (let i = 0; i < 100 && lines.length > 0; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      lines = await customLines(s);
+    }
+    assert.deepEqual(lines, []);
+  });
+});

@@ -383,15 +383,16 @@ class Connection:
             return None
         return responses.popleft()
 
-    def model_call(self, msg, parts=(), size=0):
-        """Sends a call that manages the server's models (`op` "model", see pb_utils.load_model) and waits for
-        its answer (reading the pipe meanwhile); returns the answer's dict."""
+    def model_call(self, msg, parts=(), size=0, op="model"):
+        """Sends a call that the server answers with its id (`op` "model": managing the server's models, see
+        pb_utils.load_model; "metric": see pb_utils.MetricFamily) and waits for the answer (reading the pipe
+        meanwhile); returns the answer's dict."""
         future = concurrent.futures.Future()
         with self.pending_lock:
             self.next_id += 1
             call_id = self.next_id
             self.pending[call_id] = (future, None)
-        self.send({**msg, "op": "model", "id": call_id}, parts, size)
+        self.send({**msg, "op": op, "id": call_id}, parts, size)
         self.wait_for(future.done)
         if not future.done():
             return {"error": {"code": "UNAVAILABLE", "message": "the server closed the connection"}}
@@ -399,7 +400,7 @@ class Connection:
 
     def _dispatch(self, msg, payload, tag):
         op = msg.get("op")
-        if op == "model_result":
+        if op == "model_result" or op == "metric_result":
             with self.pending_lock:
                 future, _ = self.pending.pop(msg["id"], (None, None))
             if future is not None:

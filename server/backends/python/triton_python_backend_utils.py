@@ -567,6 +567,126 @@ def unload_model(model_name, unload_dependents=False):
     _model_call("Failed to unload model", msg)
 
 
+# Handles of metric families and metrics the model let go of, sent with its next metric message.
+_dropped_metrics = []
+
+
+def _metric_send(msg, what=None):
+    """Sends a metric message; with `what`, waits for its answer and raises TritonModelException(what: ...) on an
+    error. Handles let go of since the last message go first."""
+    if _server is None:
+        raise TritonModelException(f"{what or 'Cannot use metrics'}: metrics need the server")
+    if _dropped_metrics:
+        handles = []
+        while _dropped_metrics:
+            handles.append(_dropped_metrics.pop())
+        _server.send({"op": "metric", "action": "drop", "handles": handles})
+    if what is None:
+        _server.send({**msg, "op": "metric"})
+        return None
+    answer = _server.model_call(msg, op="metric")
+    error = answer.get("error")
+    if error:
+        raise TritonModelException(f"{what}: {error.get('message', 'unknown error')}")
+    return answer
+
+
+def _metric_value(value, what):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TritonModelException(f"{what}: the value must be a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise TritonModelException(f"{what}: the value must be a finite number")
+    return value
+
+
+class MetricFamily:
+    """A custom metric family (a name, its description and kind), shown on the server's metrics endpoint; its
+    metrics (`Metric(labels)`) are its label sets. Families and metrics of the same name and labels are shared,
+    also with the model's other instances."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+    _KINDS = {0: "counter", 1: "gauge", 2: "histogram"}
+
+    def __init__(self, name, description, kind):
+        what = "Error when creating MetricFamily"
+        if kind not in self._KINDS:
+            raise TritonModelException(f"{what}: unknown kind {kind!r}")
+        self._handle = None
+        self._kind = kind
+        msg = {"action": "family", "name": str(name), "description": str(description), "kind": self._KINDS[kind]}
+        self._handle = _metric_send(msg, what)["handle"]
+
+    def Metric(self, labels=None, buckets=None):  # noqa: N802 (Triton's name)
+        """The metric of these labels (a dict of strings); a histogram's takes its bucket bounds."""
+        return _Metric(self, labels, buckets)
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            _dropped_metrics.append(self._handle)
+
+
+class _Metric:
+    """One label set of a MetricFamily: `increment` (counters, gauges), `set` (gauges), `observe` (histograms)
+    and `value` (counters, gauges)."""
+
+    def __init__(self, family, labels, buckets):
+        what = "Error when creating Metric"
+        self._handle = None
+        self._family = family  # the family lives as long as its metrics
+        self._kind = family._kind
+        labels = dict(labels or {})
+        for k, v in labels.items():
+            if not isinstance(v, str):
+                raise TritonModelException(f"{what}: the value of label '{k}' is not a string")
+        if buckets is not None:
+            if self._kind != MetricFamily.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+            buckets = [_metric_value(b, what) for b in buckets]
+        msg = {"action": "metric", "family": family._handle, "labels": labels, "buckets": buckets}
+        self._handle = _metric_send(msg, what)["handle"]
+
+    def _kind_error(self, what, op):
+        name = MetricFamily._KINDS[self._kind].upper()
+        return TritonModelException(f"{what}: TRITONSERVER_METRIC_KIND_{name} does not support {op}")
+
+    def increment(self, value):
+        what = "Failed to increment metric value"
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise self._kind_error(what, "Increment")
+        value = _metric_value(value, what)
+        if self._kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException(
+                f"{what}: TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by non-negative values."
+            )
+        _metric_send({"action": "increment", "metric": self._handle, "value": value})
+
+    def set(self, value):
+        what = "Failed to set metric value"
+        if self._kind != MetricFamily.GAUGE:
+            raise self._kind_error(what, "Set")
+        _metric_send({"action": "set", "metric": self._handle, "value": _metric_value(value, what)})
+
+    def observe(self, value):
+        what = "Failed to observe metric value"
+        if self._kind != MetricFamily.HISTOGRAM:
+            raise self._kind_error(what, "Observe")
+        _metric_send({"action": "observe", "metric": self._handle, "value": _metric_value(value, what)})
+
+    def value(self):
+        what = "Failed to get metric value"
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise self._kind_error(what, "Value")
+        return float(_metric_send({"action": "value", "metric": self._handle}, what)["value"])
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            _dropped_metrics.append(self._handle)
+
+
 class PreferredMemory:
     """Where a BLS call would like its outputs (TRITONSERVER_MEMORY_CPU or _GPU, and the device): dinfer answers
     BLS calls in CPU memory whatever it says."""
