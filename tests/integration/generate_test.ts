@@ -581,3 +581,39 @@ Deno.test(
     }
   },
 );
+
+Deno.test("a decoupled model's async execute runs in the background: its requests stream at the same time", async (t) => {
+  await using s = await startGenerateServer();
+  await t.step("the second request's first word comes before the first request's second", async () => {
+    const order: string[] = [];
+    const stream = async (text: string) => {
+      const response = await fetch(`${s.url}/v2/models/async_words_py/generate_stream`, {
+        method: "POST",
+        body: JSON.stringify({ text_input: text, parameters: { delay_ms: 400 } }),
+      });
+      const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+      let buffered = "";
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        buffered += value;
+        const parts = buffered.split("\n\n");
+        buffered = parts.pop()!;
+        for (const p of parts) order.push((JSON.parse(p.slice(6)) as { text_output: string }).text_output);
+      }
+    };
+    const first = stream("a1 a2");
+    await new Promise((r) => setTimeout(r, 100));
+    await Promise.all([first, stream("b1 b2")]);
+    // One after the other, the order would be a1 a2 b1 b2.
+    assert.deepEqual(order, ["a1", "b1", "a2", "b2"]);
+  });
+  await t.step("a coroutine that raises ends its request with an error event", async () => {
+    const r = await post(`${s.url}/v2/models/async_words_py/generate_stream`, '{"text_input":"x raise y"}');
+    assert.equal(r.status, 200);
+    assert.deepEqual(events(r.text), [
+      { model_name: "async_words_py", model_version: "1", text_output: "x" },
+      { error: "ValueError: word 1 is 'raise'" },
+    ]);
+  });
+});

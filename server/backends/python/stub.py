@@ -837,6 +837,38 @@ def _plain_parts(result):
     return tuple(form), parts, size
 
 
+class BackgroundLoop:
+    """The event loop that runs decoupled models' `async def execute` coroutines in a thread of its own (started
+    with the first), so that execute returns at once and the stub takes the next call while they run."""
+
+    def __init__(self):
+        self.loop = None
+
+    def start(self, awaitable, requests):
+        """Runs a coroutine of execute in the background. One that fails ends each of its requests that has not
+        had its final response with an error response, so that no client waits for good."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self.loop.run_forever, name="dinfer-async-execute", daemon=True).start()
+
+        async def run():
+            try:
+                await awaitable
+            except Exception as e:  # noqa: BLE001
+                message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
+                traceback.print_exc()
+                for request in requests:
+                    sender = request.get_response_sender()
+                    if not sender._closed:
+                        error = pb_utils.TritonError(f"{type(e).__name__}: {message}")
+                        sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop)
+
+
+_background = BackgroundLoop()
+
+
 def execute(model, loop, shared, msg, payload, tag, decoupled):
     """Runs one execute call; returns the answer's header (encoded), payload parts and payload size."""
     mm = None
@@ -870,7 +902,13 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
         result = model.execute(requests)
         # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
         if type(result) is not list and inspect.isawaitable(result):
-            result = loop.run_until_complete(result)
+            if decoupled:
+                # As Triton: a decoupled model's coroutine goes on in the background, its responses sent as it
+                # makes them, while the stub takes the next call.
+                _background.start(result, requests)
+                result = None
+            else:
+                result = loop.run_until_complete(result)
     finally:
         if not decoupled:
             cancelled = pb_utils._server.cancelled
