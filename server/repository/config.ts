@@ -369,12 +369,6 @@ export async function validateConfig(
   }
   const vp = config.version_policy;
   if (vp?.latest && vp.latest.num_versions < 1) fail("version_policy latest num_versions must be at least 1");
-  // Version folders are positive integers; a version beyond 2^53 would not keep its digits.
-  for (const v of vp?.specific?.versions ?? []) {
-    if (!Number.isSafeInteger(v) || v < 1) {
-      fail(`version_policy specific version ${v} is not a positive integer`);
-    }
-  }
   for (const g of config.instance_group) {
     if (g.count < 1) fail(`instance group '${g.name}' has count ${g.count}, expected at least 1`);
   }
