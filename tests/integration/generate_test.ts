@@ -398,6 +398,20 @@ Deno.test("the OpenAI API tells the model when a stream's client leaves or a sto
       }
       assert.match((await stopped())[1]!, / words_py stopped after 3 responses: cancelled$/);
     });
+
+    await t.step("text held back for a stop sequence never splits a character in two", async () => {
+      // "x😀" is three UTF-16 units: holding back one (the stop sequence's length less one) must not leave
+      // the emoji's first half in one event and its second in the next, which a client decodes as two
+      // lone surrogates (Python's json gives '\ud83d' and '\ude00').
+      const r = await fetch(`${s.url}/v1/completions`, {
+        method: "POST",
+        body: JSON.stringify({ model: "words_py", prompt: "x\u{1F600} y", stop: "zz", stream: true }),
+      });
+      const texts = (await r.text()).split("\n\n").filter((e) => e.startsWith("data: {")).map((e) =>
+        (JSON.parse(e.slice(6)) as { choices: { text: string }[] }).choices[0]!.text
+      );
+      assert.deepEqual(texts, ["x", "\u{1F600}", "y", ""]);
+    });
   } finally {
     logger.close();
     await Deno.remove(dir, { recursive: true });

@@ -335,6 +335,9 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
         }
       }
       let end = gen.text.length - hold;
+      // What is held back must not start in the middle of a character: a piece ending in the first half of a
+      // surrogate pair reaches clients as two lone halves.
+      if (end > 0 && end < gen.text.length && isHighSurrogate(gen.text.charCodeAt(end - 1))) end--;
       for (const s of stops) {
         const at = gen.text.indexOf(s);
         if (at >= 0) {
@@ -666,4 +669,9 @@ function modelNotFound(name: string): ApiError {
     "model",
     "model_not_found",
   );
+}
+
+/** Whether a UTF-16 code unit is the first half of a surrogate pair. */
+function isHighSurrogate(unit: number): boolean {
+  return unit >= 0xd800 && unit <= 0xdbff;
 }
