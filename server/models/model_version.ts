@@ -189,7 +189,7 @@ export class ModelVersion {
           signal?.throwIfAborted();
         }
       }
-      await warmup(this.config, modelDir, this.#instances);
+      await warmup(this.config, modelDir, this.#instances, signal);
       const batched = this.config.max_batch_size > 0;
       const batchModel: BatchModel = {
         name: this.name,

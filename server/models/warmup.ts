@@ -86,12 +86,14 @@ async function tensorFor(
  * @param config the model config
  * @param modelDir the model folder (input_data_file is read from its `warmup/` folder)
  * @param instances the instances to warm up
- * @throws ServerError naming the sample and what failed
+ * @param signal the load's cancellation (an unload while it loads): checked before each run
+ * @throws ServerError naming the sample and what failed; the signal's reason once it is aborted
  */
 export async function warmup(
   config: ModelConfig,
   modelDir: string,
   instances: BackendInstance[],
+  signal?: AbortSignal,
 ): Promise<void> {
   const samples = (config.model_warmup ?? []) as WarmupSample[];
   const outputs = config.output.map((o) => o.name);
@@ -103,6 +105,7 @@ export async function warmup(
     const runs = Math.max(1, sample.count ?? 1);
     for (const instance of instances) {
       for (let i = 0; i < runs; i++) {
+        signal?.throwIfAborted();
         try {
           await instance.execute(inputs, outputs);
         } catch (err) {

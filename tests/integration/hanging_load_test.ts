@@ -1,6 +1,6 @@
 /**
  * A model whose load hangs (initialize() never returns) holds up nothing else: polling goes on for the other
- * models, an unload of it cancels the load, a server stopped in the same process stops its stub, SIGTERM exits
+ * models, an unload of it cancels the load (also while the model warms up), a server stopped in the same process stops its stub, SIGTERM exits
  * within --exit-timeout-secs, and the stub does not outlive the server.
  * @module
  */
@@ -228,6 +228,64 @@ Deno.test("a server stopped in its own process cancels a hanging load and stops 
         "Cannot load 'hang_py': failed to load 'hang_py': Cannot load 'hang_py': the load was cancelled: " +
         "the server is shutting down",
     });
+  } finally {
+    await s.close();
+    for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
+    await Deno.remove(repo, { recursive: true });
+  }
+});
+
+Deno.test("unloading a model while its warmup runs stops the warmup and cancels the load", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-warm-" });
+  await Deno.mkdir(`${repo}/warm_py/1`, { recursive: true });
+  // 1000 warmup runs of 50 ms each (50 s), each counted in a file.
+  await Deno.writeTextFile(
+    `${repo}/warm_py/config.pbtxt`,
+    HANG_CONFIG.replace('"hang_py"', '"warm_py"') +
+      'model_warmup [ { name: "w" count: 1000 inputs { key: "IN" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]\n',
+  );
+  await Deno.writeTextFile(
+    `${repo}/warm_py/1/model.py`,
+    `import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.runs = os.path.join(args["model_repository"], "runs")
+
+    def execute(self, requests):
+        with open(self.runs, "a") as f:
+            f.write("x")
+        time.sleep(0.05)
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", np.zeros(1, np.float32))]) for _ in requests]
+`,
+  );
+  const s = await startTestServer([
+    `--model-repository=${repo}`,
+    "--model-control-mode=explicit",
+    "--strict-readiness=false",
+    `--backend-config=python,python-executable=${pythonPath()}`,
+  ]);
+  try {
+    const load = fetch(`${s.url}/v2/repository/models/warm_py/load`, { method: "POST" });
+    await until("the warmup runs", () => exists(`${repo}/warm_py/runs`), 20_000);
+    const unload = await fetch(`${s.url}/v2/repository/models/warm_py/unload`, { method: "POST" });
+    assert.equal(unload.status, 200, await unload.text());
+    const loaded = await load;
+    assert.equal(loaded.status, 400);
+    assert.deepEqual(await loaded.json(), {
+      error:
+        "Cannot load 'warm_py': failed to load 'warm_py': Cannot load 'warm_py': the load was cancelled: " +
+        "'warm_py' was unloaded while it loaded",
+    });
+    // The warmup stopped after the run in progress (each takes 50 ms; all of them would take 50 s).
+    const runs = (await Deno.readTextFile(`${repo}/warm_py/runs`)).length;
+    assert.ok(runs < 1000, `${runs} warmup runs`);
+    assert.deepEqual(processesMentioning(repo), []);
   } finally {
     await s.close();
     for (const pid of processesMentioning(repo)) Deno.kill(pid, "SIGKILL");
