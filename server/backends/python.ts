@@ -29,7 +29,7 @@ import { concatBytes } from "../core/bytes.ts";
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { type Datatype, elementCount, elementSize, fromConfigType } from "../core/dtypes.ts";
+import { type Datatype, elementCount, elementSize, fromConfigType, rawJSON } from "../core/dtypes.ts";
 import {
   type ErrorCode,
   internal,
@@ -292,6 +292,8 @@ type StubMessage =
     request_id: string;
     /** The sequence the call belongs to (0 or "" for none), and its start and end flags (1, 2). */
     correlation_id?: number | string;
+    /** Whether correlation_id is the digits of an integer too large for a JSON number to keep. */
+    correlation_id_int?: boolean;
     flags?: number;
     /** The call's timeout in µs (0 for none). */
     timeout?: number;
@@ -1085,8 +1087,11 @@ class Stub {
         if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
       }
       // A BLS call to a sequence model says its sequence as Triton's C API does: a correlation id and flags.
+      // An integer beyond 2^53 comes as its digits (correlation_id_int), and is the uint64 id a client's would be.
       const id = msg.correlation_id;
-      if ((typeof id === "number" && id !== 0) || (typeof id === "string" && id !== "")) {
+      if (msg.correlation_id_int === true && typeof id === "string" && /^[0-9]+$/.test(id)) {
+        parameters.sequence_id = BigInt(id);
+      } else if ((typeof id === "number" && id !== 0) || (typeof id === "string" && id !== "")) {
         parameters.sequence_id = id;
       }
       const flags = typeof msg.flags === "number" ? msg.flags : 0;
@@ -1291,21 +1296,22 @@ class Stub {
       }
       const p = r.parameters;
       const corr = p.sequence_id;
-      // The server's own parameters stay out of the model's view (as Triton), 64-bit integers go as text.
+      // The server's own parameters stay out of the model's view (as Triton); 64-bit integers are written as
+      // their digits, which Python reads as ints.
       let parameters: Record<string, unknown> = p;
       for (const [k, v] of Object.entries(p)) {
         if (typeof v === "bigint" || SERVER_PARAMETERS.has(k)) {
           parameters = Object.fromEntries(
             Object.entries(p).filter(([k]) => !SERVER_PARAMETERS.has(k)).map((
               [k, v],
-            ) => [k, typeof v === "bigint" ? v.toString() : v]),
+            ) => [k, typeof v === "bigint" ? rawJSON(v.toString()) : v]),
           );
           break;
         }
       }
       return {
         id: r.id,
-        correlation_id: typeof corr === "bigint" ? corr.toString() : corr ?? 0,
+        correlation_id: typeof corr === "bigint" ? rawJSON(corr.toString()) : corr ?? 0,
         flags: (p.sequence_start === true ? 1 : 0) | (p.sequence_end === true ? 2 : 0),
         parameters,
         inputs,

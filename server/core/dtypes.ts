@@ -255,8 +255,8 @@ export function parseJsonExact(text: string): unknown {
   });
 }
 
-/** `JSON.rawJSON` (V8 has it; TypeScript's lib does not declare it yet). */
-const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
+/** `JSON.rawJSON` (V8 has it; TypeScript's lib does not declare it yet): text JSON.stringify writes as it is. */
+export const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 
 /**
  * `JSON.stringify` that writes a bigint (an integer parseJsonExact kept, e.g. a uint64 sequence_id beyond 2^53)

@@ -36,6 +36,39 @@ class TritonPythonModel:
         return out
 `;
 
+/** Passes its own request's correlation id and flags on to simple_sequence, and answers the sum and the id's type. */
+const PASS_MODEL = `import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            value = pb_utils.get_input_tensor_by_name(r, "VALUE").as_numpy().reshape(1, 1)
+            answer = pb_utils.InferenceRequest(
+                model_name="simple_sequence",
+                inputs=[pb_utils.Tensor("INPUT", value.astype(np.int32))],
+                requested_output_names=["OUTPUT"],
+                correlation_id=r.correlation_id(),
+                flags=r.flags(),
+            ).exec()
+            if answer.has_error():
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
+                continue
+            total = pb_utils.get_output_tensor_by_name(answer, "OUTPUT").as_numpy().reshape(1)
+            kind = np.array([type(r.correlation_id()).__name__.encode()], dtype=np.object_)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", total.astype(np.int32)), pb_utils.Tensor("KIND", kind)]))
+        return out
+`;
+
+const PASS_CONFIG = `name: "bls_pass_py"
+backend: "python"
+max_batch_size: 0
+input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "KIND" data_type: TYPE_STRING dims: [ 1 ] } ]
+`;
+
 const CONFIG = `name: "bls_seq_py"
 backend: "python"
 max_batch_size: 0
@@ -47,6 +80,14 @@ input [
 output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
 `;
 
+/** POSTs a JSON body (as text: its integers exact) to a model; the data of each output. */
+async function call2(url: string, body: string, model: string): Promise<unknown[]> {
+  const r = await fetch(`${url}/v2/models/${model}/infer`, { method: "POST", body });
+  const json = await r.json();
+  assert.equal(r.status, 200, JSON.stringify(json));
+  return (json.outputs as { data: unknown[] }[]).map((o) => o.data[0]);
+}
+
 Deno.test("BLS calls to a sequence model carry their correlation id and flags", async () => {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-bls-seq-" });
   try {
@@ -54,6 +95,9 @@ Deno.test("BLS calls to a sequence model carry their correlation id and flags", 
     await Deno.mkdir(`${repo}/bls_seq_py/1`, { recursive: true });
     await Deno.writeTextFile(`${repo}/bls_seq_py/config.pbtxt`, CONFIG);
     await Deno.writeTextFile(`${repo}/bls_seq_py/1/model.py`, MODEL);
+    await Deno.mkdir(`${repo}/bls_pass_py/1`, { recursive: true });
+    await Deno.writeTextFile(`${repo}/bls_pass_py/config.pbtxt`, PASS_CONFIG);
+    await Deno.writeTextFile(`${repo}/bls_pass_py/1/model.py`, PASS_MODEL);
     await using s = await startTestServer([
       `--model-repository=${repo}`,
       `--backend-config=python,python-executable=${pythonPath()}`,
@@ -87,6 +131,24 @@ Deno.test("BLS calls to a sequence model carry their correlation id and flags", 
       JSON.stringify(after.json),
       /sequence 41 is not active; its first request must set sequence_start/,
     );
+
+    // A uint64 id beyond 2^53 reaches the model as an int, and its BLS call names the same sequence as a client
+    // that sends that id.
+    const big = "1152921504606846981"; // 2^60 + 5
+    const viaBls = await call2(
+      s.url,
+      `{"parameters":{"sequence_id":${big},"sequence_start":true},` +
+        `"inputs":[{"name":"VALUE","datatype":"INT32","shape":[1],"data":[5]}]}`,
+      "bls_pass_py",
+    );
+    assert.deepEqual(viaBls, [5, "int"]);
+    const direct = await call2(
+      s.url,
+      `{"parameters":{"sequence_id":${big}},` +
+        `"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[2]}]}`,
+      "simple_sequence",
+    );
+    assert.deepEqual(direct, [7]);
   } finally {
     await Deno.remove(repo, { recursive: true });
   }

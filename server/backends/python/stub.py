@@ -504,6 +504,11 @@ class Connection:
         }
         if path is not None:
             msg["file"] = path
+        cid = msg["correlation_id"]
+        if isinstance(cid, int) and not -(2**53) < cid < 2**53:
+            # The server's JSON numbers are doubles: an integer beyond 2^53 goes as its digits.
+            msg["correlation_id"] = str(cid)
+            msg["correlation_id_int"] = True
         self.send(msg, parts, size)
         return future
 
