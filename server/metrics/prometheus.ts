@@ -42,7 +42,7 @@ export function parseMetricsConfig(entries: readonly string[]): MetricsConfig {
     counterLatencies: true,
     summaryLatencies: false,
     histogramLatencies: false,
-    quantiles: [0.5, 0.9, 0.95, 0.99],
+    quantiles: [0.5, 0.9, 0.95, 0.99, 0.999],
   };
   const bool = (k: string, v: string) => {
     if (v !== "true" && v !== "false") {
@@ -70,6 +70,10 @@ export function parseMetricsConfig(entries: readonly string[]): MetricsConfig {
 }
 
 type Labels = { model: string; version: string };
+
+/** The sliding window of the latency summaries' quantiles, in seconds, and the steps it moves in. */
+const SUMMARY_WINDOW_S = 60;
+const SUMMARY_WINDOW_STEPS = 5;
 
 /**
  * Creates the metrics registry over the model registry.
@@ -135,6 +139,10 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
             help,
             labelNames,
             percentiles: mc.quantiles,
+            // As Triton's: quantiles over a sliding window (the last minute, in 5 steps); count and sum since
+            // the start.
+            maxAgeSeconds: SUMMARY_WINDOW_S,
+            ageBuckets: SUMMARY_WINDOW_STEPS,
             registers: [registry],
             collect: p.collect,
           }),
