@@ -296,6 +296,12 @@ export async function validateConfig(
     fail(`the config's name '${config.name}' does not match the model folder '${folderName}'`);
   }
   if (config.max_batch_size < 0) fail(`max_batch_size is ${config.max_batch_size}, expected 0 or more`);
+  // Ragged batching's extra inputs and scattered outputs are not made: such a model would run without them.
+  for (const key of ["batch_input", "batch_output"] as const) {
+    if (((config as Record<string, unknown>)[key] as unknown[] | undefined)?.length) {
+      throw unsupported(`Cannot load '${folderName}': ${key} (ragged batching) is not supported by dinfer`);
+    }
+  }
   if (config.platform !== "ensemble") {
     if (config.input.length === 0) fail("the config has no inputs");
     if (config.output.length === 0) fail("the config has no outputs");

@@ -625,3 +625,32 @@ Deno.test("scanRepositories refuses a repository it cannot read", async () => {
       "Cannot read model repository '/nonexistent/repo': No such file or directory (os error 2): readdir '/nonexistent/repo'",
   });
 });
+
+Deno.test("validateConfig refuses ragged batching's batch_input and batch_output as not supported", async () => {
+  const cases: [Record<string, unknown>, string][] = [
+    [
+      {
+        max_batch_size: 4,
+        batch_input: [{
+          kind: "BATCH_ELEMENT_COUNT",
+          target_name: ["INDEX"],
+          data_type: "TYPE_FP32",
+          source_input: ["x"],
+        }],
+      },
+      "Cannot load 'm': batch_input (ragged batching) is not supported by dinfer",
+    ],
+    [
+      { max_batch_size: 4, batch_output: [{ target_name: ["y"], kind: "BATCH_SCATTER_WITH_INPUT_SHAPE" }] },
+      "Cannot load 'm': batch_output (ragged batching) is not supported by dinfer",
+    ],
+  ];
+  for (const [extra, message] of cases) {
+    await assertRejects(() => validateConfig(prepared(extra), "m", "/x"), ServerError, {
+      code: "UNSUPPORTED",
+      message,
+    });
+  }
+  // Empty lists (as a config from the model configuration endpoint has them) are fine.
+  await validateConfig(prepared({ batch_input: [], batch_output: [] }), "m", "/x");
+});
