@@ -346,13 +346,16 @@ Deno.test("the OpenAI API tells the model when a stream's client leaves or a sto
   const logFile = `${dir}/server.log`;
   const logger = fileLogger(logFile);
   try {
-    // words_py with a default delay of 300 ms between words (the OpenAI API passes no delay_ms).
-    await copyDir(`${MODELS}/words_py`, `${dir}/models/words_py`);
-    const config = `${dir}/models/words_py/config.pbtxt`;
-    await Deno.writeTextFile(
-      config,
-      (await Deno.readTextFile(config)) + 'parameters { key: "delay_ms" value: { string_value: "300" } }\n',
-    );
+    // words_py and async_words_py with a default delay of 300 ms between words (the OpenAI API passes no
+    // delay_ms).
+    for (const model of ["words_py", "async_words_py"]) {
+      await copyDir(`${MODELS}/${model}`, `${dir}/models/${model}`);
+      const config = `${dir}/models/${model}/config.pbtxt`;
+      await Deno.writeTextFile(
+        config,
+        (await Deno.readTextFile(config)) + 'parameters { key: "delay_ms" value: { string_value: "300" } }\n',
+      );
+    }
     await using s = await startTestServer([
       `--model-repository=${dir}/models`,
       `--backend-config=python,python-executable=${pythonPath()}`,
@@ -398,6 +401,22 @@ Deno.test("the OpenAI API tells the model when a stream's client leaves or a sto
       }
       assert.match((await stopped())[1]!, / words_py stopped after 3 responses: cancelled$/);
     });
+
+    await t.step(
+      "the answer ends at the stop sequence, before a model that does not listen has finished",
+      async () => {
+        const r = await fetch(`${s.url}/v1/completions`, {
+          method: "POST",
+          body: JSON.stringify({ model: "async_words_py", prompt: "a b c d e f", stop: "c" }),
+        }).then((r) => r.json());
+        assert.deepEqual(r.choices, [{ index: 0, text: "ab", logprobs: null, finish_reason: "stop" }]);
+        // The model has sent a, b and c so far; d comes 300 ms later (the answer waited for f before).
+        const sent = (await Deno.readTextFile(logFile)).split("\n").filter((l) =>
+          l.includes("async_words_py sends")
+        );
+        assert.deepEqual(sent.map((l) => l.slice(l.lastIndexOf(" ") + 1)), ["'a'", "'b'", "'c'"]);
+      },
+    );
 
     await t.step("text held back for a stop sequence never splits a character in two", async () => {
       // "x😀" is three UTF-16 units: holding back one (the stop sequence's length less one) must not leave

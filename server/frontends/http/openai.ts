@@ -323,6 +323,8 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
     const gen: Generation = { text: "", promptTokens: undefined, completionTokens: undefined };
     let sent = 0;
     let stopped = false;
+    let stopNow!: () => void;
+    const stoppedEarly = new Promise<void>((resolve) => (stopNow = resolve));
     const hold = Math.max(0, ...stops.map((s) => s.length - 1));
     let failure: ServerError | undefined;
     const take = (response: InferResponse) => {
@@ -351,14 +353,21 @@ export function createOpenAiHandler(pipeline: InferencePipeline, options: OpenAi
         sent = end;
       }
       // A stop sequence ends the request: the model is told, as if the client had gone.
-      if (stopped) controller.abort();
+      if (stopped) {
+        controller.abort();
+        stopNow();
+      }
     };
     try {
-      await pipeline.stream(mv, request, { endpoint: ENDPOINTS.openAiCompletion }, (response) => {
+      const streaming = pipeline.stream(mv, request, { endpoint: ENDPOINTS.openAiCompletion }, (response) => {
         if (stopped || failure) return;
         if (response instanceof Error) failure = toServerError(response);
         else if (response !== undefined) take(response);
       });
+      // The answer ends at the stop sequence, not when the model (told, but maybe not listening) sends its
+      // final response; what fails after the stop is nobody's to see.
+      streaming.catch(() => {});
+      await Promise.race([streaming, stoppedEarly]);
     } finally {
       signal.removeEventListener("abort", abort);
     }
