@@ -5,7 +5,7 @@
 
 import { join } from "node:path";
 import { type Datatype, fromConfigType } from "../core/dtypes.ts";
-import { unavailable } from "../core/errors.ts";
+import { invalidArg, unavailable } from "../core/errors.ts";
 import type { ArrivalCounter } from "../core/arrivals.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, TensorSpec } from "../core/types.ts";
@@ -165,29 +165,38 @@ export class ModelVersion {
       const file = await fileStamp(modelPath);
       const stamp = file && { ...file, folder: await folderStamp(versionDir) };
       const limits: InstanceLimits[] = [];
+      // As Triton: the instances of a passive group load (and warm up) but take no requests from the scheduler.
+      const serving: BackendInstance[] = [];
       for (const group of this.config.instance_group) {
         // As Triton: a KIND_GPU group has `count` instances on each of its GPUs.
         const total = group.kind === "KIND_GPU"
           ? group.count * Math.max(1, group.gpus?.length ?? 0)
           : group.count;
         for (let i = 0; i < total; i++) {
-          this.#instances.push(
-            await backend.createInstance(this.config, {
-              modelDir,
-              versionDir,
-              version: this.version,
-              modelPath,
-              instanceName: `${group.name}_${i}`,
-              kind: group.kind,
-              deviceId: group.gpus?.[i % Math.max(1, group.gpus.length)] ?? 0,
-              backendConfig,
-              signal,
-              arrivals: this.arrivals,
-            }),
-          );
-          limits.push(instanceLimits(group, i));
+          const instance = await backend.createInstance(this.config, {
+            modelDir,
+            versionDir,
+            version: this.version,
+            modelPath,
+            instanceName: `${group.name}_${i}`,
+            kind: group.kind,
+            deviceId: group.gpus?.[i % Math.max(1, group.gpus.length)] ?? 0,
+            backendConfig,
+            signal,
+            arrivals: this.arrivals,
+          });
+          this.#instances.push(instance);
+          if (group.passive !== true) {
+            serving.push(instance);
+            limits.push(instanceLimits(group, i));
+          }
           signal?.throwIfAborted();
         }
+      }
+      if (serving.length === 0) {
+        throw invalidArg(
+          `Cannot load '${this.name}': every instance group is passive, so no instance would serve`,
+        );
       }
       await warmup(this.config, modelDir, this.#instances, signal);
       const batched = this.config.max_batch_size > 0;
@@ -199,14 +208,14 @@ export class ModelVersion {
       };
       if (this.rateLimiter) {
         this.#limited = this.rateLimiter.register(this.name, limits);
-        const handles = new Map(this.#instances.map((inst, k) => [inst, this.#limited[k]!]));
+        const handles = new Map(serving.map((inst, k) => [inst, this.#limited[k]!]));
         batchModel.gate = instanceGate(this.rateLimiter, handles);
       }
       this.#scheduler = this.config.sequence_batching
-        ? await SequenceScheduler.create(batchModel, this.config, this.#instances, modelDir, this.stats)
+        ? await SequenceScheduler.create(batchModel, this.config, serving, modelDir, this.stats)
         : new PoolScheduler(
           batchModel,
-          this.#instances,
+          serving,
           { ...batchingOptions(this.config), arrivals: this.arrivals },
           this.stats,
         );
