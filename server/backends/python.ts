@@ -344,6 +344,9 @@ interface ModelCall {
   unload_dependents?: boolean;
 }
 
+/** How often finalize looks whether the decoupled requests still sending have finished. */
+const SENDERS_POLL_MS = 20;
+
 /** An unload a model asks for goes on after its answer (as in Triton): the answer waits this long at most. */
 const UNLOAD_ANSWER_MS = 50;
 
@@ -1433,6 +1436,11 @@ class Stub {
 
   /** Asks the model to finalize, then stops the stub (killing it when it does not stop in time). */
   async finalize(): Promise<void> {
+    // Decoupled requests still sending (an `async def execute` going on in the background, a model's own
+    // thread) finish first, as requests in flight do: the model keeps its stub until their final responses.
+    while (this.#senders.size > 0 && !this.exitReason) {
+      await new Promise((r) => setTimeout(r, SENDERS_POLL_MS));
+    }
     if (!this.exitReason) {
       await settleWithin(this.#controlCall({ op: "finalize" }), FINALIZE_TIMEOUT_MS);
       await settleWithin(this.exited, FINALIZE_TIMEOUT_MS);

@@ -650,3 +650,27 @@ Deno.test("a decoupled model's async execute runs in the background: its request
     ]);
   });
 });
+
+Deno.test("unloading a decoupled model waits for the streams its async execute still sends", async () => {
+  await using s = await startGenerateServer(["--model-control-mode=explicit", "--load-model=async_words_py"]);
+  const response = await fetch(`${s.url}/v2/models/async_words_py/generate_stream`, {
+    method: "POST",
+    body: '{"text_input":"a b c d","parameters":{"delay_ms":300}}',
+  });
+  const reader = response.body!.getReader();
+  let text = new TextDecoder().decode((await reader.read()).value);
+  // The first word is out; the unload starts while the coroutine sends the other three.
+  const unload = fetch(`${s.url}/v2/repository/models/async_words_py/unload`, { method: "POST" });
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += new TextDecoder().decode(value);
+  }
+  assert.deepEqual(events(text).map((e) => (e as { text_output?: string }).text_output ?? e), [
+    "a",
+    "b",
+    "c",
+    "d",
+  ]);
+  assert.equal((await unload).status, 200);
+});
