@@ -669,7 +669,6 @@ def serve(socket_path, model_path, shm_path, commands_path):
     model = None
     name = ""
     decoupled = False
-    loop = asyncio.new_event_loop()
 
     # Answers of execute calls not sent yet (see `COALESCE_S`), and a command taken while looking for more.
     held = []
@@ -696,7 +695,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
                 if hasattr(model, "initialize"):
                     result = model.initialize(args)
                     if inspect.isawaitable(result):
-                        loop.run_until_complete(result)
+                        _coroutines.run(result)
                 conn.send({"op": "ready", "pipe_pages": pipe_pages, "page_size": page_size})
             except BaseException as e:  # noqa: BLE001
                 traceback.print_exc()
@@ -708,7 +707,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
             if not held:
                 first = started
             try:
-                head, parts, size = execute(model, loop, shared, msg, payload, tag, decoupled)
+                head, parts, size = execute(model, shared, msg, payload, tag, decoupled)
                 held.append((head, parts, size, tag))
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
@@ -743,7 +742,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
                 if model is not None and hasattr(model, "finalize"):
                     result = model.finalize()
                     if inspect.isawaitable(result):
-                        loop.run_until_complete(result)
+                        _coroutines.run(result)
             finally:
                 conn.send({"op": "finalized"})
             return
@@ -842,39 +841,75 @@ def _plain_parts(result):
     return tuple(form), parts, size
 
 
-class BackgroundLoop:
-    """The event loop that runs decoupled models' `async def execute` coroutines in a thread of its own (started
-    with the first), so that execute returns at once and the stub takes the next call while they run."""
+class _Exit:
+    """A SystemExit or KeyboardInterrupt raised in a coroutine, carried back to the stub's thread to be raised
+    there (raised on the loop's thread, it would stop the loop and leave the waiting thread waiting)."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+async def _awaited(awaitable):
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as e:
+        return _Exit(e)
+
+
+class EventLoop:
+    """The event loop of the model's coroutines (an async `initialize`, `execute`, `finalize`), on a thread of its
+    own started with the first, as Triton's stub runs them: `run` waits for one; `start` lets a decoupled model's
+    execute go on in the background, so that the stub takes the next call while it sends its responses. Tasks a
+    coroutine starts keep running between calls."""
 
     def __init__(self):
         self.loop = None
 
-    def start(self, awaitable, requests):
-        """Runs a coroutine of execute in the background. One that fails ends each of its requests that has not
-        had its final response with an error response, so that no client waits for good."""
+    def _loop(self):
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
-            threading.Thread(target=self.loop.run_forever, name="dinfer-async-execute", daemon=True).start()
+            threading.Thread(target=self._run, name="dinfer-asyncio", daemon=True).start()
+        return self.loop
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, awaitable):
+        """Runs a coroutine to its end and returns its result (raises what it raised)."""
+        result = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop()).result()
+        if isinstance(result, _Exit):
+            raise result.exc
+        return result
+
+    def start(self, awaitable, requests):
+        """Runs a decoupled execute's coroutine in the background. One that fails (or is cancelled) ends each of
+        its requests that has had no final response with an error response, so that no client waits for good
+        (Triton only logs it)."""
 
         async def run():
             try:
                 await awaitable
-            except Exception as e:  # noqa: BLE001
+            except BaseException as e:  # noqa: BLE001 (a cancelled or exiting coroutine too)
                 message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
                 traceback.print_exc()
+                error = pb_utils.TritonError(f"{type(e).__name__}: {message}")
                 for request in requests:
-                    sender = request.get_response_sender()
-                    if not sender._closed:
-                        error = pb_utils.TritonError(f"{type(e).__name__}: {message}")
-                        sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    try:
+                        sender = request.get_response_sender()
+                        if not sender._closed:
+                            final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                            sender.send(pb_utils.InferenceResponse(error=error), flags=final)
+                    except Exception:  # noqa: BLE001 (closed meanwhile, or the server gone: the others still)
+                        traceback.print_exc()
 
-        asyncio.run_coroutine_threadsafe(run(), self.loop)
+        asyncio.run_coroutine_threadsafe(run(), self._loop())
 
 
-_background = BackgroundLoop()
+_coroutines = EventLoop()
 
 
-def execute(model, loop, shared, msg, payload, tag, decoupled):
+def execute(model, shared, msg, payload, tag, decoupled):
     """Runs one execute call; returns the answer's header (encoded), payload parts and payload size."""
     mm = None
     requests = []
@@ -910,10 +945,10 @@ def execute(model, loop, shared, msg, payload, tag, decoupled):
             if decoupled:
                 # As Triton: a decoupled model's coroutine goes on in the background, its responses sent as it
                 # makes them, while the stub takes the next call.
-                _background.start(result, requests)
+                _coroutines.start(result, requests)
                 result = None
             else:
-                result = loop.run_until_complete(result)
+                result = _coroutines.run(result)
     finally:
         if not decoupled:
             cancelled = pb_utils._server.cancelled

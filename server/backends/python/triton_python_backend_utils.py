@@ -577,10 +577,15 @@ def _metric_send(msg, what=None):
     if _server is None:
         raise TritonModelException(f"{what or 'Cannot use metrics'}: metrics need the server")
     if _dropped_metrics:
+        # Another thread may take the same handles meanwhile: each is popped once (list.pop is atomic).
         handles = []
-        while _dropped_metrics:
-            handles.append(_dropped_metrics.pop())
-        _server.send({"op": "metric", "action": "drop", "handles": handles})
+        while True:
+            try:
+                handles.append(_dropped_metrics.pop())
+            except IndexError:
+                break
+        if handles:
+            _server.send({"op": "metric", "action": "drop", "handles": handles})
     if what is None:
         _server.send({**msg, "op": "metric"})
         return None
