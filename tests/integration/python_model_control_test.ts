@@ -103,6 +103,19 @@ Deno.test("a Python model loads, unloads and checks models through pb_utils in e
         "Failed to check model readiness: Cannot resolve a version of 'manage_py': failed to get model " +
         "version from specified version string 'x', version should be an integral value > 0",
     });
+    // Its own reload (here with a config that changes it) would wait for this very call to end.
+    const own = JSON.stringify({
+      name: "manage_py",
+      backend: "python",
+      max_batch_size: 0,
+      input: [{ name: "command", data_type: "TYPE_STRING", dims: [1] }],
+      output: [{ name: "answer", data_type: "TYPE_STRING", dims: [1] }],
+      parameters: { changed: { string_value: "yes" } },
+    });
+    assert.deepEqual(await manage(s, { op: "load", model: "manage_py", config: own }), {
+      error:
+        "Failed to load model: Cannot load 'manage_py' from its own code: the load would wait for the call that asks",
+    });
     assert.deepEqual(await manage(s, { op: "reschedule" }), {
       error: "Cannot set release flags 2: request rescheduling is not supported",
     });
