@@ -598,6 +598,15 @@ Deno.test(
             // main thread counts them by their tensors, a little more than they take).
             const bound = 16 * 1024 * 1024;
             assert.ok(bytes > bound - 65645 && bytes <= bound + 65645, `${bytes} bytes`);
+            // A client that reads again only after the grace (5 s) finds the responses held dropped: what was
+            // already with the connection (a response or two), and no status.
+            await new Promise((r) => setTimeout(r, 5500));
+            const late = clients[1]!.stream;
+            let lateBytes = 0;
+            late.on("data", (d: Uint8Array) => (lateBytes += d.byteLength));
+            late.resume();
+            await new Promise((r) => setTimeout(r, 1000));
+            assert.ok(lateBytes > 0 && lateBytes < 1024 * 1024, `${lateBytes} bytes after the grace`);
           } finally {
             for (const c of clients) c.session.destroy();
           }

@@ -14,12 +14,21 @@ import * as grpc from "@grpc/grpc-js";
  */
 export const STREAM_HELD_MAX = 16 * 1024 * 1024;
 
+/**
+ * How long a cut stream keeps the responses it held for a client that may read again: after it, they are
+ * dropped (the stream is destroyed), so that a client that stays connected without reading holds no memory.
+ */
+export const CUT_GRACE_MS = 5000;
+
 /** What the writer uses of a grpc-js server stream. */
 export interface WritableCall {
   cancelled: boolean;
   writableEnded: boolean;
+  writableFinished: boolean;
+  destroyed: boolean;
   write(message: unknown, callback: () => void): unknown;
   emit(event: "error", status: grpc.StatusObject | { code: number; details: string }): unknown;
+  destroy(): unknown;
 }
 
 /** Writes a stream's messages while the bytes its client has not taken stay within the bound. */
@@ -31,11 +40,13 @@ export class HeldWrites {
    * @param call the stream
    * @param over called once when the bound is passed (before the stream ends): cancels the stream's requests
    * @param max the bound in bytes (default STREAM_HELD_MAX)
+   * @param graceMs how long a cut stream keeps what it held (default CUT_GRACE_MS)
    */
   constructor(
     private readonly call: WritableCall,
     private readonly over: () => void,
     private readonly max = STREAM_HELD_MAX,
+    private readonly graceMs = CUT_GRACE_MS,
   ) {}
 
   /** Whether the bound was passed: nothing more is written. */
@@ -58,11 +69,16 @@ export class HeldWrites {
     if (this.#held <= this.max) return;
     this.#cut = true;
     this.over();
-    // The status follows the messages held; a client that reads again sees them, then the status.
+    // The status follows the messages held; a client that reads again soon sees them, then the status. One
+    // that does not gets neither: the messages are dropped after the grace.
     call.emit("error", {
       code: grpc.status.RESOURCE_EXHAUSTED,
       details:
         `The client read none of the last ${this.max} bytes of this stream's responses: the stream was cut`,
     });
+    const timer = setTimeout(() => {
+      if (!call.writableFinished && !call.destroyed) call.destroy();
+    }, this.graceMs);
+    Deno.unrefTimer(timer);
   }
 }
