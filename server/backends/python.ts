@@ -294,6 +294,8 @@ type StubMessage =
     correlation_id?: number | string;
     /** Whether correlation_id is the digits of an integer too large for a JSON number to keep. */
     correlation_id_int?: boolean;
+    /** The parameters that are the digits of such integers. */
+    parameters_int?: string[];
     flags?: number;
     /** The call's timeout in µs (0 for none). */
     timeout?: number;
@@ -1088,6 +1090,11 @@ class Stub {
       const parameters: Record<string, ParamValue> = {};
       for (const [k, v] of Object.entries(msg.parameters ?? {})) {
         if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
+      }
+      // Integers beyond 2^53 come as their digits (named in parameters_int), kept exact as bigints.
+      for (const k of msg.parameters_int ?? []) {
+        const v = parameters[k];
+        if (typeof v === "string" && /^-?[0-9]+$/.test(v)) parameters[k] = BigInt(v);
       }
       // A BLS call to a sequence model says its sequence as Triton's C API does: a correlation id and flags.
       // An integer beyond 2^53 comes as its digits (correlation_id_int), and is the uint64 id a client's would be.

@@ -5,6 +5,7 @@
  */
 
 import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
 import { EXAMPLES, pythonPath, startTestServer } from "../helpers.ts";
 import { copyDir, inferJson, outputsOf } from "./_http.ts";
 
@@ -69,6 +70,37 @@ input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "KIND" data_type: TYPE_STRING dims: [ 1 ] } ]
 `;
 
+/** Calls echo_py through BLS with its own request's parameters, and answers echo_py's view of them. */
+const PARAMS_MODEL = `import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            answer = pb_utils.InferenceRequest(
+                model_name="echo_py",
+                inputs=[pb_utils.Tensor("text_input", np.array([b"x"], dtype=np.object_))],
+                requested_output_names=["params"],
+                parameters=json.loads(r.parameters()),
+            ).exec()
+            if answer.has_error():
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
+                continue
+            out.append(pb_utils.InferenceResponse([pb_utils.get_output_tensor_by_name(answer, "params")]))
+        return out
+`;
+
+const PARAMS_CONFIG = `name: "bls_params_py"
+backend: "python"
+max_batch_size: 0
+input [ { name: "VALUE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "params" data_type: TYPE_STRING dims: [ 1 ] } ]
+`;
+
 const CONFIG = `name: "bls_seq_py"
 backend: "python"
 max_batch_size: 0
@@ -95,6 +127,13 @@ Deno.test("BLS calls to a sequence model carry their correlation id and flags", 
     await Deno.mkdir(`${repo}/bls_seq_py/1`, { recursive: true });
     await Deno.writeTextFile(`${repo}/bls_seq_py/config.pbtxt`, CONFIG);
     await Deno.writeTextFile(`${repo}/bls_seq_py/1/model.py`, MODEL);
+    await Deno.mkdir(`${repo}/bls_params_py/1`, { recursive: true });
+    await Deno.writeTextFile(`${repo}/bls_params_py/config.pbtxt`, PARAMS_CONFIG);
+    await Deno.writeTextFile(`${repo}/bls_params_py/1/model.py`, PARAMS_MODEL);
+    await copyDir(
+      fileURLToPath(new URL("../fixtures/generate_models/echo_py", import.meta.url)),
+      `${repo}/echo_py`,
+    );
     await Deno.mkdir(`${repo}/bls_pass_py/1`, { recursive: true });
     await Deno.writeTextFile(`${repo}/bls_pass_py/config.pbtxt`, PASS_CONFIG);
     await Deno.writeTextFile(`${repo}/bls_pass_py/1/model.py`, PASS_MODEL);
@@ -132,6 +171,16 @@ Deno.test("BLS calls to a sequence model carry their correlation id and flags", 
       /sequence 41 is not active; its first request must set sequence_start/,
     );
 
+    // A negative id is no uint64: the BLS call is refused in the model.
+    const negative = await inferJson(s.url, "bls_seq_py", {
+      inputs: [
+        { name: "SEQ", datatype: "INT32", shape: [1], data: [-5] },
+        { name: "FLAGS", datatype: "INT32", shape: [1], data: [1] },
+        { name: "VALUE", datatype: "INT32", shape: [1], data: [1] },
+      ],
+    });
+    assert.match(JSON.stringify(negative.json), /Cannot exec: correlation_id -5 is not a uint64/);
+
     // A uint64 id beyond 2^53 reaches the model as an int, and its BLS call names the same sequence as a client
     // that sends that id.
     const big = "1152921504606846981"; // 2^60 + 5
@@ -149,6 +198,15 @@ Deno.test("BLS calls to a sequence model carry their correlation id and flags", 
       "simple_sequence",
     );
     assert.deepEqual(direct, [7]);
+
+    // Parameters beyond 2^53 keep their digits through the model and its BLS call.
+    const params = await call2(
+      s.url,
+      `{"parameters":{"big":${big},"small":-3},` +
+        `"inputs":[{"name":"VALUE","datatype":"INT32","shape":[1],"data":[1]}]}`,
+      "bls_params_py",
+    );
+    assert.deepEqual(params, [`{"big": ${big}, "small": -3}`]);
   } finally {
     await Deno.remove(repo, { recursive: true });
   }

@@ -467,6 +467,9 @@ class Connection:
     def bls(self, request, decoupled=False):
         """Sends a BLS request; returns a Future of its response, or for `decoupled` a deque of responses that
         ends with None (wait on either through `result` / `next_response`)."""
+        cid = request.correlation_id()
+        if type(cid) is int and not 0 <= cid < 2**64:
+            raise pb_utils.TritonModelException(f"Cannot exec: correlation_id {cid} is not a uint64")
         future = collections.deque() if decoupled else concurrent.futures.Future()
         with self.pending_lock:
             self.next_id += 1
@@ -488,6 +491,11 @@ class Connection:
         with self.pending_lock:
             self.pending[call_id] = (future, shared)
         version = request.model_version()
+        # The server's JSON numbers are doubles: integers beyond 2^53 go as their digits, named in parameters_int.
+        params = json.loads(request.parameters())
+        big = [k for k, v in params.items() if type(v) is int and not -(2**53) < v < 2**53]
+        for k in big:
+            params[k] = str(params[k])
         msg = {
             "op": "bls",
             "id": call_id,
@@ -497,13 +505,15 @@ class Connection:
             "correlation_id": request.correlation_id(),
             "flags": request.flags(),
             "timeout": request.timeout(),
-            "parameters": json.loads(request.parameters()),
+            "parameters": params,
             "outputs": list(request.requested_output_names()),
             "inputs": descs,
             "decoupled": decoupled,
         }
         if path is not None:
             msg["file"] = path
+        if big:
+            msg["parameters_int"] = big
         cid = msg["correlation_id"]
         if isinstance(cid, int) and not -(2**53) < cid < 2**53:
             # The server's JSON numbers are doubles: an integer beyond 2^53 goes as its digits.
