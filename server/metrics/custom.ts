@@ -86,7 +86,10 @@ export class CustomMetrics implements ModelMetrics {
     const f = this.#handles.get(family)?.family;
     if (!f) throw invalidArg("the MetricFamily has been deleted");
     for (const [k, v] of Object.entries(labels)) {
-      if (!LABEL.test(k) || k.startsWith("__")) throw invalidArg(`Invalid label name '${k}'`);
+      // A histogram's bucket lines add `le` themselves.
+      if (!LABEL.test(k) || k.startsWith("__") || (k === "le" && f.kind === "histogram")) {
+        throw invalidArg(`Invalid label name '${k}'`);
+      }
       if (typeof v !== "string") throw invalidArg(`the value of label '${k}' is not a string`);
     }
     if (f.kind === "histogram") {

@@ -47,3 +47,15 @@ Deno.test("a family made before the registry is attached is shown once it is; an
   metrics.attach(registry);
   assert.equal(await registry.metrics(), "# HELP level Level\n# TYPE level gauge\nlevel -1.5\n");
 });
+
+Deno.test("a histogram's metric may not have a label named le, which its bucket lines use", () => {
+  const metrics = new CustomMetrics();
+  const owner = {};
+  const f = metrics.family(owner, "sizes", "Sizes", "histogram");
+  assert.throws(
+    () => metrics.metric(owner, f, { le: "x" }, [1, 2]),
+    /^ServerError: Invalid label name 'le'$/,
+  );
+  const g = metrics.family(owner, "levels", "Levels", "gauge");
+  assert.equal(typeof metrics.metric(owner, g, { le: "x" }, undefined), "number");
+});

@@ -388,9 +388,8 @@ class Connection:
         pb_utils.load_model; "metric": see pb_utils.MetricFamily) and waits for the answer (reading the pipe
         meanwhile); returns the answer's dict."""
         future = concurrent.futures.Future()
+        call_id = self._next_id()
         with self.pending_lock:
-            self.next_id += 1
-            call_id = self.next_id
             self.pending[call_id] = (future, None)
         self.send({**msg, "op": op, "id": call_id}, parts, size)
         self.wait_for(future.done)
@@ -458,11 +457,14 @@ class Connection:
                     if self.waiting:
                         self.cond.notify_all()
 
-    def _new_file(self, prefix):
+    def _next_id(self):
+        """A number no other call or file of this process has (any thread may ask)."""
         with self.pending_lock:
             self.next_id += 1
-            n = self.next_id
-        return os.path.join(self.shm_dir, f"{prefix}-{os.getpid()}-{n}-{threading.get_ident()}")
+            return self.next_id
+
+    def _new_file(self, prefix):
+        return os.path.join(self.shm_dir, f"{prefix}-{os.getpid()}-{self._next_id()}-{threading.get_ident()}")
 
     def bls(self, request, decoupled=False):
         """Sends a BLS request; returns a Future of its response, or for `decoupled` a deque of responses that
@@ -471,9 +473,7 @@ class Connection:
         if type(cid) is int and not 0 <= cid < 2**64:
             raise pb_utils.TritonModelException(f"Cannot exec: correlation_id {cid} is not a uint64")
         future = collections.deque() if decoupled else concurrent.futures.Future()
-        with self.pending_lock:
-            self.next_id += 1
-            call_id = self.next_id
+        call_id = self._next_id()
         prepared, total = prepare_tensors(request.inputs())
         parts, size, shared = [], 0, None
         if total <= INLINE_MAX:

@@ -520,15 +520,19 @@ def get_model_dir():
     return _model_dir
 
 
-def _model_call(what, msg, parts=(), size=0):
-    """Sends a model management call to the server; raises TritonModelException with `what` on an error."""
-    if _server is None:
-        raise TritonModelException(f"{what}: managing models needs the server")
-    answer = _server.model_call(msg, parts, size)
+def _answered(answer, what):
+    """A server's answer to a call, or TritonModelException(what: its error)."""
     error = answer.get("error")
     if error:
         raise TritonModelException(f"{what}: {error.get('message', 'unknown error')}")
     return answer
+
+
+def _model_call(what, msg, parts=(), size=0):
+    """Sends a model management call to the server; raises TritonModelException with `what` on an error."""
+    if _server is None:
+        raise TritonModelException(f"{what}: managing models needs the server")
+    return _answered(_server.model_call(msg, parts, size), what)
 
 
 def is_model_ready(model_name, model_version=""):
@@ -589,11 +593,7 @@ def _metric_send(msg, what=None):
     if what is None:
         _server.send({**msg, "op": "metric"})
         return None
-    answer = _server.model_call(msg, op="metric")
-    error = answer.get("error")
-    if error:
-        raise TritonModelException(f"{what}: {error.get('message', 'unknown error')}")
-    return answer
+    return _answered(_server.model_call(msg, op="metric"), what)
 
 
 def _metric_value(value, what):
