@@ -26,11 +26,17 @@ class TritonPythonModel:
             await asyncio.sleep(0.005)
             self.ticks += 1
 
+    async def exit(self, code):
+        sys.exit(code)
+
     async def execute(self, requests):
         out = []
         for r in requests:
-            if pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[0] == 3:
+            x = pb_utils.get_input_tensor_by_name(r, "x").as_numpy()[0]
+            if x == 3:
                 sys.exit(3)
+            if x == 4:
+                await asyncio.gather(self.exit(4))
             await asyncio.sleep(0)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("ticks", np.array([self.ticks], np.int64))]))
         return out
@@ -74,6 +80,12 @@ Deno.test("a model's coroutines share one loop that keeps running; sys.exit in a
       const exited = await infer(3);
       assert.equal(exited.status, 500);
       assert.match(String(exited.json?.error), /the Python stub exited with code 3/);
+      assert.ok((await ticks()) >= 0);
+    });
+    await t.step("sys.exit(4) in a task the coroutine awaits ends the stub too", async () => {
+      const exited = await infer(4);
+      assert.equal(exited.status, 500);
+      assert.match(String(exited.json?.error), /the Python stub exited with code 4/);
       assert.ok((await ticks()) >= 0);
     });
   } finally {

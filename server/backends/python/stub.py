@@ -883,7 +883,17 @@ class EventLoop:
 
     def _run(self):
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        except SystemExit as e:
+            # sys.exit() in a task stops the loop with it: the stub ends as it would on its own thread (a thread
+            # left waiting for the loop would wait for good).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+            os._exit(1)
 
     def run(self, awaitable):
         """Runs a coroutine to its end and returns its result (raises what it raised)."""
@@ -901,6 +911,7 @@ class EventLoop:
             try:
                 await awaitable
             except BaseException as e:  # noqa: BLE001 (a cancelled or exiting coroutine too)
+                exiting = isinstance(e, (SystemExit, KeyboardInterrupt))
                 message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
                 traceback.print_exc()
                 error = pb_utils.TritonError(f"{type(e).__name__}: {message}")
@@ -912,6 +923,8 @@ class EventLoop:
                             sender.send(pb_utils.InferenceResponse(error=error), flags=final)
                     except Exception:  # noqa: BLE001 (closed meanwhile, or the server gone: the others still)
                         traceback.print_exc()
+                if exiting:
+                    raise  # out of the loop: the stub ends (see _run)
 
         asyncio.run_coroutine_threadsafe(run(), self._loop())
 
