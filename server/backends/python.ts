@@ -346,8 +346,9 @@ interface ModelCall {
   unload_dependents?: boolean;
 }
 
-/** How often finalize looks whether the decoupled requests still sending have finished. */
+/** How often finalize looks whether the decoupled requests still sending have finished, and for how long. */
 const SENDERS_POLL_MS = 20;
+const SENDERS_WAIT_MS = 60_000;
 
 /** An unload a model asks for goes on after its answer (as in Triton): the answer waits this long at most. */
 const UNLOAD_ANSWER_MS = 50;
@@ -1450,9 +1451,20 @@ class Stub {
   /** Asks the model to finalize, then stops the stub (killing it when it does not stop in time). */
   async finalize(): Promise<void> {
     // Decoupled requests still sending (an `async def execute` going on in the background, a model's own
-    // thread) finish first, as requests in flight do: the model keeps its stub until their final responses.
-    while (this.#senders.size > 0 && !this.exitReason) {
+    // thread) finish first, as requests in flight do: the model keeps its stub until their final responses,
+    // for SENDERS_WAIT_MS at most (a model that never sends one would hold the unload, and its name, for good).
+    const until = Date.now() + SENDERS_WAIT_MS;
+    while (this.#senders.size > 0 && !this.exitReason && Date.now() < until) {
       await new Promise((r) => setTimeout(r, SENDERS_POLL_MS));
+    }
+    if (this.#senders.size > 0 && !this.exitReason) {
+      this.#log(
+        1,
+        `${this.#senders.size} request(s) had no final response ${
+          SENDERS_WAIT_MS / 1000
+        } s into the unload: ` +
+          "they are ended",
+      );
     }
     if (!this.exitReason) {
       await settleWithin(this.#controlCall({ op: "finalize" }), FINALIZE_TIMEOUT_MS);
