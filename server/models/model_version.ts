@@ -164,6 +164,11 @@ export class ModelVersion {
       // it, so that copies on other threads refuse it rather than open other weights than the main thread's.
       const file = await fileStamp(modelPath);
       const stamp = file && { ...file, folder: await folderStamp(versionDir) };
+      if (this.config.instance_group.every((g) => g.passive === true)) {
+        throw invalidArg(
+          `Cannot load '${this.name}': every instance group is passive, so no instance would serve`,
+        );
+      }
       const limits: InstanceLimits[] = [];
       // As Triton: the instances of a passive group load (and warm up) but take no requests from the scheduler.
       const serving: BackendInstance[] = [];
@@ -192,11 +197,6 @@ export class ModelVersion {
           }
           signal?.throwIfAborted();
         }
-      }
-      if (serving.length === 0) {
-        throw invalidArg(
-          `Cannot load '${this.name}': every instance group is passive, so no instance would serve`,
-        );
       }
       await warmup(this.config, modelDir, this.#instances, signal);
       const batched = this.config.max_batch_size > 0;

@@ -15,7 +15,7 @@ import * as grpc from "@grpc/grpc-js";
 export const STREAM_HELD_MAX = 16 * 1024 * 1024;
 
 /**
- * How long a cut stream keeps the responses it held for a client that may read again: after it, they are
+ * How long a cut stream keeps the responses it held while its client takes none of them: after it, they are
  * dropped (the stream is destroyed), so that a client that stays connected without reading holds no memory.
  */
 export const CUT_GRACE_MS = 5000;
@@ -35,6 +35,8 @@ export interface WritableCall {
 export class HeldWrites {
   #held = 0;
   #cut = false;
+  /** After the cut: drops what is held once the client has taken none of it for the grace. */
+  #grace: ReturnType<typeof setTimeout> | undefined;
 
   /**
    * @param call the stream
@@ -65,6 +67,8 @@ export class HeldWrites {
     this.#held += bytes;
     call.write(message, () => {
       this.#held -= bytes;
+      // A client that reads again is draining what was held: it gets the rest, then the status.
+      if (this.#grace !== undefined) this.#armGrace();
     });
     if (this.#held <= this.max) return;
     this.#cut = true;
@@ -76,9 +80,20 @@ export class HeldWrites {
       details:
         `The client read none of the last ${this.max} bytes of this stream's responses: the stream was cut`,
     });
+    this.#armGrace();
+  }
+
+  #armGrace(): void {
+    clearTimeout(this.#grace);
+    const call = this.call;
+    if (call.writableFinished || call.destroyed) {
+      this.#grace = undefined;
+      return;
+    }
     const timer = setTimeout(() => {
       if (!call.writableFinished && !call.destroyed) call.destroy();
     }, this.graceMs);
     Deno.unrefTimer(timer);
+    this.#grace = timer;
   }
 }
