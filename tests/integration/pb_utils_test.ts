@@ -34,6 +34,7 @@ print(json.dumps({
     "consts": [pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, pb_utils.TRITONSERVER_MEMORY_GPU, pb_utils.TRITONSERVER_MEMORY_CPU],
     "s2n": {k: np.dtype(v).name for k, v in pb_utils.TRITON_STRING_TO_NUMPY.items()},
     "memory": vars(pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)),
+    "flags": (lambda r: (r.set_flags(pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START), r.flags(), r.trace())[1:])(pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])),
     "levels": [pb_utils.Logger.INFO, pb_utils.Logger.WARNING, pb_utils.Logger.ERROR, pb_utils.Logger.VERBOSE],
 }))
 `,
@@ -68,6 +69,7 @@ print(json.dumps({
       TYPE_STRING: "object",
     },
     memory: { preferred_memory_type: 1, preferred_device_id: 0 },
+    flags: [1, null],
     levels: [0, 1, 2, 3],
   });
 });

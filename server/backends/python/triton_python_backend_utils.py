@@ -402,6 +402,15 @@ class InferenceRequest:
     def flags(self):
         return self._flags
 
+    def set_flags(self, flags):
+        """Sets the request's sequence flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END), for a BLS call."""
+        self._flags = flags
+
+    def trace(self):
+        """The request's trace, to pass on to the BLS requests it makes (`trace=`): dinfer traces those as
+        requests of their own, so there is none to pass (None)."""
+        return None
+
     def timeout(self):
         return self._timeout
 
