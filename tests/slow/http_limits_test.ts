@@ -232,17 +232,24 @@ Deno.test("past --http-max-connections a connection is answered 503 and closed; 
     }
     assert.equal(ready, 200);
     // Half the limit at once: this process's kept-alive readiness connection and a closed connection the server
-    // has not seen close yet still count.
-    const answers = await Promise.all(
-      Array.from(
-        { length: 10 },
-        () =>
-          fetch(`${server.url}/v2/models/simple/infer`, { method: "POST", body: INFER }).then(async (r) => {
-            await r.body?.cancel();
-            return r.status;
-          }),
-      ),
-    );
+    // has not seen close yet still count, so a burst may find a few of the flood's closes not yet counted (seen
+    // on CI: 2 of 10 refused); once they are, a whole burst is served.
+    const burst = () =>
+      Promise.all(
+        Array.from(
+          { length: 10 },
+          () =>
+            fetch(`${server.url}/v2/models/simple/infer`, { method: "POST", body: INFER }).then(async (r) => {
+              await r.body?.cancel();
+              return r.status;
+            }),
+        ),
+      );
+    let answers = await burst();
+    for (let i = 0; i < 20 && answers.some((a) => a !== 200); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      answers = await burst();
+    }
     assert.deepEqual(answers, Array(10).fill(200));
     const [code, stderr] = await stop(server, conns);
     assert.equal(code, 0, stderr);
