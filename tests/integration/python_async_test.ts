@@ -71,9 +71,9 @@ Deno.test("a model's coroutines share one loop that keeps running; sys.exit in a
     };
     await t.step("the task initialize started ticks between calls (every 5 ms)", async () => {
       const first = await ticks();
-      await new Promise((r) => setTimeout(r, 300));
+      await new Promise((r) => setTimeout(r, 500));
       const second = await ticks();
-      // About 60 ticks in 300 ms; a loop that ran only during calls would have ticked once or twice.
+      // About 100 ticks in 500 ms; a loop that ran only during calls would have ticked once or twice.
       assert.ok(second - first >= 15, `${first} then ${second}`);
     });
     await t.step("sys.exit(3) in the coroutine fails its call; the stub starts again", async () => {
