@@ -176,10 +176,12 @@ async function hangingLoad(url: string, repo: string): Promise<{ load: Promise<R
   return { load };
 }
 
-/** A server in explicit mode over a new repository holding hang_py. */
-async function explicitServer(): Promise<{ repo: string; s: TestServer }> {
+/** A server in explicit mode over a new repository holding hang_py (or what `add` puts there). */
+async function explicitServer(
+  add: (repo: string) => Promise<void> = addHangingModel,
+): Promise<{ repo: string; s: TestServer }> {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-hang-" });
-  await addHangingModel(repo);
+  await add(repo);
   const s = await startTestServer([
     `--model-repository=${repo}`,
     "--model-control-mode=explicit",
@@ -235,10 +237,9 @@ Deno.test("a server stopped in its own process cancels a hanging load and stops 
   }
 });
 
-Deno.test("unloading a model while its warmup runs stops the warmup and cancels the load", async () => {
-  const repo = await Deno.makeTempDir({ prefix: "dinfer-warm-" });
+/** Adds warm_py: 1000 warmup runs of 50 ms each (50 s), each counted in the file `runs`. */
+async function addWarmingModel(repo: string): Promise<void> {
   await Deno.mkdir(`${repo}/warm_py/1`, { recursive: true });
-  // 1000 warmup runs of 50 ms each (50 s), each counted in a file.
   await Deno.writeTextFile(
     `${repo}/warm_py/config.pbtxt`,
     HANG_CONFIG.replace('"hang_py"', '"warm_py"') +
@@ -264,12 +265,10 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUT", np.zeros(1, np.float32))]) for _ in requests]
 `,
   );
-  const s = await startTestServer([
-    `--model-repository=${repo}`,
-    "--model-control-mode=explicit",
-    "--strict-readiness=false",
-    `--backend-config=python,python-executable=${pythonPath()}`,
-  ]);
+}
+
+Deno.test("unloading a model while its warmup runs stops the warmup and cancels the load", async () => {
+  const { repo, s } = await explicitServer(addWarmingModel);
   try {
     const load = fetch(`${s.url}/v2/repository/models/warm_py/load`, { method: "POST" });
     await until("the warmup runs", () => exists(`${repo}/warm_py/runs`), 20_000);

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { pythonPath, startTestServer } from "../helpers.ts";
-import { call, outputsOf } from "./_http.ts";
+import { call, inferJson, outputsOf } from "./_http.ts";
 
 /** Answers the name of the instance that ran the request; counts its warmup runs in a file. */
 const MODEL = `import os
@@ -63,9 +63,8 @@ Deno.test("a passive group's instances load and warm up but serve no request", a
     // Eight at once, each taking 50 ms: a pool of three serving instances would spread them.
     const who = new Set<unknown>();
     await Promise.all(Array.from({ length: 8 }, async () => {
-      const a = await call(`${s.url}/v2/models/who_py/infer`, {
-        method: "POST",
-        body: JSON.stringify({ inputs: [{ name: "x", datatype: "INT32", shape: [1], data: [1] }] }),
+      const a = await inferJson(s.url, "who_py", {
+        inputs: [{ name: "x", datatype: "INT32", shape: [1], data: [1] }],
       });
       assert.equal(a.status, 200, JSON.stringify(a.json));
       who.add(outputsOf(a)[0]!.data![0]);

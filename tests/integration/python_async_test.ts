@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { pythonPath, startTestServer } from "../helpers.ts";
-import { call, outputsOf } from "./_http.ts";
+import { inferJson, outputsOf } from "./_http.ts";
 
 const MODEL = `import asyncio
 import sys
@@ -60,10 +60,7 @@ Deno.test("a model's coroutines share one loop that keeps running; sys.exit in a
       `--backend-config=python,python-executable=${pythonPath()}`,
     ]);
     const infer = (x: number) =>
-      call(`${s.url}/v2/models/tick_py/infer`, {
-        method: "POST",
-        body: JSON.stringify({ inputs: [{ name: "x", datatype: "INT32", shape: [1], data: [x] }] }),
-      });
+      inferJson(s.url, "tick_py", { inputs: [{ name: "x", datatype: "INT32", shape: [1], data: [x] }] });
     const ticks = async () => {
       const a = await infer(1);
       assert.equal(a.status, 200, JSON.stringify(a.json));

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { pythonPath, startTestServer, type TestServer } from "../helpers.ts";
-import { call, outputsOf } from "./_http.ts";
+import { inferJson, outputsOf } from "./_http.ts";
 
 const MODELS = fileURLToPath(new URL("../fixtures/model_control_models", import.meta.url));
 
@@ -23,11 +23,8 @@ function startServer(mode: string): Promise<TestServer> {
 
 /** Runs a command through manage_py; returns its answer ({ok} or {error}). */
 async function manage(s: TestServer, command: Record<string, unknown>): Promise<unknown> {
-  const a = await call(`${s.url}/v2/models/manage_py/infer`, {
-    method: "POST",
-    body: JSON.stringify({
-      inputs: [{ name: "command", datatype: "BYTES", shape: [1], data: [JSON.stringify(command)] }],
-    }),
+  const a = await inferJson(s.url, "manage_py", {
+    inputs: [{ name: "command", datatype: "BYTES", shape: [1], data: [JSON.stringify(command)] }],
   });
   assert.equal(a.status, 200, JSON.stringify(a.json));
   return JSON.parse(String(outputsOf(a)[0]!.data![0]));
@@ -35,9 +32,8 @@ async function manage(s: TestServer, command: Record<string, unknown>): Promise<
 
 /** Doubles [3, 4] on a model: its answer's status and y. */
 async function double(s: TestServer, model: string): Promise<[number, unknown]> {
-  const a = await call(`${s.url}/v2/models/${model}/infer`, {
-    method: "POST",
-    body: JSON.stringify({ inputs: [{ name: "x", datatype: "INT32", shape: [2], data: [3, 4] }] }),
+  const a = await inferJson(s.url, model, {
+    inputs: [{ name: "x", datatype: "INT32", shape: [2], data: [3, 4] }],
   });
   return [a.status, a.status === 200 ? outputsOf(a)[0]!.data : a.json?.error];
 }
@@ -145,9 +141,8 @@ Deno.test("pb_utils.MetricFamily: a model's counters, gauges and histograms on t
     assert.deepEqual(await manage(s, { op: "load", model: "metrics_py" }), { ok: null });
   });
   const infer = async (x: number) => {
-    const a = await call(`${s.url}/v2/models/metrics_py/infer`, {
-      method: "POST",
-      body: JSON.stringify({ inputs: [{ name: "x", datatype: "FP32", shape: [1], data: [x] }] }),
+    const a = await inferJson(s.url, "metrics_py", {
+      inputs: [{ name: "x", datatype: "FP32", shape: [1], data: [x] }],
     });
     assert.equal(a.status, 200, JSON.stringify(a.json));
     return JSON.parse(String(outputsOf(a)[0]!.data![0]));
