@@ -39,17 +39,9 @@ import {
   unsupported,
 } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
-import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
-import { type Logger, printError } from "../logging.ts";
-import type {
-  Backend,
-  BackendInstance,
-  BackendRequest,
-  InstanceContext,
-  ModelControl,
-  ModelMetrics,
-  ServerAccess,
-} from "./backend.ts";
+import type { InferRequest, ParamValue, Tensor } from "../core/types.ts";
+import { printError } from "../logging.ts";
+import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
 import { Slab } from "../core/slab.ts";
 import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
@@ -57,11 +49,6 @@ import { settleWithin } from "../core/clock.ts";
 
 /** Request parameters the server acts on itself; as in Triton, the model's `request.parameters()` leaves them out. */
 const SERVER_PARAMETERS = new Set(["priority", "timeout", "sequence_id", "sequence_start", "sequence_end"]);
-
-/** Runs a request on any model of the server (BLS calls from a model). */
-export type InferFn = (request: InferRequest) => Promise<InferResponse>;
-/** Runs a request on any model and streams its responses (decoupled BLS calls). */
-export type InferStreamFn = (request: InferRequest, sink: ResponseSink) => Promise<void>;
 
 const STUB_PATH = fileURLToPath(new URL("./python/stub.py", import.meta.url));
 const ALIGN = 64;
@@ -511,13 +498,11 @@ interface StubOptions {
   waitSpinUs: number;
   config: ModelConfig;
   ctx: InstanceContext;
-  infer: InferFn | undefined;
-  inferStream: InferStreamFn | undefined;
-  logger: Logger | undefined;
-  /** The server's models, for pb_utils.is_model_ready, load_model and unload_model. */
-  models: ModelControl | undefined;
-  /** Where the model's own metrics go (pb_utils.MetricFamily). */
-  metrics: ModelMetrics | undefined;
+  /**
+   * What the server lends the model (BLS calls, its log, its models, its metrics; see PythonBackend.bind), or
+   * undefined before a registry binds the backend.
+   */
+  server: ServerAccess | undefined;
 }
 
 /** Whether a file name is one the stub made for us in the shared-memory folder, with the given prefix. */
@@ -702,7 +687,7 @@ class Stub {
       // the calls it answered are not failed with the one that made it exit.
       if (this.#reading) await settleWithin(this.#reading, EXIT_DRAIN_MS);
       this.#failAll(`the Python stub ${this.exitReason}`);
-      this.#opts.metrics?.release(this);
+      this.#opts.server?.metrics?.release(this);
       this.#conn?.close();
       this.#closeCommands();
       removeStubFiles(pid);
@@ -1066,7 +1051,7 @@ class Stub {
   }
 
   #log(level: number, message: string): void {
-    const log = this.#opts.logger;
+    const log = this.#opts.server?.logger;
     const line = `${this.#opts.config.name}: ${message}`;
     if (!log) printError(line);
     else if (level === 1) log.warning(line);
@@ -1125,9 +1110,10 @@ class Stub {
   /** A decoupled BLS call: each response goes back inline (or, when large, in its own file), the last one flagged final. */
   async #blsStream(msg: Extract<StubMessage, { op: "bls" }>, request: InferRequest | Error): Promise<void> {
     const reply = (extra: Record<string, unknown>) => this.#send({ op: "bls_stream", id: msg.id, ...extra });
+    const server = this.#opts.server;
     try {
       if (request instanceof Error) throw request;
-      if (!this.#opts.inferStream) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
+      if (!server) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
     } catch (err) {
       await reply({ final: true, error: wireError(err) });
       return;
@@ -1135,7 +1121,7 @@ class Stub {
     let n = 0;
     let finalSent = false;
     try {
-      await this.#opts.inferStream(request, (response, final) => {
+      await server.inferStream(request, (response, final) => {
         finalSent ||= final;
         if (this.dead) return; // the stub is gone: nobody would read or remove a file
         if (response === undefined) {
@@ -1176,11 +1162,11 @@ class Stub {
   async #bls(msg: Extract<StubMessage, { op: "bls" }>, request: InferRequest | Error): Promise<void> {
     const reply = (extra: Record<string, unknown>, packed?: Packed) =>
       this.#send({ op: "bls_result", id: msg.id, ...extra }, packed);
-    const infer = this.#opts.infer;
+    const server = this.#opts.server;
     try {
       if (request instanceof Error) throw request;
-      if (!infer) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
-      const response = await infer(request);
+      if (!server) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
+      const response = await server.infer(request);
       const items = tensorBytes(response.outputs);
       if (msg.file === undefined || inlineSize(items) <= INLINE_MAX) {
         const packed: Packed = { descs: [], parts: [], size: 0 };
@@ -1199,7 +1185,7 @@ class Stub {
 
   /** Carries out a model's call on its metrics (see MetricCall). */
   #metricCall(msg: MetricCall): void {
-    const metrics = this.#opts.metrics;
+    const metrics = this.#opts.server?.metrics;
     const answer = (extra: Record<string, unknown>) => {
       if (msg.id !== undefined) this.#send({ op: "metric_result", id: msg.id, ...extra }).catch(() => {});
     };
@@ -1235,7 +1221,7 @@ class Stub {
   async #modelCall(msg: ModelCall, payload: Uint8Array): Promise<void> {
     const reply = (extra: Record<string, unknown>) =>
       this.#send({ op: "model_result", id: msg.id, ...extra });
-    const models = this.#opts.models;
+    const models = this.#opts.server?.models;
     try {
       if (!models) throw unavailable(`Cannot manage models from ${this.#what}: no server to call`);
       const model = String(msg.model);
@@ -1601,11 +1587,7 @@ export class PythonBackend implements Backend {
   readonly name = "python";
   /** The model file. */
   readonly defaultModelFilename = "model.py";
-  #infer: InferFn | undefined;
-  #inferStream: InferStreamFn | undefined;
-  #logger: Logger | undefined;
-  #models: ModelControl | undefined;
-  #metrics: ModelMetrics | undefined;
+  #server: ServerAccess | undefined;
 
   /**
    * Lets models call back into the server (`pb_utils.InferenceRequest.exec`, `exec(decoupled=True)`) and
@@ -1613,11 +1595,7 @@ export class PythonBackend implements Backend {
    * @param server the server's models and log
    */
   bind(server: ServerAccess): void {
-    this.#infer = (r) => server.infer(r);
-    this.#inferStream = (r, sink) => server.inferStream(r, sink);
-    this.#logger = server.logger;
-    this.#models = server.models;
-    this.#metrics = server.metrics;
+    this.#server = server;
   }
 
   /** Runs the model class's `auto_complete_config` in a short-lived stub. */
@@ -1674,11 +1652,7 @@ export class PythonBackend implements Backend {
       waitSpinUs: waitSpinUs(config, ctx.backendConfig),
       config,
       ctx,
-      infer: this.#infer,
-      inferStream: this.#inferStream,
-      logger: this.#logger,
-      models: this.#models,
-      metrics: this.#metrics,
+      server: this.#server,
     };
     const timeoutMs = executeTimeoutMs(config, ctx.backendConfig);
     return new PythonInstance(opts, await Stub.start(opts), timeoutMs);

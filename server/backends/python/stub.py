@@ -491,9 +491,10 @@ class Connection:
         with self.pending_lock:
             self.pending[call_id] = (future, shared)
         version = request.model_version()
-        # The server's JSON numbers are doubles: integers beyond 2^53 go as their digits, named in parameters_int.
+        # The server's JSON numbers are doubles: integers beyond 2^53 go as their digits (named in parameters_int,
+        # or flagged by correlation_id_int).
         params = json.loads(request.parameters())
-        big = [k for k, v in params.items() if type(v) is int and not -(2**53) < v < 2**53]
+        big = [k for k, v in params.items() if _beyond_double(v)]
         for k in big:
             params[k] = str(params[k])
         msg = {
@@ -502,7 +503,7 @@ class Connection:
             "model": request.model_name(),
             "version": "" if version in (None, -1, "") else str(version),
             "request_id": request.request_id(),
-            "correlation_id": request.correlation_id(),
+            "correlation_id": str(cid) if _beyond_double(cid) else cid,
             "flags": request.flags(),
             "timeout": request.timeout(),
             "parameters": params,
@@ -514,10 +515,7 @@ class Connection:
             msg["file"] = path
         if big:
             msg["parameters_int"] = big
-        cid = msg["correlation_id"]
-        if isinstance(cid, int) and not -(2**53) < cid < 2**53:
-            # The server's JSON numbers are doubles: an integer beyond 2^53 goes as its digits.
-            msg["correlation_id"] = str(cid)
+        if _beyond_double(cid):
             msg["correlation_id_int"] = True
         self.send(msg, parts, size)
         return future
@@ -725,8 +723,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
                     if held:
                         conn.send_frames(held)
                     raise
-                message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
-                error = {"op": "error", "message": f"{type(e).__name__}: {message}", "trace": traceback.format_exc()}
+                error = {"op": "error", "message": _error_text(e), "trace": traceback.format_exc()}
                 held.append((error, (), 0, tag))
             now = time.perf_counter()
             # The recent calls' duration: a held answer waits for the whole of the next call, so answers are held
@@ -851,6 +848,24 @@ def _plain_parts(result):
     return tuple(form), parts, size
 
 
+def _beyond_double(v):
+    """Whether a value is an integer a JSON number (a double) cannot keep exactly."""
+    return type(v) is int and not -(2**53) < v < 2**53
+
+
+def _error_text(e):
+    """An exception as its answer says it: its type and message."""
+    message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
+    return f"{type(e).__name__}: {message}"
+
+
+def _exit_now(e):
+    """Ends the process at once with a SystemExit's code, its output flushed (threads are not waited for)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
+
+
 class _Exit:
     """A SystemExit or KeyboardInterrupt raised in a coroutine, carried back to the stub's thread to be raised
     there (raised on the loop's thread, it would stop the loop and leave the waiting thread waiting)."""
@@ -888,9 +903,7 @@ class EventLoop:
         except SystemExit as e:
             # sys.exit() in a task stops the loop with it: the stub ends as it would on its own thread (a thread
             # left waiting for the loop would wait for good).
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
+            _exit_now(e)
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
             os._exit(1)
@@ -912,9 +925,8 @@ class EventLoop:
                 await awaitable
             except BaseException as e:  # noqa: BLE001 (a cancelled or exiting coroutine too)
                 exiting = isinstance(e, (SystemExit, KeyboardInterrupt))
-                message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
                 traceback.print_exc()
-                error = pb_utils.TritonError(f"{type(e).__name__}: {message}")
+                error = pb_utils.TritonError(_error_text(e))
                 for request in requests:
                     try:
                         sender = request.get_response_sender()
@@ -1071,9 +1083,7 @@ def main():
         except SystemExit as e:
             # A model that calls sys.exit() ends the stub at once: the interpreter's own exit would wait for every
             # thread the model started, and a thread that never ends would leave the stub, and its calls, hanging.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
+            _exit_now(e)
     elif mode == "autocomplete":
         autocomplete(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
