@@ -5,7 +5,6 @@
  * @module
  */
 
-import { CustomMetrics } from "./metrics/custom.ts";
 import { fileURLToPath } from "node:url";
 import { ConfigError, httpListenerCount, resolveConfig } from "./cli.ts";
 import type { ServerConfig, ServerConfigInput } from "./config.ts";
@@ -38,6 +37,7 @@ import { trtShimPath } from "../ffi/trtshim.ts";
 import { TraceManager } from "./trace/trace.ts";
 import { ResponseCache } from "./cache/response_cache.ts";
 import { registerCacheMetrics } from "./metrics/cache_metrics.ts";
+import { CustomMetrics } from "./metrics/custom.ts";
 import { RateLimiter } from "./scheduler/rate_limiter.ts";
 import type { CloudRepositories } from "./repository/cloud.ts";
 

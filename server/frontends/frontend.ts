@@ -11,6 +11,13 @@ import type { CudaSharedMemory } from "../shm/cuda_shm.ts";
 import type { TraceManager } from "../trace/trace.ts";
 import type { Restrictions } from "./restricted.ts";
 
+/**
+ * The most bytes of a streamed answer (server-sent events, a gRPC stream's responses) held for a client that does
+ * not read them, beyond what its connection took: past it the answer is cut and its requests cancelled, as if the
+ * client had gone.
+ */
+export const STREAM_HELD_MAX = 16 * 1024 * 1024;
+
 /** The options every frontend takes. */
 export interface FrontendOptions {
   /** The server name of server metadata (`--id`). */

@@ -160,15 +160,15 @@ export class ModelVersion {
           );
         }
       }
-      // Stamped before the instances load: a file replaced while they load leaves a stamp that no longer matches
-      // it, so that copies on other threads refuse it rather than open other weights than the main thread's.
-      const file = await fileStamp(modelPath);
-      const stamp = file && { ...file, folder: await folderStamp(versionDir) };
       if (this.config.instance_group.every((g) => g.passive === true)) {
         throw invalidArg(
           `Cannot load '${this.name}': every instance group is passive, so no instance would serve`,
         );
       }
+      // Stamped before the instances load: a file replaced while they load leaves a stamp that no longer matches
+      // it, so that copies on other threads refuse it rather than open other weights than the main thread's.
+      const file = await fileStamp(modelPath);
+      const stamp = file && { ...file, folder: await folderStamp(versionDir) };
       const limits: InstanceLimits[] = [];
       // As Triton: the instances of a passive group load (and warm up) but take no requests from the scheduler.
       const serving: BackendInstance[] = [];

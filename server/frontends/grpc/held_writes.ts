@@ -7,12 +7,7 @@
  */
 
 import * as grpc from "@grpc/grpc-js";
-
-/**
- * The most bytes of messages held for one stream (beyond what the connection took): past it the stream writes
- * no more, its requests are cancelled and it ends RESOURCE_EXHAUSTED, as an HTTP event stream is cut.
- */
-export const STREAM_HELD_MAX = 16 * 1024 * 1024;
+import { STREAM_HELD_MAX } from "../frontend.ts";
 
 /**
  * How long a cut stream keeps the responses it held while its client takes none of them: after it, they are
@@ -41,7 +36,8 @@ export class HeldWrites {
   /**
    * @param call the stream
    * @param over called once when the bound is passed (before the stream ends): cancels the stream's requests
-   * @param max the bound in bytes (default STREAM_HELD_MAX)
+   * @param max the bound in bytes (default STREAM_HELD_MAX: past it the stream writes no more, its requests are
+   *   cancelled and it ends RESOURCE_EXHAUSTED)
    * @param graceMs how long a cut stream keeps what it held (default CUT_GRACE_MS)
    */
   constructor(

@@ -5,11 +5,7 @@
  * @module
  */
 
-/**
- * The most bytes of events held for one client (beyond what the connection's own buffers took): past it the
- * answer is cut and its request cancelled, as if the client had gone.
- */
-export const EVENTS_HELD_MAX = 16 * 1024 * 1024;
+import { STREAM_HELD_MAX } from "../frontend.ts";
 
 /** A streamed answer's body and the events pushed to it. */
 export class EventBody {
@@ -23,9 +19,9 @@ export class EventBody {
   /**
    * @param gone called once when the client will take no more events: it went away (`left`), or it let more
    *   than `max` bytes of them wait (`not reading`; the body is then failed, which ends the connection)
-   * @param max the most bytes of events held for the client (default EVENTS_HELD_MAX)
+   * @param max the most bytes of events held for the client (default STREAM_HELD_MAX)
    */
-  constructor(gone: (why: "left" | "not reading") => void, max = EVENTS_HELD_MAX) {
+  constructor(gone: (why: "left" | "not reading") => void, max = STREAM_HELD_MAX) {
     this.#gone = gone;
     this.#max = max;
     // Measured in bytes, nothing wanted ahead: desiredSize is minus the bytes waiting for the client.
