@@ -10,7 +10,8 @@ import { fileURLToPath } from "node:url";
 import { PythonBackend, spinAllowance, waitSpinUs } from "../../server/backends/python.ts";
 import { readConfigFile, toModelConfig } from "../../server/repository/config.ts";
 import { ServerError } from "../../server/core/errors.ts";
-import type { Tensor } from "../../server/core/types.ts";
+import type { ParamValue, Tensor } from "../../server/core/types.ts";
+import type { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { pythonPath, startTestServer } from "../helpers.ts";
 import { inferJson } from "./_http.ts";
 import { pythonJson } from "./_python.ts";
@@ -660,5 +661,64 @@ Deno.test("requests at once go to different instances, not into one instance's p
     const pids = await Promise.all(Array.from({ length: n }, () => pidOf(200)));
     const counts = [...Map.groupBy(pids, (p) => p).values()].map((g) => g.length);
     assert.deepEqual(counts, n === 2 ? [1, 1] : [2, 2], `stubs of ${n} calls: ${pids.join(", ")}`);
+  }
+});
+
+Deno.test("calls of alternating forms each reach the model as they were sent", async () => {
+  const dir = fileURLToPath(new URL("../fixtures/python_models/describe_py", import.meta.url));
+  const config = toModelConfig(await readConfigFile(dir, "describe_py"), "describe_py");
+  const instance = await new PythonBackend().createInstance(config, context(dir, "describe_py"));
+  type Form = [number[], number[], string, Record<string, ParamValue>];
+  // One shape array for every call, changed in place between them: the stub must be told the shape of the
+  // call, not the one the array had when an earlier call of the same form went out.
+  const shape = [1, 2];
+  const call = ([dims, values, id, parameters]: Form) => {
+    shape.splice(0, 2, ...dims);
+    const data = new Uint8Array(Float32Array.from(values).buffer);
+    const inputs = new Map([["INPUT0", { name: "INPUT0", datatype: "FP32" as const, shape, data }]]);
+    return { inputs, outputNames: ["DESC"], id, parameters };
+  };
+  const described = (out: Map<string, Tensor> | Error) => {
+    assert.ok(out instanceof Map, String(out));
+    return JSON.parse((out.get("DESC")!.data as BytesTensor).strings()[0]!);
+  };
+  const want = ([dims, values, id, p]: Form) => {
+    const { sequence_id, sequence_start, sequence_end, ...parameters } = p;
+    return {
+      correlation_id: sequence_id ?? 0,
+      flags: (sequence_start ? 1 : 0) | (sequence_end ? 2 : 0),
+      id,
+      parameters,
+      shape: dims,
+      values,
+    };
+  };
+  try {
+    const forms: Form[] = [
+      [[1, 2], [1, 2], "", {}],
+      [[1, 2], [3, 4], "", {}],
+      [[2, 1], [5, 6], "", {}],
+      [[1, 3], [5, 6, 7], "", {}],
+      [[1, 2], [8, 9], "a", {}],
+      [[1, 2], [10, 11], "a", { k: 1 }],
+      [[1, 2], [12, 13], "a", { k: 2 }],
+      [[1, 2], [14, 15], "a", { k: "2" }],
+      [[1, 2], [16, 17], "a", { j: 2 }],
+      [[1, 2], [18, 19], "", { sequence_id: 7, sequence_start: true }],
+      [[1, 2], [20, 21], "", { sequence_id: 7 }],
+      [[1, 2], [22, 23], "", { sequence_id: 8, sequence_end: true }],
+      [[2, 1], [24, 25], "", {}],
+    ];
+    for (const form of [...forms, ...forms.toReversed()]) {
+      const [out] = await instance.executeRequests!([call(form)]);
+      assert.deepEqual(described(out!), want(form));
+    }
+    // Two requests in one call, then one: the header names as many as the call has.
+    const two = await instance.executeRequests!([call(forms[0]!), call(forms[1]!)]);
+    assert.deepEqual(two.map(described), [forms[0]!, forms[1]!].map(want));
+    const [one] = await instance.executeRequests!([call(forms[1]!)]);
+    assert.deepEqual(described(one!), want(forms[1]!));
+  } finally {
+    await instance.close();
   }
 });
