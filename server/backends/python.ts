@@ -1332,12 +1332,6 @@ class Stub {
         return;
       }
       if (msg.action !== "load") throw invalidArg(`Cannot manage models: unknown action '${msg.action}'`);
-      if (model === this.#opts.config.name) {
-        // A reload waits for the model's requests in flight, one of which is this call: it would never end.
-        throw invalidArg(
-          `Cannot load '${model}' from its own code: the load would wait for the call that asks`,
-        );
-      }
       const files = new Map<string, Uint8Array>();
       let at = 0;
       for (const f of msg.files ?? []) {

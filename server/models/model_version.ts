@@ -337,11 +337,23 @@ export class ModelVersion {
     return { inputs: sig.inputs.map(meta), outputs: sig.outputs.map(meta) };
   }
 
+  /**
+   * Stops accepting requests, here and on the listener threads that keep a copy (once for all callers); the
+   * requests it holds still run (see unload).
+   */
+  stopTaking(): Promise<void> {
+    return this.#stopping ??= (async () => {
+      await this.replicaHost?.withdraw(this);
+      this.unloaded = true;
+      this.state = "UNLOADING";
+    })();
+  }
+
+  #stopping: Promise<void> | undefined;
+
   /** Stops accepting requests, waits for queued and executing ones, then frees the instances. */
   async unload(): Promise<void> {
-    await this.replicaHost?.withdraw(this);
-    this.unloaded = true;
-    this.state = "UNLOADING";
+    await this.stopTaking();
     await this.#scheduler?.stop();
     await this.#closeInstances();
     this.state = "UNAVAILABLE";

@@ -654,15 +654,32 @@ export class ModelRegistry {
     const newReady = [...entry.versions.values()].some((v) => v.state === "READY");
     if (newReady || oldReady.length === 0) {
       this.#models.set(name, entry);
-      await Promise.all(oldReady.map((v) => v.unload()));
-      // As Triton: a version the new config no longer serves stays in the index as UNAVAILABLE "unloaded"
-      // (also over later reloads).
+      // As Triton: the load is done once the new versions serve and the old ones take no more requests; those
+      // finish the requests they hold and unload in the background. A load that waited for them could wait for
+      // itself: a request of the model whose Python code calls a model whose code loads it.
+      await Promise.all(oldReady.map((v) => v.stopTaking()));
+      // As Triton: a version the new config no longer serves stays in the index (UNLOADING, then UNAVAILABLE
+      // "unloaded"), also over later reloads.
       const dropped = old ? [...old.versions.values()].filter((v) => v.unloaded) : [];
       for (const v of dropped) if (!entry.versions.has(v.version)) entry.versions.set(v.version, v);
-      if (old && old !== entry) await this.#discard(old.location);
+      this.#retire(oldReady, old && old !== entry ? old.location : undefined);
       return entry;
     }
     return entry;
+  }
+
+  /** Old versions a reload replaced, finishing the requests they hold (close waits for them). */
+  #retiring = new Set<Promise<void>>();
+
+  /**
+   * Unloads versions that take no more requests in the background, then removes the uploaded files they served
+   * from (none for a model of the repositories).
+   */
+  #retire(versions: readonly ModelVersion[], location: ModelLocation | undefined): void {
+    const done: Promise<void> = Promise.allSettled(versions.map((v) => v.unload()))
+      .then(() => (location ? this.#discard(location) : undefined))
+      .finally(() => this.#retiring.delete(done));
+    this.#retiring.add(done);
   }
 
   async #load(entry: ModelEntry, override?: Record<string, unknown>): Promise<void> {
@@ -948,6 +965,7 @@ export class ModelRegistry {
     await Promise.all([...this.#locks.values()]);
     const all = [...this.#models.values()].flatMap((e) => [...e.versions.values()]);
     await Promise.all(all.filter((v) => v.state === "READY").map((v) => v.unload()));
+    await Promise.all([...this.#retiring]);
     await Promise.all([...this.#models.values()].map((e) => this.#discard(e.location)));
   }
 }
