@@ -370,6 +370,10 @@ Deno.test("--model-control-mode=explicit: load, unload, reload with config overr
     assert.equal((await load(u, "uploaded", { config, "file:1/model.onnx": b64(onnx) })).status, 200);
     const second = s.server.registry.entry("uploaded")!.location.repository;
     assert.notEqual(second, first);
+    // The old version's files go once it has finished its requests and unloaded, after the load returned.
+    for (let i = 0; i < 500 && await Deno.stat(first).then(() => true, () => false); i++) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
     await assert.rejects(Deno.stat(first), Deno.errors.NotFound);
     const broken = await load(u, "uploaded", { config, "file:1/model.onnx": b64(onnx.subarray(0, 10)) });
     assert.equal(broken.status, 400);
