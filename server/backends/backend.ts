@@ -8,6 +8,15 @@ import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import type { Logger } from "../logging.ts";
 
+/**
+ * The response parameters a backend gives a request beside its outputs (a Python model's
+ * `InferenceResponse(parameters=...)`), kept on the map of the outputs it answers with.
+ */
+export const RESPONSE_PARAMETERS: unique symbol = Symbol("response parameters");
+
+/** A request's outputs by name, with the response parameters the backend gave it, if any. */
+export type BackendOutputs = Map<string, Tensor> & { [RESPONSE_PARAMETERS]?: Record<string, ParamValue> };
+
 /** One request of a batch, for backends whose requests stay separate (see executeRequests). */
 export interface BackendRequest {
   /** The request's inputs by name. */

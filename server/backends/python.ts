@@ -29,7 +29,14 @@ import { concatBytes } from "../core/bytes.ts";
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { type Datatype, elementCount, elementSize, fromConfigType, rawJSON } from "../core/dtypes.ts";
+import {
+  type Datatype,
+  elementCount,
+  elementSize,
+  fromConfigType,
+  parseJsonExact,
+  rawJSON,
+} from "../core/dtypes.ts";
 import {
   type ErrorCode,
   internal,
@@ -41,7 +48,15 @@ import {
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, ParamValue, Tensor } from "../core/types.ts";
 import { printError } from "../logging.ts";
-import type { Backend, BackendInstance, BackendRequest, InstanceContext, ServerAccess } from "./backend.ts";
+import {
+  type Backend,
+  type BackendInstance,
+  type BackendOutputs,
+  type BackendRequest,
+  type InstanceContext,
+  RESPONSE_PARAMETERS,
+  type ServerAccess,
+} from "./backend.ts";
 import { Slab } from "../core/slab.ts";
 import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
@@ -253,12 +268,15 @@ interface StubStreamResponse {
   file?: string;
   outputs?: TensorDesc[];
   error?: { message: string; code: string };
+  parameters?: Record<string, unknown>;
 }
 
 /** What the stub answers for one request. */
 interface StubResponse {
   outputs?: TensorDesc[];
   error?: { message: string; code: string };
+  /** The response's parameters (`InferenceResponse(parameters=...)`): booleans, integers and strings. */
+  parameters?: Record<string, unknown>;
 }
 
 /** A message from the stub. */
@@ -354,6 +372,40 @@ function readAt(file: Deno.FsFile, offset: number, nbytes: number): Uint8Array {
     const n = file.readSync(out.subarray(done));
     if (n === null || n === 0) throw internal(`Cannot read Python tensor bytes: the shared file ends early`);
     done += n;
+  }
+  return out;
+}
+
+/**
+ * Keeps a response's parameters, as the stub sent them, on the map of its outputs (see RESPONSE_PARAMETERS):
+ * booleans, strings and integers (those beyond 2^53 as bigints); the stub refuses other values.
+ */
+function withParameters(
+  out: Map<string, Tensor>,
+  parameters: Record<string, unknown> | undefined,
+): BackendOutputs {
+  const kept: Record<string, ParamValue> = {};
+  let any = false;
+  for (const [k, v] of Object.entries(parameters ?? {})) {
+    if (typeof v === "string" || typeof v === "boolean" || typeof v === "bigint" || Number.isInteger(v)) {
+      kept[k] = v as ParamValue;
+      any = true;
+    }
+  }
+  if (any) (out as BackendOutputs)[RESPONSE_PARAMETERS] = kept;
+  return out;
+}
+
+/**
+ * A response's parameters as a message to the stub carries them (integers beyond 2^53 as their digits, which
+ * Python reads as ints), or undefined when it has none.
+ */
+function wireParameters(
+  parameters: Readonly<Record<string, ParamValue>>,
+): Record<string, unknown> | undefined {
+  let out: Record<string, unknown> | undefined;
+  for (const [k, v] of Object.entries(parameters)) {
+    (out ??= {})[k] = typeof v === "bigint" ? rawJSON(v.toString()) : v;
   }
   return out;
 }
@@ -1062,7 +1114,8 @@ class Stub {
       let msg = this.#resultHeads.get(text);
       if (!msg) {
         try {
-          msg = JSON.parse(text) as StubMessage;
+          // Exact: a response parameter may be an integer beyond 2^53.
+          msg = parseJsonExact(text) as StubMessage;
         } catch (err) {
           // A header that does not parse fails its own call alone (its tag names it); the frames after it
           // are read as before.
@@ -1138,6 +1191,7 @@ class Stub {
           out.set(d.name, readTensor(undefined, d, `output '${d.name}' of ${this.#what}`, own));
         }
       }
+      if (out instanceof Map && msg.parameters) out = withParameters(out, msg.parameters);
     } catch (err) {
       out = internal(`Cannot read a response of ${this.#what}: ${(err as Error).message}`);
     }
@@ -1224,10 +1278,11 @@ class Stub {
           this.#send({ op: "bls_stream", id: msg.id, final, error: wireError(response) }).catch(() => {});
         } else {
           const items = tensorBytes(response.outputs);
+          const parameters = wireParameters(response.parameters);
           if (inlineSize(items) <= INLINE_MAX) {
             const packed: Packed = { descs: [], parts: [], size: 0 };
             const outputs = packInline(items, packed);
-            this.#send({ op: "bls_stream", id: msg.id, final, outputs }, packed).catch(() => {});
+            this.#send({ op: "bls_stream", id: msg.id, final, outputs, parameters }, packed).catch(() => {});
             return;
           }
           const path = join(
@@ -1237,7 +1292,7 @@ class Stub {
           try {
             using file = createPrivateFile(path);
             const { descs } = writeTensors(file, 0, response.outputs, 0);
-            this.#send({ op: "bls_stream", id: msg.id, final, file: path, outputs: descs })
+            this.#send({ op: "bls_stream", id: msg.id, final, file: path, outputs: descs, parameters })
               .catch(() => Deno.remove(path).catch(() => {}));
           } catch (err) {
             Deno.remove(path).catch(() => {});
@@ -1262,16 +1317,17 @@ class Stub {
       if (!server) throw unavailable(`Cannot run BLS from ${this.#what}: no server to call`);
       const response = await server.infer(request);
       const items = tensorBytes(response.outputs);
+      const parameters = wireParameters(response.parameters);
       if (msg.file === undefined || inlineSize(items) <= INLINE_MAX) {
         const packed: Packed = { descs: [], parts: [], size: 0 };
         const outputs = packInline(items, packed);
-        await reply({ outputs }, packed);
+        await reply({ outputs, parameters }, packed);
         return;
       }
       using file = await Deno.open(msg.file, { read: true, write: true });
       const size = (await file.stat()).size;
       const { descs } = writeTensors(file, 0, response.outputs, size);
-      await reply({ outputs: descs });
+      await reply({ outputs: descs, parameters });
     } catch (err) {
       await reply({ error: wireError(err) });
     }
@@ -1511,7 +1567,7 @@ class Stub {
         for (const d of response.outputs ?? []) {
           out.set(d.name, readTensor(this.#shm, d, `output '${d.name}' of ${this.#what}`, own));
         }
-        return out;
+        return response.parameters ? withParameters(out, response.parameters) : out;
       } catch (err) {
         this.#senders.delete(`${id}:${i}`);
         return err as Error;

@@ -7,9 +7,9 @@
 import { BytesTensor } from "../core/bytes_tensor.ts";
 import { classify } from "../core/classification.ts";
 import { internal, type ServerError, toServerError } from "../core/errors.ts";
-import type { InferResponse, Tensor, TensorSpec } from "../core/types.ts";
+import type { InferResponse, ParamValue, Tensor, TensorSpec } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
-import type { BackendInstance } from "../backends/backend.ts";
+import { type BackendInstance, type BackendOutputs, RESPONSE_PARAMETERS } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
 import { setBytes } from "../core/shared_copy.ts";
 import type { ExecutionTimes } from "../metrics/stats.ts";
@@ -105,6 +105,7 @@ function respond(
   r: ValidatedRequest,
   outputs: (name: string) => Tensor | undefined,
   partial = false,
+  parameters?: Readonly<Record<string, ParamValue>>,
 ): InferResponse {
   const tensors: Tensor[] = [];
   for (const o of r.outputs) {
@@ -119,7 +120,13 @@ function respond(
         : t,
     );
   }
-  return { model: model.name, version: model.version, id: r.request.id, outputs: tensors, parameters: {} };
+  return {
+    model: model.name,
+    version: model.version,
+    id: r.request.id,
+    outputs: tensors,
+    parameters: parameters ? { ...parameters } : {},
+  };
 }
 
 /** The `send` of a request to a decoupled model: turns each backend response into the request's response. */
@@ -134,7 +141,13 @@ function streamTo(
     if (out instanceof Error) return stream(toServerError(out), final);
     let response: InferResponse | ServerError;
     try {
-      response = respond(model, r, (name) => out.get(name), true);
+      response = respond(
+        model,
+        r,
+        (name) => out.get(name),
+        true,
+        (out as BackendOutputs)[RESPONSE_PARAMETERS],
+      );
     } catch (err) {
       response = toServerError(err);
     }
@@ -176,7 +189,7 @@ async function executeSeparately(
       if (r.request.stream) return respond(model, r, () => undefined, true);
       // As Triton: a model that answers each request itself (Python) may leave out outputs; the response
       // carries those it produced.
-      return respond(model, r, (name) => out.get(name), true);
+      return respond(model, r, (name) => out.get(name), true, (out as BackendOutputs)[RESPONSE_PARAMETERS]);
     } catch (err) {
       return toServerError(err);
     }

@@ -557,10 +557,10 @@ class Connection:
                 finally:
                     os.unlink(path)
                 tensors = [pb_utils.Tensor(d["name"], read_tensor(data, d, copy=True), d["datatype"]) for d in msg["outputs"]]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+                responses.append(_bls_response(tensors, msg))
             elif msg.get("outputs") is not None:
                 tensors = [pb_utils.Tensor(d["name"], read_tensor(payload, d), d["datatype"]) for d in msg["outputs"]]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+                responses.append(_bls_response(tensors, msg))
             elif msg.get("final"):
                 # A final flag alone: an empty response, as for any decoupled model.
                 responses.append(pb_utils.InferenceResponse())
@@ -585,7 +585,7 @@ class Connection:
                 pb_utils.Tensor(d["name"], read_tensor(tensor_source(d, payload, mm), d, copy=mm is not None), d["datatype"])
                 for d in msg["outputs"]
             ]
-            future.set_result(pb_utils.InferenceResponse(output_tensors=tensors))
+            future.set_result(_bls_response(tensors, msg))
         except Exception as e:  # noqa: BLE001
             future.set_result(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"Cannot read BLS outputs: {e}")))
         finally:
@@ -622,6 +622,8 @@ class Connection:
                     msg["file"] = path
             else:
                 msg["outputs"] = []
+            if response._parameters and not response.has_error():
+                msg["parameters"] = response._parameters
         self.send(msg, parts, size)
 
     def log(self, level, message):
@@ -768,6 +770,14 @@ except (OSError, AttributeError):
 # one task more (a client's or a runtime's thread, running for a moment), and refusing to spin then left the
 # server with 0.77x the HTTP JSON requests per second at 1.22x the CPU per request (bench/ab.ts, 2026-11-27).
 _CORE_SLACK = 1
+
+
+def _bls_response(tensors, msg):
+    """The response of a BLS call: its outputs, and the parameters of the called model's response as the server
+    sent them."""
+    response = pb_utils.InferenceResponse(output_tensors=tensors)
+    response._parameters = dict(msg.get("parameters") or {})
+    return response
 
 
 def _core_free():

@@ -273,6 +273,25 @@ def _to_bytes(v):
     return str(v).encode("utf-8")
 
 
+def _response_parameters(parameters):
+    """A response's parameters as a dict, from a dict or its JSON text: string keys, and values that are
+    booleans, integers or strings, which is what a response parameter can hold."""
+    if parameters is None:
+        return {}
+    if isinstance(parameters, str):
+        parameters = json.loads(parameters) if parameters else {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect parameters to be a dict or its JSON text, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return dict(parameters)
+
+
 class InferenceResponse:
     """A model's answer to one request: output tensors, or an error."""
 
@@ -281,9 +300,7 @@ class InferenceResponse:
         if isinstance(error, str):
             error = TritonError(error)
         self._error = error
-        if isinstance(parameters, str):
-            parameters = json.loads(parameters) if parameters else {}
-        self._parameters = dict(parameters or {})
+        self._parameters = _response_parameters(parameters)
 
     def output_tensors(self):
         return self._outputs
