@@ -34,25 +34,25 @@ def grpc_params(response):
 
 res = {"http": [], "grpc": [], "errors": []}
 for value in [{}, {"bool": True, "str": "Hello World!", "int": 1024}, {"big": 2**62 + 1, "neg": -5, "f": ""}]:
-    r = http.infer("params_py", params_input(h, value))
+    r = http.infer("resp_params_py", params_input(h, value))
     res["http"].append(r.get_response().get("parameters", {}))
-    r = grpc.infer("params_py", params_input(g, value))
+    r = grpc.infer("resp_params_py", params_input(g, value))
     res["grpc"].append(grpc_params(r.get_response()))
 for value in [{"int": 2, "float": 0.5}, {"bool": True, "null": None}, {"list": ["x"]}, {"int_key": True}, [1]]:
     try:
-        http.infer("params_py", params_input(h, value))
+        http.infer("resp_params_py", params_input(h, value))
         res["errors"].append("no error")
     except InferenceServerException as e:
         res["errors"].append(e.message())
 q = queue.Queue()
 grpc.start_stream(callback=lambda result, error: q.put((result, error)))
-grpc.async_stream_infer("stream_params_py", params_input(g, [{"bool": False, "int": 2048}, {"str": "?"}]))
+grpc.async_stream_infer("stream_resp_params_py", params_input(g, [{"bool": False, "int": 2048}, {"str": "?"}]))
 res["stream"] = []
 for _ in range(2):
     result, error = q.get(timeout=30)
     res["stream"].append(str(error) if error else grpc_params(result.get_response()))
 grpc.stop_stream()
-r = http.infer("bls_params_py", params_input(h, {"bool": False, "int": 7, "str": "s"}))
+r = http.infer("bls_resp_params_py", params_input(h, {"bool": False, "int": 7, "str": "s"}))
 res["bls"] = json.loads(r.as_numpy("OUT")[0])
 print(json.dumps(res))
 `;
@@ -62,9 +62,9 @@ Deno.test("response parameters of Python models reach tritonclient over HTTP, gR
     `--model-repository=${MODELS}`,
     `--backend-config=python,python-executable=${pythonPath()}`,
     "--model-control-mode=explicit",
-    "--load-model=params_py",
-    "--load-model=stream_params_py",
-    "--load-model=bls_params_py",
+    "--load-model=resp_params_py",
+    "--load-model=stream_resp_params_py",
+    "--load-model=bls_resp_params_py",
     "--allow-grpc=true",
   ]);
   const out = await new Deno.Command(pythonPath(), {
