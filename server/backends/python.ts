@@ -295,12 +295,11 @@ type StubMessage =
     model: string;
     version: string;
     request_id: string;
-    /** The sequence the call belongs to (0 or "" for none), and its start and end flags (1, 2). */
-    correlation_id?: number | string;
-    /** Whether correlation_id is the digits of an integer too large for a JSON number to keep. */
-    correlation_id_int?: boolean;
-    /** The parameters that are the digits of such integers. */
-    parameters_int?: string[];
+    /**
+     * The sequence the call belongs to (0 or "" for none; a bigint beyond 2^53, as the stub's messages are read
+     * exactly), and its start and end flags (1, 2).
+     */
+    correlation_id?: number | bigint | string;
     flags?: number;
     /** The call's timeout in µs (0 for none). */
     timeout?: number;
@@ -397,17 +396,24 @@ function withParameters(
 }
 
 /**
- * A response's parameters as a message to the stub carries them (integers beyond 2^53 as their digits, which
- * Python reads as ints), or undefined when it has none.
+ * Parameters (of a request, of a response) as a message to the stub carries them: integers beyond 2^53 written
+ * as their digits, which Python reads as ints, and the keys of `leaveOut` left out; the record itself where
+ * neither changes it.
  */
 function wireParameters(
   parameters: Readonly<Record<string, ParamValue>>,
-): Record<string, unknown> | undefined {
-  let out: Record<string, unknown> | undefined;
+  leaveOut?: ReadonlySet<string>,
+): Readonly<Record<string, unknown>> {
   for (const [k, v] of Object.entries(parameters)) {
-    (out ??= {})[k] = typeof v === "bigint" ? rawJSON(v.toString()) : v;
+    if (typeof v === "bigint" || leaveOut?.has(k)) {
+      return Object.fromEntries(
+        Object.entries(parameters).filter(([k]) => !leaveOut?.has(k)).map((
+          [k, v],
+        ) => [k, typeof v === "bigint" ? rawJSON(v.toString()) : v]),
+      );
+    }
   }
-  return out;
+  return parameters;
 }
 
 /** Writes tensors one after another from `start`; returns their descriptions and the end offset. */
@@ -1114,7 +1120,7 @@ class Stub {
       let msg = this.#resultHeads.get(text);
       if (!msg) {
         try {
-          // Exact: a response parameter may be an integer beyond 2^53.
+          // Exact: a parameter (of a response, of a BLS call) or a correlation id may be an integer beyond 2^53.
           msg = parseJsonExact(text) as StubMessage;
         } catch (err) {
           // A header that does not parse fails its own call alone (its tag names it); the frames after it
@@ -1221,21 +1227,17 @@ class Stub {
     try {
       const own = ownPayload(msg.inputs, payload);
       const inputs = msg.inputs.map((d) => readTensor(file, d, `BLS input '${d.name}'`, own));
+      // Integers beyond 2^53 are bigints here (the stub's messages are read exactly).
       const parameters: Record<string, ParamValue> = {};
       for (const [k, v] of Object.entries(msg.parameters ?? {})) {
-        if (["string", "number", "boolean"].includes(typeof v)) parameters[k] = v;
-      }
-      // Integers beyond 2^53 come as their digits (named in parameters_int), kept exact as bigints.
-      for (const k of msg.parameters_int ?? []) {
-        const v = parameters[k];
-        if (typeof v === "string" && /^-?[0-9]+$/.test(v)) parameters[k] = BigInt(v);
+        if (["string", "number", "boolean", "bigint"].includes(typeof v)) parameters[k] = v;
       }
       // A BLS call to a sequence model says its sequence as Triton's C API does: a correlation id and flags.
-      // An integer beyond 2^53 comes as its digits (correlation_id_int), and is the uint64 id a client's would be.
       const id = msg.correlation_id;
-      if (msg.correlation_id_int === true && typeof id === "string" && /^[0-9]+$/.test(id)) {
-        parameters.sequence_id = BigInt(id);
-      } else if ((typeof id === "number" && id !== 0) || (typeof id === "string" && id !== "")) {
+      if (
+        typeof id === "bigint" || (typeof id === "number" && id !== 0) ||
+        (typeof id === "string" && id !== "")
+      ) {
         parameters.sequence_id = id;
       }
       const flags = typeof msg.flags === "number" ? msg.flags : 0;
@@ -1443,19 +1445,8 @@ class Stub {
       }
       const p = r.parameters;
       const corr = p.sequence_id;
-      // The server's own parameters stay out of the model's view (as Triton); 64-bit integers are written as
-      // their digits, which Python reads as ints.
-      let parameters: Record<string, unknown> = p;
-      for (const [k, v] of Object.entries(p)) {
-        if (typeof v === "bigint" || SERVER_PARAMETERS.has(k)) {
-          parameters = Object.fromEntries(
-            Object.entries(p).filter(([k]) => !SERVER_PARAMETERS.has(k)).map((
-              [k, v],
-            ) => [k, typeof v === "bigint" ? rawJSON(v.toString()) : v]),
-          );
-          break;
-        }
-      }
+      // The server's own parameters stay out of the model's view (as Triton).
+      const parameters = wireParameters(p, SERVER_PARAMETERS);
       return {
         id: r.id,
         correlation_id: typeof corr === "bigint" ? rawJSON(corr.toString()) : corr ?? 0,

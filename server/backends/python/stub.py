@@ -491,32 +491,23 @@ class Connection:
         with self.pending_lock:
             self.pending[call_id] = (future, shared)
         version = request.model_version()
-        # The server's JSON numbers are doubles: integers beyond 2^53 go as their digits (named in parameters_int,
-        # or flagged by correlation_id_int).
-        params = json.loads(request.parameters())
-        big = [k for k, v in params.items() if _beyond_double(v)]
-        for k in big:
-            params[k] = str(params[k])
+        # Integers beyond 2^53 go as they are: the server reads them exactly.
         msg = {
             "op": "bls",
             "id": call_id,
             "model": request.model_name(),
             "version": "" if version in (None, -1, "") else str(version),
             "request_id": request.request_id(),
-            "correlation_id": str(cid) if _beyond_double(cid) else cid,
+            "correlation_id": cid,
             "flags": request.flags(),
             "timeout": request.timeout(),
-            "parameters": params,
+            "parameters": json.loads(request.parameters()),
             "outputs": list(request.requested_output_names()),
             "inputs": descs,
             "decoupled": decoupled,
         }
         if path is not None:
             msg["file"] = path
-        if big:
-            msg["parameters_int"] = big
-        if _beyond_double(cid):
-            msg["correlation_id_int"] = True
         self.send(msg, parts, size)
         return future
 
@@ -856,11 +847,6 @@ def _plain_parts(result):
                 size += n + pad
         form.append(None)
     return tuple(form), parts, size
-
-
-def _beyond_double(v):
-    """Whether a value is an integer a JSON number (a double) cannot keep exactly."""
-    return type(v) is int and not -(2**53) < v < 2**53
 
 
 def _error_text(e):
