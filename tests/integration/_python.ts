@@ -30,3 +30,21 @@ export async function pythonJson(source: string, env: Record<string, string> = {
   const lines = stdout.trim().split("\n");
   return JSON.parse(lines[lines.length - 1]!);
 }
+
+/**
+ * Writes a Python model into a repository: `<repo>/<name>/config.pbtxt` and version 1's `model.py`.
+ * @param repo the repository folder
+ * @param name the model's name (its folder)
+ * @param config the config.pbtxt text
+ * @param model the model.py source
+ */
+export async function writePythonModel(
+  repo: string,
+  name: string,
+  config: string,
+  model: string,
+): Promise<void> {
+  await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
+  await Deno.writeTextFile(`${repo}/${name}/config.pbtxt`, config);
+  await Deno.writeTextFile(`${repo}/${name}/1/model.py`, model);
+}

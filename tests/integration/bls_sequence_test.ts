@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { EXAMPLES, pythonPath, startTestServer } from "../helpers.ts";
 import { copyDir, inferJson, outputsOf } from "./_http.ts";
+import { writePythonModel } from "./_python.ts";
 
 const MODEL = `import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -124,19 +125,13 @@ Deno.test("BLS calls to a sequence model carry their correlation id and flags", 
   const repo = await Deno.makeTempDir({ prefix: "dinfer-bls-seq-" });
   try {
     await copyDir(`${EXAMPLES}/simple_sequence`, `${repo}/simple_sequence`);
-    await Deno.mkdir(`${repo}/bls_seq_py/1`, { recursive: true });
-    await Deno.writeTextFile(`${repo}/bls_seq_py/config.pbtxt`, CONFIG);
-    await Deno.writeTextFile(`${repo}/bls_seq_py/1/model.py`, MODEL);
-    await Deno.mkdir(`${repo}/bls_params_py/1`, { recursive: true });
-    await Deno.writeTextFile(`${repo}/bls_params_py/config.pbtxt`, PARAMS_CONFIG);
-    await Deno.writeTextFile(`${repo}/bls_params_py/1/model.py`, PARAMS_MODEL);
+    await writePythonModel(repo, "bls_seq_py", CONFIG, MODEL);
+    await writePythonModel(repo, "bls_params_py", PARAMS_CONFIG, PARAMS_MODEL);
     await copyDir(
       fileURLToPath(new URL("../fixtures/generate_models/echo_py", import.meta.url)),
       `${repo}/echo_py`,
     );
-    await Deno.mkdir(`${repo}/bls_pass_py/1`, { recursive: true });
-    await Deno.writeTextFile(`${repo}/bls_pass_py/config.pbtxt`, PASS_CONFIG);
-    await Deno.writeTextFile(`${repo}/bls_pass_py/1/model.py`, PASS_MODEL);
+    await writePythonModel(repo, "bls_pass_py", PASS_CONFIG, PASS_MODEL);
     await using s = await startTestServer([
       `--model-repository=${repo}`,
       `--backend-config=python,python-executable=${pythonPath()}`,

@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { FIXTURES, pythonPath, startServerProcess, startTestServer, type TestServer } from "../helpers.ts";
+import { writePythonModel } from "./_python.ts";
 
 const HANG_CONFIG = `name: "hang_py"
 backend: "python"
@@ -36,10 +37,8 @@ async function copy(from: string, to: string, oldName: string, newName: string):
   await Deno.writeTextFile(`${to}/config.pbtxt`, config.replace(`name: "${oldName}"`, `name: "${newName}"`));
 }
 
-async function addHangingModel(repo: string): Promise<void> {
-  await Deno.mkdir(`${repo}/hang_py/1`, { recursive: true });
-  await Deno.writeTextFile(`${repo}/hang_py/1/model.py`, HANG_MODEL);
-  await Deno.writeTextFile(`${repo}/hang_py/config.pbtxt`, HANG_CONFIG);
+function addHangingModel(repo: string): Promise<void> {
+  return writePythonModel(repo, "hang_py", HANG_CONFIG, HANG_MODEL);
 }
 
 function exists(path: string): boolean {
@@ -176,6 +175,19 @@ async function hangingLoad(url: string, repo: string): Promise<{ load: Promise<R
   return { load };
 }
 
+/** Unloads a model whose load is under way: the unload answers 200, the load 400, saying it was cancelled. */
+async function unloadCancels(url: string, name: string, load: Promise<Response>): Promise<void> {
+  const unload = await fetch(`${url}/v2/repository/models/${name}/unload`, { method: "POST" });
+  assert.equal(unload.status, 200, await unload.text());
+  const loaded = await load;
+  assert.equal(loaded.status, 400);
+  assert.deepEqual(await loaded.json(), {
+    error:
+      `Cannot load '${name}': failed to load '${name}': Cannot load '${name}': the load was cancelled: ` +
+      `'${name}' was unloaded while it loaded`,
+  });
+}
+
 /** A server in explicit mode over a new repository holding hang_py (or what `add` puts there). */
 async function explicitServer(
   add: (repo: string) => Promise<void> = addHangingModel,
@@ -195,15 +207,7 @@ Deno.test("unloading a model whose load hangs cancels the load and stops its stu
   const { repo, s } = await explicitServer();
   try {
     const { load } = await hangingLoad(s.url, repo);
-    const unload = await fetch(`${s.url}/v2/repository/models/hang_py/unload`, { method: "POST" });
-    assert.equal(unload.status, 200, await unload.text());
-    const loaded = await load;
-    assert.equal(loaded.status, 400);
-    assert.deepEqual(await loaded.json(), {
-      error:
-        "Cannot load 'hang_py': failed to load 'hang_py': Cannot load 'hang_py': the load was cancelled: " +
-        "'hang_py' was unloaded while it loaded",
-    });
+    await unloadCancels(s.url, "hang_py", load);
     assert.deepEqual(processesMentioning(repo), []);
     // The server goes on: the model loads again (and hangs again) when asked.
     const again = await hangingLoad(s.url, repo);
@@ -238,15 +242,12 @@ Deno.test("a server stopped in its own process cancels a hanging load and stops 
 });
 
 /** Adds warm_py: 1000 warmup runs of 50 ms each (50 s), each counted in the file `runs`. */
-async function addWarmingModel(repo: string): Promise<void> {
-  await Deno.mkdir(`${repo}/warm_py/1`, { recursive: true });
-  await Deno.writeTextFile(
-    `${repo}/warm_py/config.pbtxt`,
+function addWarmingModel(repo: string): Promise<void> {
+  return writePythonModel(
+    repo,
+    "warm_py",
     HANG_CONFIG.replace('"hang_py"', '"warm_py"') +
       'model_warmup [ { name: "w" count: 1000 inputs { key: "IN" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]\n',
-  );
-  await Deno.writeTextFile(
-    `${repo}/warm_py/1/model.py`,
     `import os
 import time
 
@@ -272,15 +273,7 @@ Deno.test("unloading a model while its warmup runs stops the warmup and cancels 
   try {
     const load = fetch(`${s.url}/v2/repository/models/warm_py/load`, { method: "POST" });
     await until("the warmup runs", () => exists(`${repo}/warm_py/runs`), 20_000);
-    const unload = await fetch(`${s.url}/v2/repository/models/warm_py/unload`, { method: "POST" });
-    assert.equal(unload.status, 200, await unload.text());
-    const loaded = await load;
-    assert.equal(loaded.status, 400);
-    assert.deepEqual(await loaded.json(), {
-      error:
-        "Cannot load 'warm_py': failed to load 'warm_py': Cannot load 'warm_py': the load was cancelled: " +
-        "'warm_py' was unloaded while it loaded",
-    });
+    await unloadCancels(s.url, "warm_py", load);
     // The warmup stopped after the run in progress (each takes 50 ms; all of them would take 50 s).
     const runs = (await Deno.readTextFile(`${repo}/warm_py/runs`)).length;
     assert.ok(runs < 1000, `${runs} warmup runs`);

@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { pythonPath, startTestServer } from "../helpers.ts";
 import { call, inferJson, outputsOf } from "./_http.ts";
+import { writePythonModel } from "./_python.ts";
 
 /** Answers the name of the instance that ran the request; counts its warmup runs in a file. */
 const MODEL = `import os
@@ -45,9 +46,7 @@ model_warmup [ { name: "w" batch_size: 1 inputs { key: "x" value: { data_type: T
 
 async function repository(groups: string): Promise<string> {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-passive-" });
-  await Deno.mkdir(`${repo}/who_py/1`, { recursive: true });
-  await Deno.writeTextFile(`${repo}/who_py/config.pbtxt`, config(groups));
-  await Deno.writeTextFile(`${repo}/who_py/1/model.py`, MODEL);
+  await writePythonModel(repo, "who_py", config(groups), MODEL);
   return repo;
 }
 

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { pythonPath, startTestServer } from "../helpers.ts";
 import { inferJson, outputsOf } from "./_http.ts";
+import { writePythonModel } from "./_python.ts";
 
 const MODEL = `import asyncio
 import sys
@@ -52,9 +53,7 @@ output [ { name: "ticks" data_type: TYPE_INT64 dims: [ 1 ] } ]
 Deno.test("a model's coroutines share one loop that keeps running; sys.exit in an async execute ends the stub", async (t) => {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-async-" });
   try {
-    await Deno.mkdir(`${repo}/tick_py/1`, { recursive: true });
-    await Deno.writeTextFile(`${repo}/tick_py/config.pbtxt`, CONFIG);
-    await Deno.writeTextFile(`${repo}/tick_py/1/model.py`, MODEL);
+    await writePythonModel(repo, "tick_py", CONFIG, MODEL);
     await using s = await startTestServer([
       `--model-repository=${repo}`,
       `--backend-config=python,python-executable=${pythonPath()}`,

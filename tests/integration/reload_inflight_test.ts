@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { EXAMPLES, pythonPath, startTestServer } from "../helpers.ts";
 import { copyDir, inferJson, outputsOf } from "./_http.ts";
+import { writePythonModel } from "./_python.ts";
 
 Deno.test("a request whose body arrives across a reload of its model is answered by the new version", async () => {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-reload-" });
@@ -102,14 +103,14 @@ Deno.test("a reload returns once the new version serves; the old one answers the
   const repo = await Deno.makeTempDir({ prefix: "dinfer-reload-" });
   try {
     const dir = `${repo}/gate_py`;
-    await Deno.mkdir(`${dir}/1`, { recursive: true });
-    await Deno.writeTextFile(`${dir}/1/model.py`, GATE_PY);
-    await Deno.writeTextFile(
-      `${dir}/config.pbtxt`,
+    await writePythonModel(
+      repo,
+      "gate_py",
       `name: "gate_py"\nbackend: "python"\nmax_batch_size: 0\n` +
         `input [ { name: "x" data_type: TYPE_INT32 dims: [ 2 ] } ]\n` +
         `output [ { name: "y" data_type: TYPE_INT32 dims: [ 2 ] } ]\n` +
         `parameters { key: "factor" value: { string_value: "1" } }\n`,
+      GATE_PY,
     );
     await using s = await startTestServer([
       `--model-repository=${repo}`,
