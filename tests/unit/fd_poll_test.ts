@@ -1,0 +1,52 @@
+import { assertEquals } from "../assert.ts";
+import { spinUntilReadable, unixSocketFd } from "../../server/core/fd_poll.ts";
+
+/** A listener on a fresh path, a client connected to it, and the accepted end. */
+async function connected(): Promise<
+  { dir: string; path: string; listener: Deno.Listener; client: Deno.Conn; server: Deno.Conn }
+> {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-fd-poll-" });
+  const path = `${dir}/s.sock`;
+  const listener = Deno.listen({ transport: "unix", path });
+  const client = await Deno.connect({ transport: "unix", path });
+  const server = await listener.accept();
+  return { dir, path, listener, client, server };
+}
+
+Deno.test("unixSocketFd finds the accepted end once the listener is closed, and spinning sees its bytes without reading them", async () => {
+  const { dir, path, listener, client, server } = await connected();
+  try {
+    // The listener and the accepted connection have the same name: not told apart.
+    assertEquals(unixSocketFd(path), -1);
+    listener.close();
+    const fd = unixSocketFd(path);
+    assertEquals(fd >= 0, true);
+    // Nothing sent yet: a 2 ms spin ends without bytes.
+    assertEquals(spinUntilReadable(fd, 2000), -1);
+    const buf = new Uint8Array(16);
+    const reading = server.read(buf);
+    await client.write(new Uint8Array([1, 2, 3, 4, 5]));
+    assertEquals(spinUntilReadable(fd, 5_000_000) >= 0, true);
+    // The runtime's read, waiting since before the spin, still gets every byte.
+    assertEquals(await reading, 5);
+    assertEquals([...buf.subarray(0, 5)], [1, 2, 3, 4, 5]);
+    // Read: nothing left to see.
+    assertEquals(spinUntilReadable(fd, 2000), -1);
+    // The other end closed: readable (end of file), the spin ends.
+    client.close();
+    assertEquals(spinUntilReadable(fd, 5_000_000) >= 0, true);
+  } finally {
+    server.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("unixSocketFd is -1 for a path no socket of the process has, and spinUntilReadable for fd -1", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-fd-poll-" });
+  try {
+    assertEquals(unixSocketFd(`${dir}/none.sock`), -1);
+    assertEquals(spinUntilReadable(-1, 1000), -1);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
