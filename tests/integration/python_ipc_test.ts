@@ -722,6 +722,23 @@ Deno.test("calls of alternating forms each reach the model as they were sent", a
     assert.deepEqual(two.map(described), [forms[0]!, forms[1]!].map(want));
     const [one] = await instance.executeRequests!([call(forms[1]!)]);
     assert.deepEqual(described(one!), want(forms[1]!));
+    // Calls in flight together: the one holding the shared file and the others go with headers of two forms,
+    // both kept; each call still reaches the model as it was sent.
+    const own = ([dims, values, id, parameters]: Form) => {
+      const data = new Uint8Array(Float32Array.from(values).buffer);
+      const inputs = new Map([["INPUT0", {
+        name: "INPUT0",
+        datatype: "FP32" as const,
+        shape: [...dims],
+        data,
+      }]]);
+      return { inputs, outputNames: ["DESC"], id, parameters };
+    };
+    for (let round = 0; round < 3; round++) {
+      const batch = [forms[0]!, forms[1]!, forms[4]!, forms[0]!, forms[2]!, forms[1]!, forms[5]!, forms[0]!];
+      const outs = await Promise.all(batch.map((f) => instance.executeRequests!([own(f)])));
+      assert.deepEqual(outs.map(([o]) => described(o!)), batch.map(want));
+    }
   } finally {
     await instance.close();
   }
