@@ -61,7 +61,7 @@ import { Slab } from "../core/slab.ts";
 import { IdTable } from "../core/id_table.ts";
 import { SmallCache } from "../core/small_cache.ts";
 import { settleWithin } from "../core/clock.ts";
-import { spinUntilReadable, unixSocketFd } from "../core/fd_poll.ts";
+import { SpinBackoff, spinUntilReadable, unixSocketFd } from "../core/fd_poll.ts";
 
 /** Request parameters the server acts on itself; as in Triton, the model's `request.parameters()` leaves them out. */
 const SERVER_PARAMETERS = new Set(["priority", "timeout", "sequence_id", "sequence_start", "sequence_end"]);
@@ -204,13 +204,10 @@ export function waitSpinUs(config: ModelConfig, backendConfig: Record<string, st
   return n;
 }
 
-/**
- * The longest the server's thread spins for a lone call's answer, µs (see Stub.#spinForAnswer); it spins only
- * while the recent lone answers took under half of it on average.
- */
+/** The longest the server's thread spins for a lone call's answer, µs (see Stub.#spinForAnswer). */
 const SERVER_SPIN_US = 200;
-/** The weight of the latest lone call in the average answer time. */
-const ANSWER_WEIGHT = 0.25;
+/** The most lone calls that go without a spin after spins that missed their answers (see Stub.#spinForAnswer). */
+const MAX_SPIN_SKIP = 64;
 
 /** How long the answers a stub wrote before it exited may take to be read, once it has exited. */
 const EXIT_DRAIN_MS = 1000;
@@ -763,11 +760,8 @@ class Stub {
   #control: Pending | undefined;
   /** The descriptor of `#conn` in this process, for #spinForAnswer; -1 where unknown or closed. */
   #answerFd = -1;
-  /** How long the recent lone calls took to be answered, µs, averaged with ANSWER_WEIGHT on the latest. */
-  #answerUs = 0;
-  /** The lone call being timed without a spin (0: none), and when it was written. */
-  #timedId = 0;
-  #timedAt = 0;
+  /** Which lone calls spin for their answers (see #spinForAnswer). */
+  readonly #answerSpins = new SpinBackoff(MAX_SPIN_SKIP);
   /** Why the stub is gone; undefined while it runs. */
   exitReason: string | undefined;
   /** Whether the stub was killed or has exited: it takes no more requests. */
@@ -821,24 +815,20 @@ class Stub {
 
   /**
    * After writing a call that the stub takes alone (no other call in flight, the stub allowed to spin: requests
-   * arriving one at a time), the server's thread spins until the stub's socket has the answer, while the recent
-   * lone answers came quickly (under half of SERVER_SPIN_US on average), instead of sleeping in the event loop:
-   * the stub answers a quick model in tens of µs, and a thread that sleeps pays a wake-up that costs more on a
-   * virtual machine. The event loop then finds the answer waiting. Measured on 2 cores (2026-12-07, add_sub_py,
-   * against the same server without it): the backend alone (bench/python_ipc.ts, 1 call in flight) 16k -> 25-31k
-   * calls/s, p50 51 -> 25-30 µs; bench/ab.ts python-json at 1 connection 1.14x (3 rounds of 4 pairs; totals
-   * 1.11x, CPU per request 0.98x), python-grpc at 1 stream 1.05x, python-json at 8 connections 1.03x (no spin
-   * there: the requests overlap).
+   * arriving one at a time), the server's thread spins until the stub's socket has the answer, for up to
+   * SERVER_SPIN_US, instead of sleeping in the event loop: the stub answers a quick model in tens of µs, and a
+   * thread that sleeps pays a wake-up that costs more on a virtual machine. The event loop then finds the answer
+   * waiting. A spin that ends without the answer makes the next lone calls go without one, twice as many after
+   * each such spin (up to MAX_SPIN_SKIP): a slow model's calls pay a fraction of a spin each. Measured on 2 cores
+   * (2026-12-07, add_sub_py, against the same server without it): the backend alone (bench/python_ipc.ts, 1 call
+   * in flight) 16k -> 25-31k calls/s, p50 51 -> 25-30 µs; bench/ab.ts python-json at 1 connection 1.14x (3
+   * rounds of 4 pairs; totals 1.11x, CPU per request 0.98x), python-grpc at 1 stream 1.05x, python-json at 8
+   * connections 1.03x (no spin there: the requests overlap).
    */
-  #spinForAnswer(id: number): void {
-    if (this.#answerUs > SERVER_SPIN_US / 2) {
-      // Slow lately: this call's answer is timed as it arrives (#onMessage), so that a quicker model spins again.
-      this.#timedId = id;
-      this.#timedAt = performance.now();
-      return;
+  #spinForAnswer(): void {
+    if (this.#answerSpins.take()) {
+      this.#answerSpins.spun(spinUntilReadable(this.#answerFd, SERVER_SPIN_US) >= 0);
     }
-    const took = spinUntilReadable(this.#answerFd, SERVER_SPIN_US);
-    this.#answerUs += ((took < 0 ? SERVER_SPIN_US : took) - this.#answerUs) * ANSWER_WEIGHT;
   }
 
   async #start(): Promise<void> {
@@ -1189,10 +1179,6 @@ class Stub {
   /** Handles a message; its payload is only valid during the call (tensors are copied out of it). */
   #onMessage(msg: StubMessage, payload: Uint8Array, tag: number): void {
     if (msg.op === "result" || msg.op === "error") {
-      if (tag === this.#timedId) {
-        this.#timedId = 0;
-        this.#answerUs += ((performance.now() - this.#timedAt) * 1000 - this.#answerUs) * ANSWER_WEIGHT;
-      }
       this.#answered(tag);
       const p = this.#pending.get(tag);
       this.#pending.delete(tag);
@@ -1543,7 +1529,7 @@ class Stub {
     if (
       spin > 0 && this.#answerFd >= 0 && this.#pending.size === 1 && this.#outbox.length === 0 &&
       this.#writing === 0
-    ) this.#spinForAnswer(id);
+    ) this.#spinForAnswer();
     let msg: StubMessage;
     try {
       msg = await answer;

@@ -99,3 +99,32 @@ export function spinUntilReadable(fd: number, maxUs: number): number {
     if (performance.now() >= end) return -1;
   }
 }
+
+/**
+ * When to spin for a wait that is usually short: always while the spins find what they wait for; after a spin
+ * that ends without it, the next waits go without a spin, twice as many after each such spin in a row (up to
+ * `maxSkip`), so that waits that have become long pay a fraction of a spin each.
+ */
+export class SpinBackoff {
+  readonly #maxSkip: number;
+  #skip = 0;
+  #backoff = 0;
+
+  /** @param maxSkip the most waits in a row that go without a spin */
+  constructor(maxSkip: number) {
+    this.#maxSkip = maxSkip;
+  }
+
+  /** Whether this wait spins (else it counts as one that goes without). */
+  take(): boolean {
+    if (this.#skip === 0) return true;
+    this.#skip--;
+    return false;
+  }
+
+  /** What the spin of a wait that took one found: whether it ended with what it waited for. */
+  spun(found: boolean): void {
+    this.#backoff = found ? 0 : Math.min(2 * this.#backoff || 1, this.#maxSkip);
+    this.#skip = this.#backoff;
+  }
+}

@@ -1,5 +1,5 @@
 import { assertEquals } from "../assert.ts";
-import { spinUntilReadable, unixSocketFd } from "../../server/core/fd_poll.ts";
+import { SpinBackoff, spinUntilReadable, unixSocketFd } from "../../server/core/fd_poll.ts";
 
 /** A listener on a fresh path, a client connected to it, and the accepted end. */
 async function connected(): Promise<
@@ -49,4 +49,35 @@ Deno.test("unixSocketFd is -1 for a path no socket of the process has, and spinU
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("SpinBackoff spins while spins find their answer, and skips 1, 2, 4 ... up to its limit after misses", () => {
+  const b = new SpinBackoff(4);
+  /** The decisions of the next `n` waits, each spin ending as `found` says. */
+  const next = (n: number, found: boolean) =>
+    Array.from({ length: n }, () => {
+      const spin = b.take();
+      if (spin) b.spun(found);
+      return spin;
+    });
+  assertEquals(next(3, true), [true, true, true]);
+  assertEquals(next(12, false), [
+    true,
+    false,
+    true,
+    false,
+    false,
+    true,
+    false,
+    false,
+    false,
+    false,
+    true,
+    false,
+  ]);
+  // At the limit: four skipped after each miss.
+  assertEquals(next(6, false), [false, false, false, true, false, false]);
+  // A spin that finds its answer ends the skipping at once.
+  assertEquals(next(4, true), [false, false, true, true]);
+  assertEquals(next(3, false), [true, false, true]);
 });
