@@ -4,8 +4,9 @@
  * HTTP/1.1: 16 connections), in alternating rounds. The floor's gRPC/HTTP ratio is the most any server on this
  * stack (Deno, node:http2, @grpc/grpc-js) can reach; dinfer's ratio is read against it.
  *
- * Usage: `deno run -A bench/grpc_floor.ts [--rounds=3] [--seconds=3] [--no-write]`; writes its section of
- * bench/RESULTS.md. Needs h2load (Debian package `nghttp2-client`).
+ * Usage: `deno run -A bench/grpc_floor.ts [--rounds=3] [--seconds=3] [--no-write] [--out=<path>]`; writes its
+ * section of bench/RESULTS.md (or of `--out`). `./dinfer bench` runs it after the other HTTP points when h2load
+ * (Debian package `nghttp2-client`) is installed.
  * @module
  */
 
@@ -17,7 +18,8 @@ import { binaryBody, INPUT0, INPUT1 } from "./simple_requests.ts";
 import { upperMedian as median } from "./stats.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
-const RESULTS = `${ROOT}bench/RESULTS.md`;
+const RESULTS = Deno.args.find((a) => a.startsWith("--out="))?.slice("--out=".length) ??
+  `${ROOT}bench/RESULTS.md`;
 const START = "<!-- grpc_floor:start -->";
 const END = "<!-- grpc_floor:end -->";
 
