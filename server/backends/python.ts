@@ -825,6 +825,11 @@ class Stub {
    * rounds of 4 pairs; totals 1.11x, CPU per request 0.98x), python-grpc at 1 stream 1.05x, python-json at 8
    * connections 1.03x (no spin there: the requests overlap).
    */
+  /** Whether the server's thread can look at this stub's socket for a lone call's answer (#spinForAnswer). */
+  get looksForAnswers(): boolean {
+    return this.#answerFd >= 0;
+  }
+
   #spinForAnswer(): void {
     if (this.#answerSpins.take()) {
       this.#answerSpins.spun(spinUntilReadable(this.#answerFd, SERVER_SPIN_US) >= 0);
@@ -1701,6 +1706,14 @@ class PythonInstance implements BackendInstance {
    * the moment a batch is sent).
    */
   readonly pipelineDepth: number;
+
+  /**
+   * Whether the server's thread can look at the running stub's socket for a lone call's answer instead of
+   * sleeping until it comes (see Stub.#spinForAnswer): false while no stub runs and where FFI is not allowed.
+   */
+  get looksForAnswers(): boolean {
+    return this.#stub?.looksForAnswers ?? false;
+  }
 
   constructor(opts: StubOptions, stub: Stub, timeoutMs: number) {
     this.#opts = opts;

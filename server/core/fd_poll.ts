@@ -19,58 +19,72 @@ function bind(): Libc | null {
   if (libc !== undefined) return libc;
   libc = null;
   try {
+    // Asked first: without the permission, dlopen would prompt on a terminal.
+    if (Deno.permissions.querySync({ name: "ffi" }).state !== "granted") return libc;
     const lib = Deno.dlopen("libc.so.6", {
       poll: { parameters: ["buffer", "u64", "i32"], result: "i32" },
       getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
     });
     libc = lib.symbols;
-  } catch { /* musl, or no --allow-ffi: no spinning, the event loop waits as usual */ }
+  } catch { /* musl: no spinning, the event loop waits as usual */ }
   return libc;
 }
 
 const AF_UNIX = 1;
 /** sockaddr_un: a 2-byte family, then a path of up to 108 bytes. */
 const SOCKADDR_UN_BYTES = 110;
+const POLLIN = 1;
+/** poll's answer for a descriptor that is not open. */
+const POLLNVAL = 0x20;
+/** Descriptors looked at per poll call while searching (see unixSocketFd). */
+const FD_BLOCK = 256;
+/** Blocks in a row with no open descriptor after which the search ends. */
+const EMPTY_BLOCKS = 4;
 const decoder = new TextDecoder();
 
 /**
  * The descriptor of this process's Unix socket bound (or accepted) on `path`, or -1 where there is none or it
  * cannot be told. Each of the server's stubs connects to a socket of its own private folder, and the listener
  * is closed once it accepted: the accepted connection is then the only descriptor with that name.
+ *
+ * The open descriptors are found with `poll` (one call per FD_BLOCK descriptors: a closed one answers
+ * POLLNVAL), and each is asked its name with `getsockname`: FFI alone, as `/proc/self/fd` needs every
+ * permission. The kernel gives a new descriptor the lowest number free, so the search ends after
+ * EMPTY_BLOCKS × FD_BLOCK closed ones in a row.
  * @param path the socket's path
  */
 export function unixSocketFd(path: string): number {
   const c = bind();
   if (!c) return -1;
+  const fds = new Uint8Array(8 * FD_BLOCK);
+  const view = new DataView(fds.buffer);
   const addr = new Uint8Array(SOCKADDR_UN_BYTES);
   const len = new Uint32Array(1);
   const lenBytes = new Uint8Array(len.buffer);
   let found = -1;
-  try {
-    for (const entry of Deno.readDirSync("/proc/self/fd")) {
-      const fd = Number(entry.name);
-      if (!Number.isInteger(fd)) continue;
-      let link: string;
-      try {
-        link = Deno.readLinkSync(`/proc/self/fd/${fd}`);
-      } catch {
-        continue; // Closed meanwhile.
-      }
-      if (!link.startsWith("socket:")) continue;
+  for (let base = 0, empty = 0; empty < EMPTY_BLOCKS; base += FD_BLOCK) {
+    for (let i = 0; i < FD_BLOCK; i++) {
+      view.setInt32(8 * i, base + i, true);
+      view.setInt16(8 * i + 4, 0, true); // no events: poll still answers POLLNVAL for a closed one
+      view.setInt16(8 * i + 6, 0, true);
+    }
+    if (c.poll(fds, BigInt(FD_BLOCK), 0) < 0) return -1;
+    let open = 0;
+    for (let i = 0; i < FD_BLOCK; i++) {
+      if ((view.getInt16(8 * i + 6, true) & POLLNVAL) !== 0) continue;
+      open++;
+      addr.fill(0);
       len[0] = SOCKADDR_UN_BYTES;
-      if (c.getsockname(fd, addr, lenBytes) !== 0) continue;
-      if ((addr[0]! | (addr[1]! << 8)) !== AF_UNIX) continue;
+      if (c.getsockname(base + i, addr, lenBytes) !== 0) continue; // not a socket
+      if ((addr[0]! | (addr[1]! << 8)) !== AF_UNIX || len[0]! <= 2) continue;
       const end = addr.indexOf(0, 2);
-      const name = decoder.decode(
-        addr.subarray(2, end < 0 || end > len[0]! ? Math.min(len[0]!, SOCKADDR_UN_BYTES) : end),
-      );
+      const name = decoder.decode(addr.subarray(2, end < 0 ? Math.min(len[0]!, SOCKADDR_UN_BYTES) : end));
       if (name !== path) continue;
       // Two descriptors of one name (the listener still open): not ours to tell apart.
       if (found >= 0) return -1;
-      found = fd;
+      found = base + i;
     }
-  } catch {
-    return -1; // No /proc: no spinning.
+    empty = open === 0 ? empty + 1 : 0;
   }
   return found;
 }
@@ -78,7 +92,6 @@ export function unixSocketFd(path: string): number {
 /** One pollfd (fd, events, revents), reused: the thread is the only one that spins. */
 const pollfd = new Uint8Array(8);
 const pollView = new DataView(pollfd.buffer);
-const POLLIN = 1;
 
 /**
  * Looks at `fd` until it has bytes to read (or is closed, or in error), for at most `maxUs` µs.

@@ -672,6 +672,8 @@ Deno.test("calls of alternating forms each reach the model as they were sent", a
   const dir = fileURLToPath(new URL("../fixtures/python_models/describe_py", import.meta.url));
   const config = toModelConfig(await readConfigFile(dir, "describe_py"), "describe_py");
   const instance = await new PythonBackend().createInstance(config, context(dir, "describe_py"));
+  // The server found the stub's socket, to look at it for lone calls' answers (server/core/fd_poll.ts).
+  assert.equal((instance as unknown as { looksForAnswers: boolean }).looksForAnswers, true);
   type Form = [number[], number[], string, Record<string, ParamValue>];
   // One shape array for every call, changed in place between them: the stub must be told the shape of the
   // call, not the one the array had when an earlier call of the same form went out.

@@ -81,3 +81,55 @@ Deno.test("SpinBackoff spins while spins find their answer, and skips 1, 2, 4 ..
   assertEquals(next(4, true), [false, false, true, true]);
   assertEquals(next(3, false), [true, false, true]);
 });
+
+/**
+ * Runs a script that finds an accepted socket's descriptor and spins for the client's bytes, under the given
+ * permissions (the container image's and the release launcher's are listed, not `-A`); returns its output.
+ */
+async function findUnder(permissions: string[]): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-fd-poll-" });
+  try {
+    const module = new URL("../../server/core/fd_poll.ts", import.meta.url).href;
+    await Deno.writeTextFile(
+      `${dir}/find.ts`,
+      `import { spinUntilReadable, unixSocketFd } from ${JSON.stringify(module)};
+const path = ${JSON.stringify(`${dir}/s.sock`)};
+const listener = Deno.listen({ transport: "unix", path });
+const client = await Deno.connect({ transport: "unix", path });
+const server = await listener.accept();
+listener.close();
+const fd = unixSocketFd(path);
+await client.write(new Uint8Array([7]));
+console.log(JSON.stringify({ found: fd >= 0, readable: spinUntilReadable(fd, 5_000_000) >= 0 }));
+client.close();
+server.close();
+`,
+    );
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--quiet", "--no-prompt", ...permissions, `${dir}/find.ts`],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const err = new TextDecoder().decode(out.stderr);
+    assertEquals(out.code, 0, err);
+    return new TextDecoder().decode(out.stdout).trim();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test("the descriptor is found with the container image's permissions, and nothing spins without FFI", async () => {
+  const image = [
+    "--allow-net",
+    "--allow-read",
+    "--allow-write",
+    "--allow-env",
+    "--allow-sys",
+    "--allow-ffi",
+    "--allow-run",
+  ];
+  assertEquals(await findUnder(image), JSON.stringify({ found: true, readable: true }));
+  const noFfi = image.filter((p) => p !== "--allow-ffi");
+  assertEquals(await findUnder(noFfi), JSON.stringify({ found: false, readable: false }));
+});
