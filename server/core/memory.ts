@@ -57,6 +57,8 @@ function mallocTrim(): (() => void) | null {
   if (trim !== undefined) return trim;
   trim = null;
   try {
+    // Asked first: without the permission, dlopen would prompt on a terminal.
+    if (Deno.permissions.querySync({ name: "ffi" }).state !== "granted") return trim;
     const libc = Deno.dlopen("libc.so.6", { malloc_trim: { parameters: ["usize"], result: "i32" } });
     trim = () => void libc.symbols.malloc_trim(0n);
   } catch { /* musl or no --allow-ffi: the allocator keeps its free memory */ }
