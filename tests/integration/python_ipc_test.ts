@@ -83,6 +83,71 @@ Deno.test("calls sent together to one stub each get their own answer, error or f
   }
 });
 
+Deno.test("a call that ends the stub with os._exit does not take the answer held for its write with it", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dinfer-pyipc-test-" });
+  try {
+    await Deno.mkdir(`${dir}/1`);
+    await Deno.writeTextFile(
+      `${dir}/config.pbtxt`,
+      `name: "exit_py"
+backend: "python"
+max_batch_size: 0
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`,
+    );
+    // MODE 3 ends the process at once (no Python exit, no exception); any other value comes back as OUT.
+    await Deno.writeTextFile(
+      `${dir}/1/model.py`,
+      `import os
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = r.inputs()[0].as_numpy()
+            if int(a[0]) == 3:
+                os._exit(3)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", a.copy())]))
+        return out
+`,
+    );
+    const config = toModelConfig(await readConfigFile(dir, "exit_py"), "exit_py");
+    const instance = await new PythonBackend().createInstance(config, context(dir, "exit_py"));
+    const call = (m: number) =>
+      instance.executeRequests!([{ inputs: mode(m), outputNames: ["OUT"], id: "", parameters: {} }]);
+    const value = (r: PromiseSettledResult<(Map<string, Tensor> | Error)[]>) => {
+      assert.equal(r.status, "fulfilled", r.status === "rejected" ? String(r.reason) : "");
+      const out = (r as PromiseFulfilledResult<(Map<string, Tensor> | Error)[]>).value[0];
+      assert.ok(out instanceof Map);
+      const bytes = out.get("OUT")!.data as Uint8Array;
+      return new Int32Array(bytes.buffer, bytes.byteOffset, 1)[0];
+    };
+    try {
+      // Quick calls first: the stub holds a quick call's answer for one write with the next call's when that
+      // call has already been read.
+      for (let i = 0; i < 30; i++) assert.equal(value((await Promise.allSettled([call(5)]))[0]!), 5);
+      // 7 goes alone; 9 and 3 go out together in one write, so the stub reads them together: it runs 9, holds
+      // its answer and runs 3, which ends the process.
+      const settled = await Promise.allSettled([call(7), call(9), call(3)]);
+      assert.equal(value(settled[0]!), 7);
+      assert.equal(value(settled[1]!), 9);
+      assert.equal(settled[2]!.status, "rejected");
+      assert.equal(
+        ((settled[2] as PromiseRejectedResult).reason as ServerError).message,
+        "Cannot run 'exit_py' instance 'exit_py_0': the Python stub exited with code 3",
+      );
+    } finally {
+      await instance.close();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("empty tensors travel both ways, alone and beside others", async () => {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-pyipc-test-" });
   try {

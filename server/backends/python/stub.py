@@ -238,6 +238,8 @@ class Connection:
         self.next_id = 0
         # (execute id, index) of the requests whose client went away; request.is_cancelled() reads it.
         self.cancelled = set()
+        # Answers of execute calls not sent yet, held for one write with the next call's (see `serve`).
+        self.held = []
 
     def send(self, msg, parts=(), size=0, tag=0):
         """Sends one frame: the header `msg` (a dict, or its encoded bytes) and the payload `parts` (`size`
@@ -672,7 +674,8 @@ def serve(socket_path, model_path, shm_path, commands_path):
     decoupled = False
 
     # Answers of execute calls not sent yet (see `COALESCE_S`), and a command taken while looking for more.
-    held = []
+    held = conn.held
+    _send_held_on_exit(conn)
     exec_avg = None
     first = 0.0
     command = None
@@ -714,7 +717,9 @@ def serve(socket_path, model_path, shm_path, commands_path):
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
                     # The calls answered before (their answers held for this call's write) keep their answers.
                     if held:
-                        conn.send_frames(held)
+                        frames = held[:]
+                        held.clear()
+                        conn.send_frames(frames)
                     raise
                 error = {"op": "error", "message": _error_text(e), "trace": traceback.format_exc()}
                 held.append((error, (), 0, tag))
@@ -736,7 +741,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
                         held[-1] = (head, (b"".join(parts),), size, held_tag)
                     continue
             conn.send_frames(held)
-            held = []
+            held.clear()
         elif op == "finalize":
             try:
                 if model is not None and hasattr(model, "finalize"):
@@ -853,6 +858,26 @@ def _error_text(e):
     """An exception as its answer says it: its type and message."""
     message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
     return f"{type(e).__name__}: {message}"
+
+
+def _send_held_on_exit(conn):
+    """Makes `os._exit` send the answers held for the next write first when the model calls it from the main
+    thread (the one that runs execute and holds answers): a model that ends the process while a later call runs
+    must not take the earlier calls' answers with it. Other threads' calls (the stub's own timers, a model's
+    threads) exit at once."""
+    real_exit = os._exit
+
+    def exit_sending_held(status):
+        if conn.held and threading.current_thread() is threading.main_thread():
+            frames = conn.held[:]
+            conn.held.clear()
+            try:
+                conn.send_frames(frames)
+            except BaseException:  # noqa: BLE001 - the server is gone: nothing to tell it
+                pass
+        real_exit(status)
+
+    os._exit = exit_sending_held
 
 
 def _exit_now(e):
