@@ -864,11 +864,13 @@ def _send_held_on_exit(conn):
     """Makes `os._exit` send the answers held for the next write first when the model calls it from the main
     thread (the one that runs execute and holds answers): a model that ends the process while a later call runs
     must not take the earlier calls' answers with it. Other threads' calls (the stub's own timers, a model's
-    threads) exit at once."""
+    threads) exit at once, and so do processes the model forked (their copy of the held answers is not theirs
+    to send)."""
     real_exit = os._exit
+    pid = os.getpid()
 
     def exit_sending_held(status):
-        if conn.held and threading.current_thread() is threading.main_thread():
+        if conn.held and os.getpid() == pid and threading.current_thread() is threading.main_thread():
             frames = conn.held[:]
             conn.held.clear()
             try:
