@@ -246,6 +246,12 @@ class Connection:
         bytes in all)."""
         self.send_frames(((msg, parts, size, tag),))
 
+    def send_held(self):
+        """Sends the answers held for the next write (see `serve`) now, in one write, and forgets them."""
+        if self.held:
+            self.send_frames(self.held)
+            self.held.clear()
+
     def send_frames(self, frames):
         """Sends frames, each (header, payload parts, payload size, tag) as `send` takes them, in one write."""
         chunks = []
@@ -716,10 +722,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
                     # The calls answered before (their answers held for this call's write) keep their answers.
-                    if held:
-                        frames = held[:]
-                        held.clear()
-                        conn.send_frames(frames)
+                    conn.send_held()
                     raise
                 error = {"op": "error", "message": _error_text(e), "trace": traceback.format_exc()}
                 held.append((error, (), 0, tag))
@@ -740,8 +743,7 @@ def serve(socket_path, model_path, shm_path, commands_path):
                     if parts:
                         held[-1] = (head, (b"".join(parts),), size, held_tag)
                     continue
-            conn.send_frames(held)
-            held.clear()
+            conn.send_held()
         elif op == "finalize":
             try:
                 if model is not None and hasattr(model, "finalize"):
@@ -870,11 +872,9 @@ def _send_held_on_exit(conn):
     pid = os.getpid()
 
     def exit_sending_held(status):
-        if conn.held and os.getpid() == pid and threading.current_thread() is threading.main_thread():
-            frames = conn.held[:]
-            conn.held.clear()
+        if os.getpid() == pid and threading.current_thread() is threading.main_thread():
             try:
-                conn.send_frames(frames)
+                conn.send_held()
             except BaseException:  # noqa: BLE001 - the server is gone: nothing to tell it
                 pass
         real_exit(status)
