@@ -385,13 +385,10 @@ function readAt(file: Deno.FsFile, offset: number, nbytes: number): Uint8Array {
  * Keeps a response's parameters, as the stub sent them, on the map of its outputs (see RESPONSE_PARAMETERS):
  * booleans, strings and integers (those beyond 2^53 as bigints); the stub refuses other values.
  */
-function withParameters(
-  out: Map<string, Tensor>,
-  parameters: Record<string, unknown> | undefined,
-): BackendOutputs {
+function withParameters(out: Map<string, Tensor>, parameters: Record<string, unknown>): BackendOutputs {
   const kept: Record<string, ParamValue> = {};
   let any = false;
-  for (const [k, v] of Object.entries(parameters ?? {})) {
+  for (const [k, v] of Object.entries(parameters)) {
     if (typeof v === "string" || typeof v === "boolean" || typeof v === "bigint" || Number.isInteger(v)) {
       kept[k] = v as ParamValue;
       any = true;
@@ -813,6 +810,11 @@ class Stub {
 
   #whatText: string | undefined;
 
+  /** Whether the server's thread can look at this stub's socket for a lone call's answer (#spinForAnswer). */
+  get looksForAnswers(): boolean {
+    return this.#answerFd >= 0;
+  }
+
   /**
    * After writing a call that the stub takes alone (no other call in flight, the stub allowed to spin: requests
    * arriving one at a time), the server's thread spins until the stub's socket has the answer, for up to
@@ -825,11 +827,6 @@ class Stub {
    * rounds of 4 pairs; totals 1.11x, CPU per request 0.98x), python-grpc at 1 stream 1.05x, python-json at 8
    * connections 1.03x (no spin there: the requests overlap).
    */
-  /** Whether the server's thread can look at this stub's socket for a lone call's answer (#spinForAnswer). */
-  get looksForAnswers(): boolean {
-    return this.#answerFd >= 0;
-  }
-
   #spinForAnswer(): void {
     if (this.#answerSpins.take()) {
       this.#answerSpins.spun(spinUntilReadable(this.#answerFd, SERVER_SPIN_US) >= 0);
