@@ -11,23 +11,21 @@ import { Buffer } from "node:buffer";
 import * as grpc from "@grpc/grpc-js";
 import { lookupType } from "../../server/core/protos.ts";
 import { pythonPath, startTestServer } from "../helpers.ts";
+import { writePythonModel } from "./_python.ts";
 
 const CALLS = 6;
 
 async function slowRepository(): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-grpc-shutdown-" });
-  await Deno.mkdir(`${dir}/slow_py/1`, { recursive: true });
-  await Deno.writeTextFile(
-    `${dir}/slow_py/config.pbtxt`,
+  await writePythonModel(
+    dir,
+    "slow_py",
     `name: "slow_py"
 backend: "python"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 `,
-  );
-  await Deno.writeTextFile(
-    `${dir}/slow_py/1/model.py`,
     `import time
 import triton_python_backend_utils as pb_utils
 

@@ -14,7 +14,7 @@ import type { ParamValue, Tensor } from "../../server/core/types.ts";
 import type { BytesTensor } from "../../server/core/bytes_tensor.ts";
 import { pythonPath, startTestServer } from "../helpers.ts";
 import { inferJson } from "./_http.ts";
-import { pythonJson } from "./_python.ts";
+import { pythonJson, writePythonModel } from "./_python.ts";
 
 const DIR = fileURLToPath(new URL("../fixtures/python_models/error_py", import.meta.url));
 
@@ -84,22 +84,14 @@ Deno.test("calls sent together to one stub each get their own answer, error or f
 });
 
 Deno.test("a call that ends the stub with os._exit does not take the answer held for its write with it", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "dinfer-pyipc-test-" });
-  try {
-    await Deno.mkdir(`${dir}/1`);
-    await Deno.writeTextFile(
-      `${dir}/config.pbtxt`,
-      `name: "exit_py"
+  // MODE 3 ends the process at once (no Python exit, no exception); any other value comes back as OUT.
+  const config = `name: "exit_py"
 backend: "python"
 max_batch_size: 0
 input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-`,
-    );
-    // MODE 3 ends the process at once (no Python exit, no exception); any other value comes back as OUT.
-    await Deno.writeTextFile(
-      `${dir}/1/model.py`,
-      `import os
+`;
+  const model = `import os
 
 import triton_python_backend_utils as pb_utils
 
@@ -113,10 +105,8 @@ class TritonPythonModel:
                 os._exit(3)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", a.copy())]))
         return out
-`,
-    );
-    const config = toModelConfig(await readConfigFile(dir, "exit_py"), "exit_py");
-    const instance = await new PythonBackend().createInstance(config, context(dir, "exit_py"));
+`;
+  await withModel("exit_py", config, model, async (instance) => {
     const call = (m: number) =>
       instance.executeRequests!([{ inputs: mode(m), outputNames: ["OUT"], id: "", parameters: {} }]);
     const value = (r: PromiseSettledResult<(Map<string, Tensor> | Error)[]>) => {
@@ -126,44 +116,30 @@ class TritonPythonModel:
       const bytes = out.get("OUT")!.data as Uint8Array;
       return new Int32Array(bytes.buffer, bytes.byteOffset, 1)[0];
     };
-    try {
-      // Quick calls first: the stub holds a quick call's answer for one write with the next call's when that
-      // call has already been read.
-      for (let i = 0; i < 30; i++) assert.equal(value((await Promise.allSettled([call(5)]))[0]!), 5);
-      // 7 goes alone; 9 and 3 go out together in one write, so the stub reads them together: it runs 9, holds
-      // its answer and runs 3, which ends the process.
-      const settled = await Promise.allSettled([call(7), call(9), call(3)]);
-      assert.equal(value(settled[0]!), 7);
-      assert.equal(value(settled[1]!), 9);
-      assert.equal(settled[2]!.status, "rejected");
-      assert.equal(
-        ((settled[2] as PromiseRejectedResult).reason as ServerError).message,
-        "Cannot run 'exit_py' instance 'exit_py_0': the Python stub exited with code 3",
-      );
-    } finally {
-      await instance.close();
-    }
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+    // Quick calls first: the stub holds a quick call's answer for one write with the next call's when that
+    // call has already been read.
+    for (let i = 0; i < 30; i++) assert.equal(value((await Promise.allSettled([call(5)]))[0]!), 5);
+    // 7 goes alone; 9 and 3 go out together in one write, so the stub reads them together: it runs 9, holds
+    // its answer and runs 3, which ends the process.
+    const settled = await Promise.allSettled([call(7), call(9), call(3)]);
+    assert.equal(value(settled[0]!), 7);
+    assert.equal(value(settled[1]!), 9);
+    assert.equal(settled[2]!.status, "rejected");
+    assert.equal(
+      ((settled[2] as PromiseRejectedResult).reason as ServerError).message,
+      "Cannot run 'exit_py' instance 'exit_py_0': the Python stub exited with code 3",
+    );
+  });
 });
 
 Deno.test("empty tensors travel both ways, alone and beside others", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "dinfer-pyipc-test-" });
-  try {
-    await Deno.mkdir(`${dir}/1`);
-    await Deno.writeTextFile(
-      `${dir}/config.pbtxt`,
-      `name: "echo_py"
+  const config = `name: "echo_py"
 backend: "python"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "LEN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-`,
-    );
-    await Deno.writeTextFile(
-      `${dir}/1/model.py`,
-      `import numpy as np
+`;
+  const model = `import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
@@ -177,36 +153,28 @@ class TritonPythonModel:
                 tensors.append(pb_utils.Tensor("LEN", np.array([a.size], dtype=np.int32)))
             out.append(pb_utils.InferenceResponse(tensors))
         return out
-`,
-    );
-    const config = toModelConfig(await readConfigFile(dir, "echo_py"), "echo_py");
-    const instance = await new PythonBackend().createInstance(config, context(dir, "echo_py"));
-    try {
-      for (const outputNames of [["OUT"], ["OUT", "LEN"]]) {
-        const inputs = new Map([["IN", {
-          name: "IN",
-          datatype: "INT32" as const,
-          shape: [0],
-          data: new Uint8Array(0),
-        }]]);
-        const [out] = await instance.executeRequests!([{ inputs, outputNames, id: "", parameters: {} }]);
-        assert.ok(out instanceof Map, String(out));
-        const t = out.get("OUT")!;
-        assert.deepEqual([t.datatype, t.shape, (t.data as Uint8Array).byteLength], ["INT32", [0], 0]);
-        if (outputNames.length === 2) {
-          const len = out.get("LEN")!.data as Uint8Array;
-          assert.deepEqual([...new Int32Array(len.buffer, len.byteOffset, 1)], [0]);
-        }
+`;
+  await withModel("echo_py", config, model, async (instance) => {
+    for (const outputNames of [["OUT"], ["OUT", "LEN"]]) {
+      const inputs = new Map([["IN", {
+        name: "IN",
+        datatype: "INT32" as const,
+        shape: [0],
+        data: new Uint8Array(0),
+      }]]);
+      const [out] = await instance.executeRequests!([{ inputs, outputNames, id: "", parameters: {} }]);
+      assert.ok(out instanceof Map, String(out));
+      const t = out.get("OUT")!;
+      assert.deepEqual([t.datatype, t.shape, (t.data as Uint8Array).byteLength], ["INT32", [0], 0]);
+      if (outputNames.length === 2) {
+        const len = out.get("LEN")!.data as Uint8Array;
+        assert.deepEqual([...new Int32Array(len.buffer, len.byteOffset, 1)], [0]);
       }
-    } finally {
-      await instance.close();
     }
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+  });
 });
 
-/** A model in a temporary folder (config.pbtxt and 1/model.py), loaded as one instance. */
+/** A model in a temporary repository (config.pbtxt and 1/model.py), loaded as one instance. */
 async function withModel(
   name: string,
   config: string,
@@ -215,11 +183,9 @@ async function withModel(
 ): Promise<void> {
   const dir = await Deno.makeTempDir({ prefix: "dinfer-pyipc-test-" });
   try {
-    await Deno.mkdir(`${dir}/1`);
-    await Deno.writeTextFile(`${dir}/config.pbtxt`, config);
-    await Deno.writeTextFile(`${dir}/1/model.py`, model);
-    const parsed = toModelConfig(await readConfigFile(dir, name), name);
-    const instance = await new PythonBackend().createInstance(parsed, context(dir, name));
+    await writePythonModel(dir, name, config, model);
+    const parsed = toModelConfig(await readConfigFile(`${dir}/${name}`, name), name);
+    const instance = await new PythonBackend().createInstance(parsed, context(`${dir}/${name}`, name));
     try {
       await body(instance);
     } finally {
