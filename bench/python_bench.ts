@@ -142,7 +142,15 @@ not by this run; the machine's load varied from 5 to 18, so the figures are indi
   the stub with no other call now goes out at once (3.8 frames per write), and the stub runs it while the
   server decodes the rest. \`bench/ab.ts\` against the code before, 3 rounds of 4 pairs: 1.23x (totals
   1.20x) at the same CPU per request; HTTP at 1 and 8 connections and gRPC at 1 stream within the noise
-  (0.94-1.11x).`;
+  (0.94-1.11x).
+- *Held answers* (2026-12-07): the stub no longer holds a quick call's answer for one write with the next call's
+  (the 100 µs rule above). Measured against holding on the code of the day, the hold had stopped paying: the
+  backend alone at 8 in flight (\`bench/python_ipc.ts\`, three alternating pairs) 44.9k, 49.7k and 45.6k calls/s
+  without it against 34.1k, 41.8k and 43.1k with it, p50 122-128 against 162-203 µs, stub CPU 19-21 against
+  22-27 µs per call; \`bench/ab.ts\` (3 rounds of 4 pairs, medians of the pairs without over with, totals in
+  brackets): HTTP binary at 8 connections 1.01x (1.01x) and gRPC at 8 streams 1.03x (1.04x) with the hold's
+  threshold set to 0, HTTP JSON at 8 connections 1.11x (1.03x) with the hold removed; CPU per request within 4%. A held answer was lost when the next call killed the stub by a signal (a crash in native code, the
+  kernel's OOM killer), where each answer now leaves before the next call runs.`;
 
 const EXPECTED: Record<string, Int32Array> = { OUTPUT0, OUTPUT1 };
 const decoder = new TextDecoder();

@@ -1692,8 +1692,7 @@ class PythonInstance implements BackendInstance {
   /**
    * Eight batches at a time: the stub runs them one after another, and finds the next ones already in its
    * pipe when it finishes one, instead of waiting for the server's answer to go out and the next request to
-   * come in; quick calls it has read are answered together (one write, one wake-up of the server for
-   * several). With several instances the scheduler gives a batch to the one holding the fewest. Four measured
+   * come in. With several instances the scheduler gives a batch to the one holding the fewest. Four measured
    * better than two under load (add_sub at 8 connections: 15% less server CPU per request), while stubs spun
    * between calls. Since stubs sleep where requests arrive together (see spinAllowance), eight measured
    * better than four (bench/ab.ts, add_sub_py, one instance, 2 cores, 2026-11-27, 3-4 rounds each): HTTP JSON

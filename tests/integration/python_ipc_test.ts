@@ -1,7 +1,7 @@
 /**
  * The Python backend's messages with many calls in flight on one stub, driven straight through the backend:
- * the calls issued together go out in one write and the stub answers those it has read together; each call
- * must still get its own answer, error or failure.
+ * the calls issued together go out in one write and the stub reads them together; each call must still get its
+ * own answer, error or failure.
  * @module
  */
 
@@ -83,15 +83,24 @@ Deno.test("calls sent together to one stub each get their own answer, error or f
   }
 });
 
-Deno.test("a call that ends the stub with os._exit does not take the answer held for its write with it", async () => {
-  // MODE 3 ends the process at once (no Python exit, no exception); any other value comes back as OUT.
-  const config = `name: "exit_py"
+for (
+  const [last, how, reason] of [[3, "os._exit", "exited with code 3"], [
+    4,
+    "SIGKILL",
+    "was killed by SIGKILL",
+  ]] as const
+) {
+  Deno.test(`a call that ends the stub (${how}) takes no answer of the calls read with it`, async () => {
+    // MODE 3 ends the process at once (no Python exit, no exception), MODE 4 kills it with a signal; any other
+    // value comes back as OUT.
+    const config = `name: "exit_py"
 backend: "python"
 max_batch_size: 0
 input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 `;
-  const model = `import os
+    const model = `import os
+import signal
 
 import triton_python_backend_utils as pb_utils
 
@@ -103,34 +112,37 @@ class TritonPythonModel:
             a = r.inputs()[0].as_numpy()
             if int(a[0]) == 3:
                 os._exit(3)
+            if int(a[0]) == 4:
+                os.kill(os.getpid(), signal.SIGKILL)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", a.copy())]))
         return out
 `;
-  await withModel("exit_py", config, model, async (instance) => {
-    const call = (m: number) =>
-      instance.executeRequests!([{ inputs: mode(m), outputNames: ["OUT"], id: "", parameters: {} }]);
-    const value = (r: PromiseSettledResult<(Map<string, Tensor> | Error)[]>) => {
-      assert.equal(r.status, "fulfilled", r.status === "rejected" ? String(r.reason) : "");
-      const out = (r as PromiseFulfilledResult<(Map<string, Tensor> | Error)[]>).value[0];
-      assert.ok(out instanceof Map);
-      const bytes = out.get("OUT")!.data as Uint8Array;
-      return new Int32Array(bytes.buffer, bytes.byteOffset, 1)[0];
-    };
-    // Quick calls first: the stub holds a quick call's answer for one write with the next call's when that
-    // call has already been read.
-    for (let i = 0; i < 30; i++) assert.equal(value((await Promise.allSettled([call(5)]))[0]!), 5);
-    // 7 goes alone; 9 and 3 go out together in one write, so the stub reads them together: it runs 9, holds
-    // its answer and runs 3, which ends the process.
-    const settled = await Promise.allSettled([call(7), call(9), call(3)]);
-    assert.equal(value(settled[0]!), 7);
-    assert.equal(value(settled[1]!), 9);
-    assert.equal(settled[2]!.status, "rejected");
-    assert.equal(
-      ((settled[2] as PromiseRejectedResult).reason as ServerError).message,
-      "Cannot run 'exit_py' instance 'exit_py_0': the Python stub exited with code 3",
-    );
+    await withModel("exit_py", config, model, async (instance) => {
+      const call = (m: number) =>
+        instance.executeRequests!([{ inputs: mode(m), outputNames: ["OUT"], id: "", parameters: {} }]);
+      const value = (r: PromiseSettledResult<(Map<string, Tensor> | Error)[]>) => {
+        assert.equal(r.status, "fulfilled", r.status === "rejected" ? String(r.reason) : "");
+        const out = (r as PromiseFulfilledResult<(Map<string, Tensor> | Error)[]>).value[0];
+        assert.ok(out instanceof Map);
+        const bytes = out.get("OUT")!.data as Uint8Array;
+        return new Int32Array(bytes.buffer, bytes.byteOffset, 1)[0];
+      };
+      // Quick calls first (a stub that held a quick call's answer for the next call's write did so only after
+      // a run of quick calls).
+      for (let i = 0; i < 30; i++) assert.equal(value((await Promise.allSettled([call(5)]))[0]!), 5);
+      // 7 goes alone; 9 and the last go out together in one write, so the stub reads them together: it runs 9,
+      // then the call that ends the process.
+      const settled = await Promise.allSettled([call(7), call(9), call(last)]);
+      assert.equal(value(settled[0]!), 7);
+      assert.equal(value(settled[1]!), 9);
+      assert.equal(settled[2]!.status, "rejected");
+      assert.equal(
+        ((settled[2] as PromiseRejectedResult).reason as ServerError).message,
+        `Cannot run 'exit_py' instance 'exit_py_0': the Python stub ${reason}`,
+      );
+    });
   });
-});
+}
 
 Deno.test("empty tensors travel both ways, alone and beside others", async () => {
   const config = `name: "echo_py"
@@ -228,8 +240,8 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 `;
 
 Deno.test("a model that reuses its output array answers each call with its own values", async () => {
-  // Quick calls the stub has read are answered together; the answers held meanwhile must not change when the
-  // model writes its array again for the next call.
+  // Quick calls the stub has read together: each answer must carry its call's values, not those the model writes
+  // into its array for the next call.
   await withModel(
     "reuse_py",
     MODE_CONFIG("reuse_py"),
@@ -302,8 +314,7 @@ class TritonPythonModel:
 });
 
 Deno.test("a stub that exits in a call: the calls it answered before keep their answers", async () => {
-  // MODE 1 ends the process; any other value comes back after 2 ms (longer than the stub holds an answer for
-  // the next call's write, so that its answer is written before the next call runs).
+  // MODE 1 ends the process; any other value comes back after 2 ms.
   await withModel(
     "exit_py",
     MODE_CONFIG("exit_py"),
@@ -344,8 +355,8 @@ class TritonPythonModel:
   );
 });
 
-Deno.test("quick calls answered before a call that exits keep their answers, held ones too", async () => {
-  // Quick calls read together: their answers are held for the next call's write, which a sys.exit() ends.
+Deno.test("quick calls read together with a call that exits keep their answers", async () => {
+  // Quick calls read together with one whose sys.exit() ends the stub: the quick ones keep their answers.
   await withModel(
     "quickexit_py",
     MODE_CONFIG("quickexit_py"),
@@ -412,9 +423,9 @@ class TritonPythonModel:
   );
 });
 
-Deno.test("a quick call's answer is not held behind a slow call of a model whose calls have been slow", async () => {
+Deno.test("a quick call's answer does not wait for a slow call read with it", async () => {
   // MODE 2 waits until the file GO exists, which the test makes only once the quick call's answer has come: an
-  // answer held for the slow call's write would never come, and both calls would wait for ever.
+  // answer that waited for the slow call's would never come, and both calls would wait for ever.
   const go = `${await Deno.makeTempDir({ prefix: "dinfer-pyipc-go-" })}/go`;
   try {
     await withModel(

@@ -11,8 +11,9 @@ the stub parses each such header once (with a plan of the views and requests it 
 `_plan`), and encodes the header of a result of a given form once. Small tensors travel inline in the
 payload (their description says `inline` and gives the offset in the payload); larger ones through the
 shared-memory file: the server writes the inputs at the offsets it names, the stub builds numpy views over
-them, and writes the outputs after them (growing the file when needed). Answers of quick calls wait while
-the next call, already read, runs, and go out together (see `COALESCE_S`).
+them, and writes the outputs after them (growing the file when needed). Each call's answer goes out as soon
+as the call ends, before the next call runs: a model that ends the process, or a signal that kills it, takes
+no earlier call's answer with it.
 
 One thread at a time reads the pipe: whichever thread waits for something (the main thread for the next
 command, a model's thread for a BLS answer) takes the reading role while no other thread holds it, so that
@@ -51,12 +52,6 @@ INLINE_MAX = 64 * 1024
 HEAD = struct.Struct("<III")
 # Parsed execute headers by their bytes, and encoded result headers by the form of their outputs.
 CACHE_MAX = 64
-# The answer of an execute call that took less than this many seconds waits while the next call, already
-# read, runs, when it started less than 4 times this long ago: the answers go out in one write, and the
-# server wakes once for them. Not for decoupled models, whose responses stream.
-COALESCE_S = 100e-6
-# The weight of the latest call in the average duration of execute calls that answers are held by (see serve).
-EXEC_WEIGHT = 0.25
 # The most cancel markers the stub keeps (see `_dispatch`).
 CANCELLED_MAX = 1024
 # The size asked for the pipe of the server's frames: room for a few calls with inline tensors.
@@ -238,19 +233,11 @@ class Connection:
         self.next_id = 0
         # (execute id, index) of the requests whose client went away; request.is_cancelled() reads it.
         self.cancelled = set()
-        # Answers of execute calls not sent yet, held for one write with the next call's (see `serve`).
-        self.held = []
 
     def send(self, msg, parts=(), size=0, tag=0):
         """Sends one frame: the header `msg` (a dict, or its encoded bytes) and the payload `parts` (`size`
         bytes in all)."""
         self.send_frames(((msg, parts, size, tag),))
-
-    def send_held(self):
-        """Sends the answers held for the next write (see `serve`) now, in one write, and forgets them."""
-        if self.held:
-            self.send_frames(self.held)
-            self.held.clear()
 
     def send_frames(self, frames):
         """Sends frames, each (header, payload parts, payload size, tag) as `send` takes them, in one write."""
@@ -358,24 +345,6 @@ class Connection:
         self.wait_for(lambda: self.commands)
         with self.lock:
             return self.commands.popleft() if self.commands else None
-
-    def buffered_command(self):
-        """The next command when it has already been read (no read, no wait), else None."""
-        with self.lock:
-            if self.commands:
-                return self.commands.popleft()
-            if self.reading or self.closed:
-                return None
-            try:
-                while not self.commands:
-                    frame = self._take_frame()
-                    if frame is None:
-                        return None
-                    self._dispatch(*frame)
-                return self.commands.popleft()
-            finally:
-                if self.waiting:
-                    self.cond.notify_all()
 
     def result(self, future):
         """Waits for a BLS future (reading the pipe meanwhile) and returns its response."""
@@ -679,19 +648,11 @@ def serve(socket_path, model_path, shm_path, commands_path):
     name = ""
     decoupled = False
 
-    # Answers of execute calls not sent yet (see `COALESCE_S`), and a command taken while looking for more.
-    held = conn.held
-    _send_held_on_exit(conn)
-    exec_avg = None
-    first = 0.0
-    command = None
     while True:
+        command = conn.next_command()
         if command is None:
-            command = conn.next_command()
-            if command is None:
-                return
+            return
         msg, payload, tag = command
-        command = None
         op = msg["op"]
         if op == "init":
             args = msg["args"]
@@ -713,37 +674,14 @@ def serve(socket_path, model_path, shm_path, commands_path):
                 return
         elif op == "execute":
             conn.spin_s = msg.get("spin_us", 0) / 1e6
-            started = time.perf_counter()
-            if not held:
-                first = started
             try:
                 head, parts, size = execute(model, shared, msg, payload, tag, decoupled)
-                held.append((head, parts, size, tag))
             except BaseException as e:  # noqa: BLE001
                 if isinstance(e, (SystemExit, KeyboardInterrupt)):
-                    # The calls answered before (their answers held for this call's write) keep their answers.
-                    conn.send_held()
                     raise
-                error = {"op": "error", "message": _error_text(e), "trace": traceback.format_exc()}
-                held.append((error, (), 0, tag))
-            now = time.perf_counter()
-            # The recent calls' duration: a held answer waits for the whole of the next call, so answers are held
-            # only while calls have been quick lately, not behind one of a model whose calls vary.
-            took = now - started
-            exec_avg = took if exec_avg is None else exec_avg + EXEC_WEIGHT * (took - exec_avg)
-            if (
-                not decoupled and took < COALESCE_S and exec_avg < COALESCE_S and now - first < COALESCE_S * 4
-                and len(held) < 16
-            ):
-                command = conn.buffered_command()
-                if command is not None and command[0].get("op") == "execute":
-                    # The answer waits while the next call runs: its bytes are taken now, since its parts are
-                    # the model's own arrays, which the model may write again (a buffer it reuses).
-                    head, parts, size, held_tag = held[-1]
-                    if parts:
-                        held[-1] = (head, (b"".join(parts),), size, held_tag)
-                    continue
-            conn.send_held()
+                conn.send({"op": "error", "message": _error_text(e), "trace": traceback.format_exc()}, tag=tag)
+            else:
+                conn.send(head, parts, size, tag)
         elif op == "finalize":
             try:
                 if model is not None and hasattr(model, "finalize"):
@@ -860,26 +798,6 @@ def _error_text(e):
     """An exception as its answer says it: its type and message."""
     message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
     return f"{type(e).__name__}: {message}"
-
-
-def _send_held_on_exit(conn):
-    """Makes `os._exit` send the answers held for the next write first when the model calls it from the main
-    thread (the one that runs execute and holds answers): a model that ends the process while a later call runs
-    must not take the earlier calls' answers with it. Other threads' calls (the stub's own timers, a model's
-    threads) exit at once, and so do processes the model forked (their copy of the held answers is not theirs
-    to send)."""
-    real_exit = os._exit
-    pid = os.getpid()
-
-    def exit_sending_held(status):
-        if os.getpid() == pid and threading.current_thread() is threading.main_thread():
-            try:
-                conn.send_held()
-            except BaseException:  # noqa: BLE001 - the server is gone: nothing to tell it
-                pass
-        real_exit(status)
-
-    os._exit = exit_sending_held
 
 
 def _exit_now(e):
