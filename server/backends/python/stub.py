@@ -794,6 +794,26 @@ def _plain_parts(result):
     return tuple(form), parts, size
 
 
+def _with_sent_responses(requests, result):
+    """The responses of a call to a model that is not decoupled and answered requests through their response
+    senders: each such response takes its request's place in the list execute returned (None there, or execute
+    returned None). Every request needs one or the other."""
+    if result is not None and len(result) != len(requests):
+        return result
+    out = [None] * len(requests) if result is None else list(result)
+    for i, request in enumerate(requests):
+        sender = request._sender
+        sent = sender._response if isinstance(sender, pb_utils.OneResponseSender) else None
+        if sent is not None:
+            out[i] = sent
+        elif out[i] is None:
+            raise pb_utils.TritonModelException(
+                f"request {i} has no response: execute returned None for it and sent none through its response "
+                "sender"
+            )
+    return out
+
+
 def _error_text(e):
     """An exception as its answer says it: its type and message."""
     message = e.message() if isinstance(e, pb_utils.TritonModelException) else str(e)
@@ -914,6 +934,7 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 inputs, outputs, request_id, correlation_id, flags, parameters, decoupled, (tag, index)
             )
         )
+    answered = False
     try:
         result = model.execute(requests)
         # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
@@ -931,6 +952,10 @@ def execute(model, shared, msg, payload, tag, decoupled):
             if cancelled:
                 for request in requests:
                     cancelled.discard(request._key)
+            one_senders = pb_utils._one_senders
+            if one_senders:
+                answered = True
+                one_senders.clear()
     if decoupled:
         if result is not None:
             raise pb_utils.TritonModelException(
@@ -938,6 +963,8 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 "request.get_response_sender()"
             )
         return _encode({"op": "result", "responses": [{} for _ in requests]}).encode(), [], 0
+    if answered:
+        result = _with_sent_responses(requests, result)
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")

@@ -341,6 +341,47 @@ class ResponseSender:
         return self._request.is_cancelled()
 
 
+class OneResponseSender:
+    """The response sender of a request to a model that is not decoupled: it takes the request's one response,
+    which the request's answer carries once execute returns (execute then returns None, or None in the request's
+    place in its list). The final flag goes with the response or after it."""
+
+    def __init__(self, request):
+        self._request = request
+        self._response = None
+        self._closed = False
+
+    def send(self, response=None, flags=0):
+        if self._closed:
+            raise TritonModelException("Cannot send a response: the response sender is already closed")
+        if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            raise TritonModelException(
+                "Cannot send a response: give an InferenceResponse, or flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(f"Cannot send a {type(response).__name__}: expected an InferenceResponse")
+        if response is not None and self._response is not None:
+            raise TritonModelException(
+                "Cannot send a second response: a model that is not decoupled answers each request once"
+            )
+        if response is None and self._response is None:
+            raise TritonModelException(
+                "Cannot send the final flag before the response: a model that is not decoupled answers each request "
+                "once"
+            )
+        if response is not None:
+            self._response = response
+        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self._closed = True
+
+    def is_cancelled(self):
+        return self._request.is_cancelled()
+
+
+# The requests of the running execute call whose model took a OneResponseSender (read by the stub).
+_one_senders = []
+
+
 class InferenceRequest:
     """A request: one the server hands to `execute`, or one a model builds to call another model (BLS)."""
 
@@ -449,12 +490,14 @@ class InferenceRequest:
             raise TritonModelException(f"Cannot set release flags {flags}: request rescheduling is not supported")
 
     def get_response_sender(self):
-        if not self._decoupled:
-            raise TritonModelException(
-                "Cannot get a response sender: the model is not decoupled (model_transaction_policy)"
-            )
         if self._sender is None:
-            self._sender = ResponseSender(self)
+            if self._key is None:
+                raise TritonModelException("Cannot get a response sender: the request was not given to execute")
+            if self._decoupled:
+                self._sender = ResponseSender(self)
+            else:
+                self._sender = OneResponseSender(self)
+                _one_senders.append(self)
         return self._sender
 
     def exec(self, decoupled=False):
