@@ -1,8 +1,8 @@
 /**
  * The response sender of a Python model that is not decoupled: the request's one response goes through
  * `request.get_response_sender()` instead of execute's list (execute returns None, or None in the request's
- * place), with the final flag alongside or after it; a second response, a final flag before the response and a
- * request left with no response are errors.
+ * place), with the final flag alongside or after it; a second response, a final flag before the response, a
+ * response sent after execute returned and a request left with no response are errors.
  * @module
  */
 
@@ -46,6 +46,16 @@ class TritonPythonModel:
             elif mode == 8:
                 s.send(resp, FINAL)
                 s.send(resp)
+            elif mode == 4:
+                # Kept open past this call, answered through the list.
+                self.kept = s
+                out.append(resp)
+            elif mode == 9:
+                try:
+                    self.kept.send(resp, FINAL)
+                    out.append(resp)
+                except pb_utils.TritonModelException as e:
+                    out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(e.message())))
             else:
                 out.append(resp)
         # A call whose requests all went through their senders may return None instead of a list.
@@ -121,6 +131,12 @@ Deno.test("a model that is not decoupled answers through its requests' response 
     assert.equal(
       error(await infer(18)),
       fails("Cannot send a response: the response sender is already closed"),
+    );
+    // A sender used after its call returned: the model gets the error.
+    assert.equal(value(await infer(14)), 140);
+    assert.equal(
+      error(await infer(19)),
+      "Cannot send a response after execute returned: a model that is not decoupled sends it before",
     );
     assert.equal(value(await infer(20)), 200);
 

@@ -935,6 +935,8 @@ def execute(model, shared, msg, payload, tag, decoupled):
             )
         )
     answered = False
+    if not decoupled:
+        pb_utils._executing = tag
     try:
         result = model.execute(requests)
         # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
@@ -952,6 +954,7 @@ def execute(model, shared, msg, payload, tag, decoupled):
             if cancelled:
                 for request in requests:
                     cancelled.discard(request._key)
+            pb_utils._executing = None
             one_senders = pb_utils._one_senders
             if one_senders:
                 answered = True

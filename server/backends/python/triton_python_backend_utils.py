@@ -360,6 +360,10 @@ class OneResponseSender:
             )
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException(f"Cannot send a {type(response).__name__}: expected an InferenceResponse")
+        if _executing != self._request._key[0]:
+            raise TritonModelException(
+                "Cannot send a response after execute returned: a model that is not decoupled sends it before"
+            )
         if response is not None and self._response is not None:
             raise TritonModelException(
                 "Cannot send a second response: a model that is not decoupled answers each request once"
@@ -380,6 +384,8 @@ class OneResponseSender:
 
 # The requests of the running execute call whose model took a OneResponseSender (read by the stub).
 _one_senders = []
+# The tag of the execute call running (a model that is not decoupled), else None.
+_executing = None
 
 
 class InferenceRequest:
