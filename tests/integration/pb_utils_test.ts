@@ -1,6 +1,8 @@
 /**
  * Helpers of triton_python_backend_utils that model code calls directly, run in the Python of the compatibility
- * venv: BYTES tensors serialized and read back, TRITONSERVER_DataType numbers, the Logger's level names.
+ * venv: BYTES tensors serialized and read back, TRITONSERVER_DataType numbers, the Logger's level names, and
+ * Triton's names of enums and types (MetricKind, MemoryType, InferenceTrace, InferenceResponseSender,
+ * ResponseIterator).
  * @module
  */
 
@@ -34,8 +36,13 @@ print(json.dumps({
     "consts": [pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, pb_utils.TRITONSERVER_MEMORY_GPU, pb_utils.TRITONSERVER_MEMORY_CPU],
     "s2n": {k: np.dtype(v).name for k, v in pb_utils.TRITON_STRING_TO_NUMPY.items()},
     "memory": vars(pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)),
-    "flags": (lambda r: (r.set_flags(pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START), r.flags(), r.trace())[1:])(pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])),
+    "flags": (lambda r: (r.set_flags(pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START), r.flags(), r.trace().get_context())[1:])(pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])),
     "levels": [pb_utils.Logger.INFO, pb_utils.Logger.WARNING, pb_utils.Logger.ERROR, pb_utils.Logger.VERBOSE],
+    "kinds": [pb_utils.MetricKind.COUNTER, pb_utils.MetricKind.GAUGE, pb_utils.MetricKind.HISTOGRAM],
+    "memoryTypes": [pb_utils.MemoryType.TRITONSERVER_MEMORY_GPU, pb_utils.MemoryType.TRITONSERVER_MEMORY_CPU],
+    "traceType": type(pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[]).trace()) is pb_utils.InferenceTrace,
+    "senderTypes": [issubclass(t, pb_utils.InferenceResponseSender) for t in (pb_utils.ResponseSender, pb_utils.OneResponseSender)],
+    "iterator": pb_utils.ResponseIterator.__name__,
 }))
 `,
   );
@@ -71,5 +78,10 @@ print(json.dumps({
     memory: { preferred_memory_type: 1, preferred_device_id: 0 },
     flags: [1, null],
     levels: [0, 1, 2, 3],
+    kinds: [0, 1, 2],
+    memoryTypes: [0, 1],
+    traceType: true,
+    senderTypes: [true, true],
+    iterator: "_ResponseIterator",
   });
 });

@@ -21,6 +21,29 @@ TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 TRITONSERVER_MEMORY_GPU = 0
 TRITONSERVER_MEMORY_CPU = 1
+
+
+class MemoryType:
+    """The memory kinds of PreferredMemory, as Triton's enum names them."""
+
+    TRITONSERVER_MEMORY_GPU = TRITONSERVER_MEMORY_GPU
+    TRITONSERVER_MEMORY_CPU = TRITONSERVER_MEMORY_CPU
+
+
+class MetricKind:
+    """The kinds of a MetricFamily, as Triton's enum names them (the same values as MetricFamily.COUNTER, ...)."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+
+class InferenceTrace:
+    """A request's trace as a model sees it: dinfer passes models no trace context, so `get_context()` is None."""
+
+    def get_context(self):
+        return None
+
 # The largest files load_model sends in one call (the message's length is 32 bits).
 _LOAD_FILES_MAX = 1 << 31
 
@@ -341,7 +364,7 @@ class ResponseSender:
         return self._request.is_cancelled()
 
 
-class OneResponseSender:
+class OneResponseSender(ResponseSender):
     """The response sender of a request to a model that is not decoupled: it takes the request's one response,
     which the request's answer carries once execute returns (execute then returns None, or None in the request's
     place in its list). The final flag goes with the response or after it."""
@@ -381,6 +404,9 @@ class OneResponseSender:
     def is_cancelled(self):
         return self._request.is_cancelled()
 
+
+# Triton's name for the response sender's type (both kinds are instances of it).
+InferenceResponseSender = ResponseSender
 
 # The requests of the running execute call whose model took a OneResponseSender (read by the stub).
 _one_senders = []
@@ -472,8 +498,8 @@ class InferenceRequest:
 
     def trace(self):
         """The request's trace, to pass on to the BLS requests it makes (`trace=`): dinfer traces those as
-        requests of their own, so there is none to pass (None)."""
-        return None
+        requests of their own, so it carries no context (`get_context()` is None)."""
+        return InferenceTrace()
 
     def timeout(self):
         return self._timeout
@@ -679,6 +705,10 @@ def _metric_value(value, what):
     if value != value or value in (float("inf"), float("-inf")):
         raise TritonModelException(f"{what}: the value must be a finite number")
     return value
+
+
+# Triton's name for the type of a decoupled BLS call's responses.
+ResponseIterator = _ResponseIterator
 
 
 class MetricFamily:
