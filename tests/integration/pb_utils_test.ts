@@ -2,7 +2,7 @@
  * Helpers of triton_python_backend_utils that model code calls directly, run in the Python of the compatibility
  * venv: BYTES tensors serialized and read back, TRITONSERVER_DataType numbers, the Logger's level names, and
  * Triton's names of enums and types (MetricKind, MemoryType, InferenceTrace, InferenceResponseSender,
- * ResponseIterator).
+ * ResponseIterator), and tensors through DLPack.
  * @module
  */
 
@@ -43,6 +43,9 @@ print(json.dumps({
     "traceType": type(pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[]).trace()) is pb_utils.InferenceTrace,
     "senderTypes": [issubclass(t, pb_utils.InferenceResponseSender) for t in (pb_utils.ResponseSender, pb_utils.OneResponseSender)],
     "iterator": pb_utils.ResponseIterator.__name__,
+    "fromCapsule": (lambda t: [t.as_numpy().tolist(), t.triton_dtype()])(pb_utils.Tensor.from_dlpack("x", np.arange(3, dtype=np.int32).__dlpack__())),
+    "fromObject": pb_utils.Tensor.from_dlpack("x", np.arange(2, dtype=np.int64)).as_numpy().tolist(),
+    "protocol": np.from_dlpack(pb_utils.Tensor("y", np.arange(2, dtype=np.float32))).tolist(),
 }))
 `,
   );
@@ -83,5 +86,10 @@ print(json.dumps({
     traceType: true,
     senderTypes: [true, true],
     iterator: "_ResponseIterator",
+    // Tensor.from_dlpack takes a capsule (what torch.utils.dlpack.to_dlpack returns) or a protocol object, and a
+    // Tensor is a protocol object itself (torch.from_dlpack(tensor)).
+    fromCapsule: [[0, 1, 2], "INT32"],
+    fromObject: [0, 1],
+    protocol: [0, 1],
   });
 });

@@ -278,12 +278,38 @@ class Tensor:
     def to_dlpack(self):
         return self._array.__dlpack__()
 
+    def __dlpack__(self, stream=None, **kwargs):
+        """The DLPack protocol, so that `torch.from_dlpack(tensor)` and `np.from_dlpack(tensor)` take the tensor's
+        memory without a copy."""
+        return self._array.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
     @staticmethod
     def from_dlpack(name, capsule):
+        """A tensor over the memory of `capsule`: an object of the DLPack protocol (a torch tensor, an array) or
+        the capsule a `to_dlpack` function made (`torch.utils.dlpack.to_dlpack(t)`)."""
+        if not hasattr(capsule, "__dlpack__"):
+            capsule = _DLPackCapsule(capsule)
         return Tensor(name, np.from_dlpack(capsule))
 
     def __repr__(self):
         return f"Tensor({self._name!r}, {self._datatype}, {list(self._array.shape)})"
+
+
+class _DLPackCapsule:
+    """A DLPack capsule as the protocol's object that numpy's from_dlpack takes; numpy reads the device from the
+    capsule itself and refuses memory that is not the CPU's."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU, device 0
 
 
 def _to_bytes(v):
