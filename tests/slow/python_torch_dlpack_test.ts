@@ -1,0 +1,61 @@
+/**
+ * A Python model that computes with torch, as Triton's examples do: inputs to torch through DLPack, outputs back
+ * with `pb_utils.Tensor.from_dlpack(name, to_dlpack(t))`, run in the torch interpreter (`DINFER_TORCH_PYTHON`).
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { startTestServer, torchPythonPath } from "../helpers.ts";
+import { inferJson } from "../integration/_http.ts";
+import { writePythonModel } from "../integration/_python.ts";
+
+const CONFIG = (python: string) =>
+  `name: "torch_dlpack_py"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+parameters: { key: "python_executable" value: { string_value: ${JSON.stringify(python)} } }
+`;
+
+const MODEL = `import numpy as np
+import torch
+from torch.utils.dlpack import from_dlpack, to_dlpack
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            tensor = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            x = from_dlpack(tensor.to_dlpack())
+            # The tensor itself is a DLPack object too.
+            same = torch.from_dlpack(tensor)
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor.from_dlpack("OUTPUT0", to_dlpack(torch.relu(x) * 2)),
+                pb_utils.Tensor.from_dlpack("OUTPUT1", same + 1),
+            ]))
+        return out
+`;
+
+Deno.test("a Python model computes with torch through DLPack, both ways", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-torch-dlpack-" });
+  try {
+    await writePythonModel(repo, "torch_dlpack_py", CONFIG(torchPythonPath()), MODEL);
+    await using s = await startTestServer([`--model-repository=${repo}`]);
+    const a = await inferJson(s.url, "torch_dlpack_py", {
+      inputs: [{ name: "INPUT0", datatype: "FP32", shape: [4], data: [-1, 2, -3, 4.5] }],
+    });
+    assert.equal(a.status, 200, JSON.stringify(a.json));
+    assert.deepEqual((a.json as { outputs: unknown[] }).outputs, [
+      { name: "OUTPUT0", datatype: "FP32", shape: [4], data: [0, 4, 0, 9] },
+      { name: "OUTPUT1", datatype: "FP32", shape: [4], data: [0, 3, -2, 5.5] },
+    ]);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
