@@ -372,14 +372,7 @@ class ResponseSender:
         self._closed = False
 
     def send(self, response=None, flags=0):
-        if self._closed:
-            raise TritonModelException("Cannot send a response: the response sender is already closed")
-        if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            raise TritonModelException(
-                "Cannot send a response: give an InferenceResponse, or flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL"
-            )
-        if response is not None and not isinstance(response, InferenceResponse):
-            raise TritonModelException(f"Cannot send a {type(response).__name__}: expected an InferenceResponse")
+        self._check(response, flags)
         if _server is None:
             raise TritonModelException("Cannot send a response outside a model stub")
         _server.send_response(self._request, response, flags)
@@ -389,18 +382,8 @@ class ResponseSender:
     def is_cancelled(self):
         return self._request.is_cancelled()
 
-
-class OneResponseSender(ResponseSender):
-    """The response sender of a request to a model that is not decoupled: it takes the request's one response,
-    which the request's answer carries once execute returns (execute then returns None, or None in the request's
-    place in its list). The final flag goes with the response or after it."""
-
-    def __init__(self, request):
-        self._request = request
-        self._response = None
-        self._closed = False
-
-    def send(self, response=None, flags=0):
+    def _check(self, response, flags):
+        """Refuses a send to a closed sender, and a send with neither a response nor the final flag."""
         if self._closed:
             raise TritonModelException("Cannot send a response: the response sender is already closed")
         if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
@@ -409,6 +392,19 @@ class OneResponseSender(ResponseSender):
             )
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException(f"Cannot send a {type(response).__name__}: expected an InferenceResponse")
+
+
+class OneResponseSender(ResponseSender):
+    """The response sender of a request to a model that is not decoupled: it takes the request's one response,
+    which the request's answer carries once execute returns (execute then returns None, or None in the request's
+    place in its list). The final flag goes with the response or after it."""
+
+    def __init__(self, request):
+        super().__init__(request)
+        self._response = None
+
+    def send(self, response=None, flags=0):
+        self._check(response, flags)
         if _executing != self._request._key[0]:
             raise TritonModelException(
                 "Cannot send a response after execute returned: a model that is not decoupled sends it before"
@@ -426,9 +422,6 @@ class OneResponseSender(ResponseSender):
             self._response = response
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self._closed = True
-
-    def is_cancelled(self):
-        return self._request.is_cancelled()
 
 
 # Triton's name for the response sender's type (both kinds are instances of it).
