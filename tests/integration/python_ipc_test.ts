@@ -83,13 +83,13 @@ Deno.test("calls sent together to one stub each get their own answer, error or f
   }
 });
 
-for (
-  const [last, how, reason] of [[3, "os._exit", "exited with code 3"], [
-    4,
-    "SIGKILL",
-    "was killed by SIGKILL",
-  ]] as const
-) {
+/** How a call may end its stub: the MODE that does it, its name, and how the failure names the end. */
+const ENDINGS = [
+  [3, "os._exit", "exited with code 3"],
+  [4, "SIGKILL", "was killed by SIGKILL"],
+] as const;
+
+for (const [last, how, reason] of ENDINGS) {
   Deno.test(`a call that ends the stub (${how}) takes no answer of the calls read with it`, async () => {
     // MODE 3 ends the process at once (no Python exit, no exception), MODE 4 kills it with a signal; any other
     // value comes back as OUT.
