@@ -312,6 +312,11 @@ class _DLPackCapsule:
         return (1, 0)  # kDLCPU, device 0
 
 
+def _text(v):
+    """A str given as str, bytes or numpy bytes (UTF-8)."""
+    return v.decode("utf-8") if isinstance(v, (bytes, np.bytes_)) else v
+
+
 def _to_bytes(v):
     if isinstance(v, bytes):
         return v
@@ -450,12 +455,13 @@ class InferenceRequest:
         preferred_memory=None,
         trace=None,
     ):
-        self._model_name = model_name
+        # Text may come as bytes, as Triton takes it (a model that reads a name from a BYTES input passes bytes).
+        self._model_name = _text(model_name)
         self._inputs = list(inputs or [])
-        self._outputs = list(requested_output_names or [])
+        self._outputs = [_text(n) for n in requested_output_names or []]
         self._model_version = model_version
         self._correlation_id = correlation_id
-        self._request_id = request_id
+        self._request_id = _text(request_id)
         self._flags = flags
         self._timeout = timeout
         if isinstance(parameters, str):
