@@ -17,6 +17,12 @@ import json, sys
 import numpy as np
 sys.path.insert(0, "${ROOT}server/backends/python")
 import triton_python_backend_utils as pb_utils
+def err(f):
+    try:
+        f()
+        return "no error"
+    except pb_utils.TritonModelException as e:
+        return str(e)
 t = np.array([[b"ab", "c"], [b"", "\\u00e9"]], dtype=np.object_)
 s = pb_utils.serialize_byte_tensor(t)
 back = pb_utils.deserialize_bytes_tensor(s)
@@ -46,6 +52,10 @@ print(json.dumps({
     "fromCapsule": (lambda t: [t.as_numpy().tolist(), t.triton_dtype()])(pb_utils.Tensor.from_dlpack("x", np.arange(3, dtype=np.int32).__dlpack__())),
     "fromObject": pb_utils.Tensor.from_dlpack("x", np.arange(2, dtype=np.int64)).as_numpy().tolist(),
     "protocol": np.from_dlpack(pb_utils.Tensor("y", np.arange(2, dtype=np.float32))).tolist(),
+    "dlpackErrors": [
+        err(lambda: pb_utils.Tensor.from_dlpack("t", np.arange(6, dtype=np.int32).reshape(2, 3).T.__dlpack__())),
+        err(lambda: pb_utils.Tensor("s", np.array(["a"], dtype=np.object_)).to_dlpack()),
+    ],
 }))
 `,
   );
@@ -91,5 +101,10 @@ print(json.dumps({
     fromCapsule: [[0, 1, 2], "INT32"],
     fromObject: [0, 1],
     protocol: [0, 1],
+    // Triton's words for what DLPack cannot carry.
+    dlpackErrors: [
+      "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in C-Order are supported.",
+      "DLPack does not have support for string tensors.",
+    ],
   });
 });

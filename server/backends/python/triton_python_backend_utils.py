@@ -276,11 +276,13 @@ class Tensor:
         return True
 
     def to_dlpack(self):
-        return self._array.__dlpack__()
+        return self.__dlpack__()
 
     def __dlpack__(self, stream=None, **kwargs):
         """The DLPack protocol, so that `torch.from_dlpack(tensor)` and `np.from_dlpack(tensor)` take the tensor's
         memory without a copy."""
+        if self._array.dtype == np.object_:
+            raise TritonModelException("DLPack does not have support for string tensors.")
         return self._array.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self):
@@ -292,7 +294,12 @@ class Tensor:
         the capsule a `to_dlpack` function made (`torch.utils.dlpack.to_dlpack(t)`)."""
         if not hasattr(capsule, "__dlpack__"):
             capsule = _DLPackCapsule(capsule)
-        return Tensor(name, np.from_dlpack(capsule))
+        array = np.from_dlpack(capsule)
+        if not array.flags.c_contiguous:
+            raise TritonModelException(
+                "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in C-Order are supported."
+            )
+        return Tensor(name, array)
 
     def __repr__(self):
         return f"Tensor({self._name!r}, {self._datatype}, {list(self._array.shape)})"
