@@ -125,12 +125,19 @@ Deno.test("a model that is not decoupled answers through its requests' response 
         "request 0 has no response: execute returned None for it and sent none through its response sender",
       ),
     );
-    const second = "a model that is not decoupled answers each request once";
-    assert.equal(error(await infer(15)), fails(`Cannot send the final flag before the response: ${second}`));
-    assert.equal(error(await infer(16)), fails(`Cannot send a second response: ${second}`));
+    // Triton's words.
+    const unable = "Unable to send response. ";
+    assert.equal(
+      error(await infer(15)),
+      fails(`${unable}Non-decoupled model cannot send complete final before sending a response.`),
+    );
+    assert.equal(
+      error(await infer(16)),
+      fails(`${unable}Non-decoupled model cannot send more than one response.`),
+    );
     assert.equal(
       error(await infer(18)),
-      fails("Cannot send a response: the response sender is already closed"),
+      fails(`${unable}Response sender has been closed.`),
     );
     // A sender used after its call returned: the model gets the error.
     assert.equal(value(await infer(14)), 140);

@@ -397,7 +397,8 @@ class ResponseSender:
     def _check(self, response, flags):
         """Refuses a send to a closed sender, and a send with neither a response nor the final flag."""
         if self._closed:
-            raise TritonModelException("Cannot send a response: the response sender is already closed")
+            # Triton's words (its QA matches them), as are the default mode's below.
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
         if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             raise TritonModelException(
                 "Cannot send a response: give an InferenceResponse, or flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL"
@@ -423,12 +424,11 @@ class OneResponseSender(ResponseSender):
             )
         if response is not None and self._response is not None:
             raise TritonModelException(
-                "Cannot send a second response: a model that is not decoupled answers each request once"
+                "Unable to send response. Non-decoupled model cannot send more than one response."
             )
         if response is None and self._response is None:
             raise TritonModelException(
-                "Cannot send the final flag before the response: a model that is not decoupled answers each request "
-                "once"
+                "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
             )
         if response is not None:
             self._response = response
