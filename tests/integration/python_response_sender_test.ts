@@ -1,8 +1,8 @@
 /**
  * The response sender of a Python model that is not decoupled: the request's one response goes through
  * `request.get_response_sender()` instead of execute's list (execute returns None, or None in the request's
- * place), with the final flag alongside or after it; a second response, a final flag before the response, a
- * response sent after execute returned and a request left with no response are errors.
+ * place), with the final flag alongside or after it, also from a thread after execute returned (the answer waits
+ * for it); a second response, a final flag before the response and a request left with no sender are errors.
  * @module
  */
 
@@ -11,10 +11,18 @@ import { startTestServer } from "../helpers.ts";
 import { type Answer, get, inferJson } from "./_http.ts";
 import { writePythonModel } from "./_python.ts";
 
-const MODEL = `import numpy as np
+const MODEL = `import threading
+import time
+
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def later(sender, response):
+    time.sleep(0.05)
+    sender.send(response, FINAL)
 
 
 class TritonPythonModel:
@@ -24,31 +32,36 @@ class TritonPythonModel:
             v = int(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy().reshape(-1)[0])
             shape = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy().shape
             resp = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", np.full(shape, v * 10, np.int32))])
-            s = r.get_response_sender()
+            s = r.get_response_sender
             mode = v % 10
-            if mode == 0:
-                s.send(resp, FINAL)
+            if v >= 1000:
+                # Sent from a thread of the model's after execute returns: the answer waits for it.
+                threading.Thread(target=later, args=(s(), resp)).start()
+                out.append(None)
+            elif mode == 0:
+                s().send(resp, FINAL)
                 out.append(None)
             elif mode == 1:
-                s.send(resp)
-                s.send(flags=FINAL)
+                s().send(resp)
+                s().send(flags=FINAL)
                 out.append(None)
             elif mode == 2:
-                s.send(resp)
+                s().send(resp)
                 out.append(None)
             elif mode == 3:
+                # No sender taken: nothing can answer the request.
                 out.append(None)
             elif mode == 5:
-                s.send(flags=FINAL)
+                s().send(flags=FINAL)
             elif mode == 6:
-                s.send(resp)
-                s.send(resp, FINAL)
+                s().send(resp)
+                s().send(resp, FINAL)
             elif mode == 8:
-                s.send(resp, FINAL)
-                s.send(resp)
+                s().send(resp, FINAL)
+                s().send(resp)
             elif mode == 4:
                 # Kept open past this call, answered through the list.
-                self.kept = s
+                self.kept = s()
                 out.append(resp)
             elif mode == 9:
                 try:
@@ -59,7 +72,7 @@ class TritonPythonModel:
             else:
                 out.append(resp)
         # A call whose requests all went through their senders may return None instead of a list.
-        return None if v >= 100 else out
+        return None if 100 <= v < 1000 else out
 `;
 
 const SINGLE = `name: "sender_py"
@@ -110,21 +123,11 @@ Deno.test("a model that is not decoupled answers through its requests' response 
     assert.equal(value(await infer(101)), 1010);
     // The response without the final flag: a model that is not decoupled has no more to send.
     assert.equal(value(await infer(12)), 120);
-    // A returned response beside a sender nobody used.
+    // A response in execute's list.
     assert.equal(value(await infer(17)), 170);
     // Errors of the model's: the stub keeps serving after each.
-    assert.equal(
-      error(await infer(13)),
-      fails(
-        "request 0 has no response: execute returned None for it and sent none through its response sender",
-      ),
-    );
-    assert.equal(
-      error(await infer(103)),
-      fails(
-        "request 0 has no response: execute returned None for it and sent none through its response sender",
-      ),
-    );
+    assert.equal(error(await infer(13)), fails("execute returned NoneType, not an InferenceResponse"));
+    assert.equal(error(await infer(103)), fails("execute returned None responses for 1 requests"));
     // Triton's words.
     const unable = "Unable to send response. ";
     assert.equal(
@@ -139,16 +142,15 @@ Deno.test("a model that is not decoupled answers through its requests' response 
       error(await infer(18)),
       fails(`${unable}Response sender has been closed.`),
     );
-    // A sender used after its call returned: the model gets the error.
+    // A second response through the sender of a request answered in execute's list, in a later call.
     assert.equal(value(await infer(14)), 140);
-    assert.equal(
-      error(await infer(19)),
-      "Cannot send a response after execute returned: a model that is not decoupled sends it before",
-    );
+    assert.equal(error(await infer(19)), `${unable}Non-decoupled model cannot send more than one response.`);
     assert.equal(value(await infer(20)), 200);
+    // Sent from a thread after execute returned: the answer waits for it.
+    assert.equal(value(await infer(1000)), 10000);
 
     // One execute call of eight requests, some answered through their senders and the others in the list.
-    const values = [30, 31, 32, 37, 40, 47, 41, 57];
+    const values = [30, 31, 32, 37, 1040, 47, 41, 57];
     const answers = await Promise.all(
       values.map((v) => inferJson(s.url, "sender_batch_py", request(v, true))),
     );
@@ -160,6 +162,18 @@ Deno.test("a model that is not decoupled answers through its requests' response 
       [stats.model_stats[0]!.inference_count, stats.model_stats[0]!.execution_count],
       [8, 1],
     );
+
+    // A call where one request went through its sender and the other got neither a sender nor a response: the
+    // call fails, both requests with it (their order in the call is their arrival's).
+    const failed = await Promise.all(
+      [50, 53].map((v) => inferJson(s.url, "sender_batch_py", request(v, true))),
+    );
+    for (const a of failed) {
+      assert.match(
+        String(error(a)),
+        /^Cannot run 'sender_batch_py' instance 'sender_batch_py_0': TritonModelException: request [01] has no response: execute returned None for it and took no response sender$/,
+      );
+    }
   } finally {
     await Deno.remove(repo, { recursive: true });
   }

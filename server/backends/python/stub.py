@@ -794,6 +794,22 @@ def _plain_parts(result):
     return tuple(form), parts, size
 
 
+def _await_sent(requests, result):
+    """Waits, as Triton does, for the responses still to come through the response senders of the requests that
+    execute left without one (None in their place, or execute returned None): a model may send them from threads
+    or tasks of its own after execute returns. A request whose sender was never taken is not waited for (it fails
+    the call), nor are the requests of a result that is not one entry per request."""
+    if result is not None and (not isinstance(result, (list, tuple)) or len(result) != len(requests)):
+        return
+    awaited = [
+        r._sender
+        for i, r in enumerate(requests)
+        if isinstance(r._sender, pb_utils.OneResponseSender) and (result is None or result[i] is None)
+    ]
+    with pb_utils._one_sent:
+        pb_utils._one_sent.wait_for(lambda: all(s._response is not None for s in awaited))
+
+
 def _with_sent_responses(requests, result):
     """The responses of a call to a model that is not decoupled and answered requests through their response
     senders: each such response takes its request's place in the list execute returned (None there, or execute
@@ -808,8 +824,7 @@ def _with_sent_responses(requests, result):
             out[i] = sent
         elif out[i] is None:
             raise pb_utils.TritonModelException(
-                f"request {i} has no response: execute returned None for it and sent none through its response "
-                "sender"
+                f"request {i} has no response: execute returned None for it and took no response sender"
             )
     return out
 
@@ -934,9 +949,7 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 inputs, outputs, request_id, correlation_id, flags, parameters, decoupled, (tag, index)
             )
         )
-    answered = False
-    if not decoupled:
-        pb_utils._executing = tag
+    senders = None
     try:
         result = model.execute(requests)
         # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
@@ -948,16 +961,21 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 result = None
             else:
                 result = _coroutines.run(result)
+        if not decoupled and pb_utils._one_senders:
+            senders = [r._sender for r in pb_utils._one_senders]
+            _await_sent(requests, result)
     finally:
         if not decoupled:
             cancelled = pb_utils._server.cancelled
             if cancelled:
                 for request in requests:
                     cancelled.discard(request._key)
-            pb_utils._executing = None
             one_senders = pb_utils._one_senders
             if one_senders:
-                answered = True
+                # The call is answered (or fails): a response sent from now on has no answer to go with.
+                with pb_utils._one_sent:
+                    for request in one_senders:
+                        request._sender._answered = True
                 one_senders.clear()
     if decoupled:
         if result is not None:
@@ -966,7 +984,7 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 "request.get_response_sender()"
             )
         return _encode({"op": "result", "responses": [{} for _ in requests]}).encode(), [], 0
-    if answered:
+    if senders:
         result = _with_sent_responses(requests, result)
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))

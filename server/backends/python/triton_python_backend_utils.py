@@ -8,6 +8,7 @@ import asyncio
 import json
 import struct
 import sys
+import threading
 import time
 
 import numpy as np
@@ -409,31 +410,33 @@ class ResponseSender:
 
 class OneResponseSender(ResponseSender):
     """The response sender of a request to a model that is not decoupled: it takes the request's one response,
-    which the request's answer carries once execute returns (execute then returns None, or None in the request's
-    place in its list). The final flag goes with the response or after it."""
+    which the request's answer carries (execute then returns None, or None in the request's place in its list).
+    The final flag goes with the response or after it. As in Triton, the response may come after execute returns,
+    from a thread or a task of the model's: the call's answer waits for it."""
 
     def __init__(self, request):
         super().__init__(request)
         self._response = None
+        # Whether the request's answer has gone (its response taken, or the one execute returned for it).
+        self._answered = False
 
     def send(self, response=None, flags=0):
         self._check(response, flags)
-        if _executing != self._request._key[0]:
-            raise TritonModelException(
-                "Cannot send a response after execute returned: a model that is not decoupled sends it before"
-            )
-        if response is not None and self._response is not None:
-            raise TritonModelException(
-                "Unable to send response. Non-decoupled model cannot send more than one response."
-            )
-        if response is None and self._response is None:
-            raise TritonModelException(
-                "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
-            )
-        if response is not None:
-            self._response = response
-        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            self._closed = True
+        with _one_sent:
+            if response is not None and (self._response is not None or self._answered):
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send more than one response."
+                )
+            if response is None and self._response is None and not self._answered:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send complete final before sending a "
+                    "response."
+                )
+            if response is not None:
+                self._response = response
+            if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self._closed = True
+            _one_sent.notify_all()
 
 
 # Triton's name for the response sender's type (both kinds are instances of it).
@@ -441,8 +444,8 @@ InferenceResponseSender = ResponseSender
 
 # The requests of the running execute call whose model took a OneResponseSender (read by the stub).
 _one_senders = []
-# The tag of the execute call running (a model that is not decoupled), else None.
-_executing = None
+# Signalled when a OneResponseSender takes a response: the stub waits on it for responses sent from threads.
+_one_sent = threading.Condition()
 
 
 class InferenceRequest:
