@@ -52,6 +52,7 @@ print(json.dumps({
     "fromCapsule": (lambda t: [t.as_numpy().tolist(), t.triton_dtype()])(pb_utils.Tensor.from_dlpack("x", np.arange(3, dtype=np.int32).__dlpack__())),
     "fromObject": pb_utils.Tensor.from_dlpack("x", np.arange(2, dtype=np.int64)).as_numpy().tolist(),
     "protocol": np.from_dlpack(pb_utils.Tensor("y", np.arange(2, dtype=np.float32))).tolist(),
+    "bf16": (lambda t: [err(t.as_numpy), (lambda u: [u.triton_dtype(), type(u).__name__, u._array.tolist()])(pb_utils.Tensor.from_dlpack("u", t.to_dlpack()))])(pb_utils.Tensor._of("b", np.array([0x3f80, 0x4000], dtype=np.uint16), "BF16")),
     "dlpackErrors": [
         err(lambda: pb_utils.Tensor.from_dlpack("t", np.arange(6, dtype=np.int32).reshape(2, 3).T.__dlpack__())),
         err(lambda: pb_utils.Tensor("s", np.array(["a"], dtype=np.object_)).to_dlpack()),
@@ -101,6 +102,11 @@ print(json.dumps({
     fromCapsule: [[0, 1, 2], "INT32"],
     fromObject: [0, 1],
     protocol: [0, 1],
+    // BF16 (no numpy type): refused by as_numpy in Triton's words, carried through DLPack as bfloat16 (1.0, 2.0).
+    bf16: [
+      "Tensor dtype is BF16 and cannot be converted to numpy. Use to_dlpack() and from_dlpack() instead.",
+      ["BF16", "_BF16Tensor", [0x3f80, 0x4000]],
+    ],
     // Triton's words for what DLPack cannot carry.
     dlpackErrors: [
       "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in C-Order are supported.",

@@ -1,12 +1,13 @@
 /**
  * A Python model that computes with torch, as Triton's examples do: inputs to torch through DLPack, outputs back
- * with `pb_utils.Tensor.from_dlpack(name, to_dlpack(t))`, run in the torch interpreter (`DINFER_TORCH_PYTHON`).
+ * with `pb_utils.Tensor.from_dlpack(name, to_dlpack(t))`, BF16 tensors too (numpy has no bfloat16), run in the
+ * torch interpreter (`DINFER_TORCH_PYTHON`).
  * @module
  */
 
 import assert from "node:assert/strict";
 import { startTestServer, torchPythonPath } from "../helpers.ts";
-import { inferJson } from "../integration/_http.ts";
+import { binaryOutputs, inferBinary, inferJson } from "../integration/_http.ts";
 import { writePythonModel } from "../integration/_python.ts";
 
 const CONFIG = (python: string) =>
@@ -42,6 +43,31 @@ class TritonPythonModel:
         return out
 `;
 
+const BF16_CONFIG = (python: string) =>
+  `name: "torch_bf16_py"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_BF16 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_BF16 dims: [ 2 ] } ]
+parameters: { key: "python_executable" value: { string_value: ${JSON.stringify(python)} } }
+`;
+
+const BF16_MODEL = `import torch
+from torch.utils.dlpack import from_dlpack, to_dlpack
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            tensor = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            x = from_dlpack(tensor.to_dlpack())
+            assert x.dtype == torch.bfloat16, x.dtype
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor.from_dlpack("OUTPUT0", to_dlpack(x * 3))]))
+        return out
+`;
+
 Deno.test("a Python model computes with torch through DLPack, both ways", async () => {
   const repo = await Deno.makeTempDir({ prefix: "dinfer-torch-dlpack-" });
   try {
@@ -55,6 +81,24 @@ Deno.test("a Python model computes with torch through DLPack, both ways", async 
       { name: "OUTPUT0", datatype: "FP32", shape: [4], data: [0, 4, 0, 9] },
       { name: "OUTPUT1", datatype: "FP32", shape: [4], data: [0, 3, -2, 5.5] },
     ]);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
+});
+
+Deno.test("a Python model takes and answers BF16 tensors through DLPack and torch", async () => {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-torch-bf16-" });
+  try {
+    await writePythonModel(repo, "torch_bf16_py", BF16_CONFIG(torchPythonPath()), BF16_MODEL);
+    await using s = await startTestServer([`--model-repository=${repo}`]);
+    // bfloat16 1.0 and 2.0, little-endian.
+    const a = await inferBinary(s.url, "torch_bf16_py", {
+      inputs: [{ name: "INPUT0", datatype: "BF16", shape: [2], parameters: { binary_data_size: 4 } }],
+      outputs: [{ name: "OUTPUT0", parameters: { binary_data: true } }],
+    }, [Uint8Array.of(0x80, 0x3f, 0x00, 0x40)]);
+    assert.equal(a.status, 200, JSON.stringify(a.json));
+    // 3.0 and 6.0 in bfloat16.
+    assert.deepEqual([...binaryOutputs(a).get("OUTPUT0")!], [0x40, 0x40, 0xc0, 0x40]);
   } finally {
     await Deno.remove(repo, { recursive: true });
   }

@@ -119,7 +119,8 @@ def read_tensor(mm, desc, copy=False):
         arr = np.empty(count, dtype=np.object_)
         arr[:] = items
         return arr.reshape(shape)
-    dtype = pb_utils.triton_string_to_numpy(dt)
+    # BF16 elements are kept as uint16 (numpy has no bfloat16; the tensor crosses through DLPack).
+    dtype = np.uint16 if dt == "BF16" else pb_utils.triton_string_to_numpy(dt)
     if count == 0:
         return np.empty(shape, dtype=dtype)
     arr = np.frombuffer(mm, dtype=dtype, count=count, offset=offset).reshape(shape)
@@ -140,7 +141,7 @@ def prepare_tensors(tensors):
     prepared = []
     total = 0
     for t in tensors:
-        arr = t.as_numpy()
+        arr = t._array
         dt = t.triton_dtype()
         if dt == "BYTES":
             data = serialize_bytes(arr)

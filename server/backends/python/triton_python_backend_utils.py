@@ -5,6 +5,7 @@ written for dinfer from Triton's documented Python API; the stub process (stub.p
 """
 
 import asyncio
+import ctypes
 import json
 import struct
 import sys
@@ -255,7 +256,7 @@ class Tensor:
     @classmethod
     def _of(cls, name, array, datatype):
         """A tensor over an array of the given datatype, unchecked (the stub's inputs)."""
-        t = cls.__new__(cls)
+        t = cls.__new__(_BF16Tensor if datatype == "BF16" else cls)
         t._name = name
         t._array = array
         t._datatype = datatype
@@ -293,17 +294,65 @@ class Tensor:
     def from_dlpack(name, capsule):
         """A tensor over the memory of `capsule`: an object of the DLPack protocol (a torch tensor, an array) or
         the capsule a `to_dlpack` function made (`torch.utils.dlpack.to_dlpack(t)`)."""
-        if not hasattr(capsule, "__dlpack__"):
-            capsule = _DLPackCapsule(capsule)
-        array = np.from_dlpack(capsule)
+        if hasattr(capsule, "__dlpack__"):
+            capsule = capsule.__dlpack__()
+        # numpy has no bfloat16: such a tensor's elements come in as uint16, and the tensor is BF16.
+        bf16 = _retag(capsule, _DL_BFLOAT, _DL_UINT)
+        array = np.from_dlpack(_DLPackCapsule(capsule))
         if not array.flags.c_contiguous:
             raise TritonModelException(
                 "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in C-Order are supported."
             )
-        return Tensor(name, array)
+        return Tensor._of(name, array, "BF16") if bf16 else Tensor(name, array)
 
     def __repr__(self):
         return f"Tensor({self._name!r}, {self._datatype}, {list(self._array.shape)})"
+
+
+class _BF16Tensor(Tensor):
+    """A BF16 tensor: numpy has no bfloat16, so its elements are kept as uint16 and cross through DLPack only
+    (`to_dlpack`, and `Tensor.from_dlpack` of a bfloat16 tensor), as Triton's Python backend has it."""
+
+    def as_numpy(self):
+        raise TritonModelException(
+            "Tensor dtype is BF16 and cannot be converted to numpy. Use to_dlpack() and from_dlpack() instead."
+        )
+
+    def __dlpack__(self, stream=None, **kwargs):
+        capsule = self._array.__dlpack__(stream=stream, **kwargs)
+        _retag(capsule, _DL_UINT, _DL_BFLOAT)
+        return capsule
+
+
+# DLPack's type codes (DLDataTypeCode) that BF16 tensors cross between.
+_DL_UINT = 1
+_DL_BFLOAT = 4
+
+
+def _dtype_at(capsule):
+    """The address of the DLDataType (code, bits, lanes) of the tensor a DLPack capsule holds, unconsumed."""
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = get_name(capsule)
+    if name not in (b"dltensor", b"dltensor_versioned"):
+        raise TritonModelException(f"Cannot read a DLPack capsule named {name!r}")
+    # DLManagedTensor starts with its DLTensor; DLManagedTensorVersioned has a version, a context, a deleter and
+    # flags (32 bytes) before it. The dtype follows the data pointer, the device and ndim (20 bytes).
+    return get_pointer(capsule, name) + (20 if name == b"dltensor" else 52)
+
+
+def _retag(capsule, code, new_code):
+    """Gives a capsule's 16-bit elements of type `code` the type `new_code` (uint16 <-> bfloat16); True if it did."""
+    at = _dtype_at(capsule)
+    dtype = (ctypes.c_uint8 * 2).from_address(at)
+    if dtype[0] == code and dtype[1] == 16:
+        dtype[0] = new_code
+        return True
+    return False
 
 
 class _DLPackCapsule:
