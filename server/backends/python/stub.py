@@ -525,10 +525,10 @@ class Connection:
                         data = f.read()
                 finally:
                     os.unlink(path)
-                tensors = [pb_utils.Tensor(d["name"], read_tensor(data, d, copy=True), d["datatype"]) for d in msg["outputs"]]
+                tensors = [pb_utils.Tensor._of(d["name"], read_tensor(data, d, copy=True), d["datatype"]) for d in msg["outputs"]]
                 responses.append(_bls_response(tensors, msg))
             elif msg.get("outputs") is not None:
-                tensors = [pb_utils.Tensor(d["name"], read_tensor(payload, d), d["datatype"]) for d in msg["outputs"]]
+                tensors = [pb_utils.Tensor._of(d["name"], read_tensor(payload, d), d["datatype"]) for d in msg["outputs"]]
                 responses.append(_bls_response(tensors, msg))
             elif msg.get("final"):
                 # A final flag alone: an empty response, as for any decoupled model.
@@ -551,7 +551,7 @@ class Connection:
                 return
             mm = shared.ensure(0) if shared is not None and not all(d.get("inline") for d in msg["outputs"]) else None
             tensors = [
-                pb_utils.Tensor(d["name"], read_tensor(tensor_source(d, payload, mm), d, copy=mm is not None), d["datatype"])
+                pb_utils.Tensor._of(d["name"], read_tensor(tensor_source(d, payload, mm), d, copy=mm is not None), d["datatype"])
                 for d in msg["outputs"]
             ]
             future.set_result(_bls_response(tensors, msg))
