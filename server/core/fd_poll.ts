@@ -7,6 +7,8 @@
  * @module
  */
 
+import { glibc } from "./libc.ts";
+
 /** The libc calls used here, or null where they cannot be bound (no glibc, no FFI permission). */
 interface Libc {
   poll(fds: Uint8Array, nfds: bigint, timeout: number): number;
@@ -15,19 +17,12 @@ interface Libc {
 
 let libc: Libc | null | undefined;
 
+/** Where libc cannot be bound, nothing spins: the event loop waits as usual. */
 function bind(): Libc | null {
-  if (libc !== undefined) return libc;
-  libc = null;
-  try {
-    // Asked first: without the permission, dlopen would prompt on a terminal.
-    if (Deno.permissions.querySync({ name: "ffi" }).state !== "granted") return libc;
-    const lib = Deno.dlopen("libc.so.6", {
-      poll: { parameters: ["buffer", "u64", "i32"], result: "i32" },
-      getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
-    });
-    libc = lib.symbols;
-  } catch { /* musl: no spinning, the event loop waits as usual */ }
-  return libc;
+  return libc !== undefined ? libc : (libc = glibc({
+    poll: { parameters: ["buffer", "u64", "i32"], result: "i32" },
+    getsockname: { parameters: ["i32", "buffer", "buffer"], result: "i32" },
+  }));
 }
 
 const AF_UNIX = 1;

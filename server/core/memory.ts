@@ -8,6 +8,7 @@
 
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
+import { glibc } from "./libc.ts";
 
 /** Options of {@linkcode MemoryReclaimer}. */
 export interface ReclaimOptions {
@@ -55,14 +56,9 @@ function v8Gc(): Gc | null {
 /** glibc's `malloc_trim(0)` through FFI once; null without glibc or without FFI permission. */
 function mallocTrim(): (() => void) | null {
   if (trim !== undefined) return trim;
-  trim = null;
-  try {
-    // Asked first: without the permission, dlopen would prompt on a terminal.
-    if (Deno.permissions.querySync({ name: "ffi" }).state !== "granted") return trim;
-    const libc = Deno.dlopen("libc.so.6", { malloc_trim: { parameters: ["usize"], result: "i32" } });
-    trim = () => void libc.symbols.malloc_trim(0n);
-  } catch { /* musl or no --allow-ffi: the allocator keeps its free memory */ }
-  return trim;
+  // Without it (musl, no FFI permission) the allocator keeps its free memory.
+  const libc = glibc({ malloc_trim: { parameters: ["usize"], result: "i32" } });
+  return trim = libc ? () => void libc.malloc_trim(0n) : null;
 }
 
 /**
