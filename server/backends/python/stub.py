@@ -795,29 +795,20 @@ def _plain_parts(result):
     return tuple(form), parts, size
 
 
-def _await_sent(requests, result):
-    """Waits, as Triton does, for the responses still to come through the response senders of the requests that
-    execute left without one (None in their place, or execute returned None): a model may send them from threads
-    or tasks of its own after execute returns. A request whose sender was never taken is not waited for (it fails
-    the call), nor are the requests of a result that is not one entry per request."""
+def _with_sent_responses(requests, result):
+    """The responses of a call to a model that is not decoupled and took response senders: each response sent
+    through a request's sender takes its place in the list execute returned (None there, or execute returned
+    None). As Triton, it waits for those still to come (a model may send them from threads or tasks of its own
+    after execute returns); a request whose sender was never taken gets none, which fails the call. A result
+    that is not one entry per request is left for the caller to refuse."""
     if result is not None and (not isinstance(result, (list, tuple)) or len(result) != len(requests)):
-        return
+        return result
+    out = [None] * len(requests) if result is None else list(result)
     awaited = [
-        r._sender
-        for i, r in enumerate(requests)
-        if isinstance(r._sender, pb_utils.OneResponseSender) and (result is None or result[i] is None)
+        r._sender for i, r in enumerate(requests) if out[i] is None and isinstance(r._sender, pb_utils.OneResponseSender)
     ]
     with pb_utils._one_sent:
         pb_utils._one_sent.wait_for(lambda: all(s._response is not None for s in awaited))
-
-
-def _with_sent_responses(requests, result):
-    """The responses of a call to a model that is not decoupled and answered requests through their response
-    senders: each such response takes its request's place in the list execute returned (None there, or execute
-    returned None). Every request needs one or the other."""
-    if result is not None and len(result) != len(requests):
-        return result
-    out = [None] * len(requests) if result is None else list(result)
     for i, request in enumerate(requests):
         sender = request._sender
         sent = sender._response if isinstance(sender, pb_utils.OneResponseSender) else None
@@ -950,7 +941,6 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 inputs, outputs, request_id, correlation_id, flags, parameters, decoupled, (tag, index)
             )
         )
-    senders = None
     try:
         result = model.execute(requests)
         # A list is the common answer; the check for a coroutine (an ABC instance check) is slower.
@@ -963,8 +953,7 @@ def execute(model, shared, msg, payload, tag, decoupled):
             else:
                 result = _coroutines.run(result)
         if not decoupled and pb_utils._one_senders:
-            senders = [r._sender for r in pb_utils._one_senders]
-            _await_sent(requests, result)
+            result = _with_sent_responses(requests, result)
     finally:
         if not decoupled:
             cancelled = pb_utils._server.cancelled
@@ -985,8 +974,6 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 "request.get_response_sender()"
             )
         return _encode({"op": "result", "responses": [{} for _ in requests]}).encode(), [], 0
-    if senders:
-        result = _with_sent_responses(requests, result)
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")

@@ -329,20 +329,22 @@ _DL_UINT = 1
 _DL_BFLOAT = 4
 
 
+# CPython's capsule accessors, typed once as functions of this module's own (a model's typing of
+# ctypes.pythonapi's shared ones does not change them).
+_capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+
 def _dtype_at(capsule):
     """The address of the DLDataType (code, bits, lanes) of the tensor a DLPack capsule holds, unconsumed."""
-    get_name = ctypes.pythonapi.PyCapsule_GetName
-    get_name.restype = ctypes.c_char_p
-    get_name.argtypes = [ctypes.py_object]
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype = ctypes.c_void_p
-    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    name = get_name(capsule)
+    name = _capsule_name(capsule)
     if name not in (b"dltensor", b"dltensor_versioned"):
         raise TritonModelException(f"Cannot read a DLPack capsule named {name!r}")
     # DLManagedTensor starts with its DLTensor; DLManagedTensorVersioned has a version, a context, a deleter and
     # flags (32 bytes) before it. The dtype follows the data pointer, the device and ndim (20 bytes).
-    return get_pointer(capsule, name) + (20 if name == b"dltensor" else 52)
+    return _capsule_pointer(capsule, name) + (20 if name == b"dltensor" else 52)
 
 
 def _retag(capsule, code, new_code):
