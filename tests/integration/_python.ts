@@ -4,7 +4,7 @@
  * @module
  */
 
-import { pythonPath, ROOT } from "../helpers.ts";
+import { pythonPath, ROOT, startTestServer, type TestServer } from "../helpers.ts";
 
 /**
  * Runs Python source asynchronously (the server keeps answering on this event loop meanwhile) and parses the
@@ -47,4 +47,24 @@ export async function writePythonModel(
   await Deno.mkdir(`${repo}/${name}/1`, { recursive: true });
   await Deno.writeTextFile(`${repo}/${name}/config.pbtxt`, config);
   await Deno.writeTextFile(`${repo}/${name}/1/model.py`, model);
+}
+
+/**
+ * Serves Python models from a temporary repository with a test server (default flags), runs `body` against it,
+ * then stops the server and removes the repository.
+ * @param models each model's name, config.pbtxt and model.py
+ * @param body what to do with the server
+ */
+export async function servePythonModels(
+  models: readonly (readonly [name: string, config: string, model: string])[],
+  body: (server: TestServer) => Promise<void>,
+): Promise<void> {
+  const repo = await Deno.makeTempDir({ prefix: "dinfer-python-models-" });
+  try {
+    for (const [name, config, model] of models) await writePythonModel(repo, name, config, model);
+    await using server = await startTestServer([`--model-repository=${repo}`]);
+    await body(server);
+  } finally {
+    await Deno.remove(repo, { recursive: true });
+  }
 }

@@ -7,9 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { startTestServer } from "../helpers.ts";
 import { type Answer, get, inferJson } from "./_http.ts";
-import { writePythonModel } from "./_python.ts";
+import { servePythonModels } from "./_python.ts";
 
 const MODEL = `import threading
 import time
@@ -107,11 +106,7 @@ function error(a: Answer): unknown {
 }
 
 Deno.test("a model that is not decoupled answers through its requests' response senders", async () => {
-  const repo = await Deno.makeTempDir({ prefix: "dinfer-sender-test-" });
-  try {
-    await writePythonModel(repo, "sender_py", SINGLE, MODEL);
-    await writePythonModel(repo, "sender_batch_py", BATCHED, MODEL);
-    await using s = await startTestServer([`--model-repository=${repo}`]);
+  await servePythonModels([["sender_py", SINGLE, MODEL], ["sender_batch_py", BATCHED, MODEL]], async (s) => {
     const infer = (v: number) => inferJson(s.url, "sender_py", request(v));
     const fails = (what: string) =>
       `Cannot run 'sender_py' instance 'sender_py_0': TritonModelException: ${what}`;
@@ -174,7 +169,5 @@ Deno.test("a model that is not decoupled answers through its requests' response 
         /^Cannot run 'sender_batch_py' instance 'sender_batch_py_0': TritonModelException: request [01] has no response: execute returned None for it and took no response sender$/,
       );
     }
-  } finally {
-    await Deno.remove(repo, { recursive: true });
-  }
+  });
 });

@@ -6,9 +6,8 @@
  */
 
 import assert from "node:assert/strict";
-import { startTestServer } from "../helpers.ts";
 import { binaryOutputs, inferJson } from "./_http.ts";
-import { writePythonModel } from "./_python.ts";
+import { servePythonModels } from "./_python.ts";
 
 const DTYPES_CONFIG = `name: "dtypes_py"
 backend: "python"
@@ -64,11 +63,11 @@ class TritonPythonModel:
 `;
 
 Deno.test("Python models answer with their outputs' own datatypes and call BLS models named in bytes", async () => {
-  const repo = await Deno.makeTempDir({ prefix: "dinfer-triton-habits-" });
-  try {
-    await writePythonModel(repo, "dtypes_py", DTYPES_CONFIG, DTYPES_MODEL);
-    await writePythonModel(repo, "caller_py", CALLER_CONFIG, CALLER_MODEL);
-    await using s = await startTestServer([`--model-repository=${repo}`]);
+  await servePythonModels([["dtypes_py", DTYPES_CONFIG, DTYPES_MODEL], [
+    "caller_py",
+    CALLER_CONFIG,
+    CALLER_MODEL,
+  ]], async (s) => {
     const input = { name: "IN", datatype: "INT32", shape: [1], data: [3] };
 
     const json = await inferJson(s.url, "dtypes_py", { inputs: [input] });
@@ -95,7 +94,5 @@ Deno.test("Python models answer with their outputs' own datatypes and call BLS m
     assert.deepEqual((called.json as { outputs: unknown[] }).outputs, [
       { name: "OUT", datatype: "INT64", shape: [1], data: [6] },
     ]);
-  } finally {
-    await Deno.remove(repo, { recursive: true });
-  }
+  });
 });

@@ -6,9 +6,9 @@
  */
 
 import assert from "node:assert/strict";
-import { startTestServer, torchPythonPath } from "../helpers.ts";
+import { torchPythonPath } from "../helpers.ts";
 import { binaryOutputs, inferBinary, inferJson } from "../integration/_http.ts";
-import { writePythonModel } from "../integration/_python.ts";
+import { servePythonModels } from "../integration/_python.ts";
 
 const CONFIG = (python: string) =>
   `name: "torch_dlpack_py"
@@ -69,10 +69,7 @@ class TritonPythonModel:
 `;
 
 Deno.test("a Python model computes with torch through DLPack, both ways", async () => {
-  const repo = await Deno.makeTempDir({ prefix: "dinfer-torch-dlpack-" });
-  try {
-    await writePythonModel(repo, "torch_dlpack_py", CONFIG(torchPythonPath()), MODEL);
-    await using s = await startTestServer([`--model-repository=${repo}`]);
+  await servePythonModels([["torch_dlpack_py", CONFIG(torchPythonPath()), MODEL]], async (s) => {
     const a = await inferJson(s.url, "torch_dlpack_py", {
       inputs: [{ name: "INPUT0", datatype: "FP32", shape: [4], data: [-1, 2, -3, 4.5] }],
     });
@@ -81,16 +78,11 @@ Deno.test("a Python model computes with torch through DLPack, both ways", async 
       { name: "OUTPUT0", datatype: "FP32", shape: [4], data: [0, 4, 0, 9] },
       { name: "OUTPUT1", datatype: "FP32", shape: [4], data: [0, 3, -2, 5.5] },
     ]);
-  } finally {
-    await Deno.remove(repo, { recursive: true });
-  }
+  });
 });
 
 Deno.test("a Python model takes and answers BF16 tensors through DLPack and torch", async () => {
-  const repo = await Deno.makeTempDir({ prefix: "dinfer-torch-bf16-" });
-  try {
-    await writePythonModel(repo, "torch_bf16_py", BF16_CONFIG(torchPythonPath()), BF16_MODEL);
-    await using s = await startTestServer([`--model-repository=${repo}`]);
+  await servePythonModels([["torch_bf16_py", BF16_CONFIG(torchPythonPath()), BF16_MODEL]], async (s) => {
     // bfloat16 1.0 and 2.0, little-endian.
     const a = await inferBinary(s.url, "torch_bf16_py", {
       inputs: [{ name: "INPUT0", datatype: "BF16", shape: [2], parameters: { binary_data_size: 4 } }],
@@ -99,7 +91,5 @@ Deno.test("a Python model takes and answers BF16 tensors through DLPack and torc
     assert.equal(a.status, 200, JSON.stringify(a.json));
     // 3.0 and 6.0 in bfloat16.
     assert.deepEqual([...binaryOutputs(a).get("OUTPUT0")!], [0x40, 0x40, 0xc0, 0x40]);
-  } finally {
-    await Deno.remove(repo, { recursive: true });
-  }
+  });
 });
