@@ -4,7 +4,8 @@
  * several connection counts). Prints a table and writes `bench/RESULTS.md`.
  *
  * When `h2load` (Debian package `nghttp2-client`) is on PATH, gRPC and HTTP binary are also measured with it, an
- * efficient client in C, against a fresh server of their own (`bench/h2load.ts`).
+ * efficient client in C, against a fresh server of their own (`bench/h2load.ts`). When `wrk` (Debian package `wrk`) is
+ * on PATH, the comparison with the hand-written peer is measured with it as the client too (`bench/wrk.ts`).
  *
  * Flags: `--duration=<s>` measured seconds per point (default 5), `--warmup=<s>` (default 1),
  * `--connections=1,8,16,32`, `--quick` (1 s per point), `--profile` (also profile the server under JSON load
@@ -24,10 +25,11 @@ import { type ChildServer, startChildServer } from "./child_server.ts";
 import { type ProfileSummary, startProfiler, summarizeProfile } from "./cpu_profile.ts";
 import { cpuSeconds, machineBusySeconds, waitQuiet } from "./cpu_usage.ts";
 import { measureMlp, mlpMarkdown } from "./mlp_bench.ts";
-import { binaryBody, inferRequest, INPUT0, INPUT1, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
+import { binaryBody, inferRequest, INPUT0, INPUT1, jsonBody, OUTPUT0, OUTPUT1 } from "./simple_requests.ts";
 import { findH2load, grpcInferArgs, type H2loadResult, h2loadVersion, runH2load } from "./h2load.ts";
 import { grpcFrame, grpcInferOnce, simpleInferRequest } from "./grpc_simple.ts";
 import { median } from "./stats.ts";
+import { findWrk, runWrk } from "./wrk.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const MODEL_DIR = `${ROOT}examples/models/simple`;
@@ -960,7 +962,29 @@ interface PeerComparison {
     p50s: number[];
     cpuUs: number;
   }[];
+  /** The same with wrk as the client (Triton's config, the peer and the floor), when wrk is on PATH. */
+  wrk?: PeerComparison["points"];
   wrong: boolean;
+}
+
+/** The servers measured again with wrk as the client. */
+const WRK_PEERS: readonly PeerName[] = ["dinferT", "peer", "floor"];
+
+/** One wrk point of the comparison: a warm-up run, then the measured one with the server's CPU over it. */
+async function measureWrk(
+  wrk: string,
+  server: ChildServer,
+  connections: number,
+  seconds: number,
+  warmupS: number,
+): Promise<{ rate: number; p50Us: number; cpuS: number; count: number; wrong: number }> {
+  const url = `http://127.0.0.1:${server.port}/v2/models/simple/infer`;
+  const body = new TextDecoder().decode(jsonBody());
+  const expected = [OUTPUT0, OUTPUT1].map((o) => `[${[...o].join(",")}]`);
+  await runWrk(wrk, url, body, expected, connections, warmupS);
+  const c0 = cpuSeconds(server.pid);
+  const r = await runWrk(wrk, url, body, expected, connections, seconds);
+  return { ...r, cpuS: cpuSeconds(server.pid) - c0 };
 }
 
 /**
@@ -979,8 +1003,17 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
     peer: await startChildServer([], [], { script: "bench/peer_onnx_server.ts" }),
     floor: await startChildServer([], [], { script: "bench/floor_server.ts" }),
   };
-  const result: PeerComparison = { rounds, roundS, points: [], wrong: false };
+  const wrk = findWrk();
+  const result: PeerComparison = { rounds, roundS, points: [], wrong: false, wrk: wrk ? [] : undefined };
   const acc = new Map<string, { rates: number[]; p50s: number[]; cpuS: number; count: number }>();
+  const add = (key: string, p: { rate: number; p50Us: number; count: number }, cpuS: number) => {
+    const a = acc.get(key) ?? { rates: [], p50s: [], cpuS: 0, count: 0 };
+    a.rates.push(p.rate);
+    a.p50s.push(p.p50Us);
+    a.cpuS += cpuS;
+    a.count += p.count;
+    acc.set(key, a);
+  };
   try {
     const roundFlags = { ...flags, durationS: roundS, warmupS: Math.min(flags.warmupS, 0.5) };
     for (let r = 0; r < rounds; r++) {
@@ -991,13 +1024,14 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
         for (const name of [...PEER_NAMES.slice(at), ...PEER_NAMES.slice(0, at)]) {
           const p = await measure(servers[name], "json", connections, roundFlags, r === 0 ? 1 : 0);
           if (p.errors > 0 || p.mismatches > 0) result.wrong = true;
-          const key = `${name}/${connections}`;
-          const a = acc.get(key) ?? { rates: [], p50s: [], cpuS: 0, count: 0 };
-          a.rates.push(p.rate);
-          a.p50s.push(p.p50Us);
-          a.cpuS += (p.serverCpuPct / 100) * roundS;
-          a.count += p.count;
-          acc.set(key, a);
+          add(`${name}/${connections}`, p, (p.serverCpuPct / 100) * roundS);
+        }
+        if (!wrk) continue;
+        const wat = r % WRK_PEERS.length;
+        for (const name of [...WRK_PEERS.slice(wat), ...WRK_PEERS.slice(0, wat)]) {
+          const p = await measureWrk(wrk, servers[name], connections, roundS, roundFlags.warmupS);
+          if (p.wrong > 0) result.wrong = true;
+          add(`wrk:${name}/${connections}`, p, p.cpuS);
         }
       }
     }
@@ -1015,6 +1049,16 @@ async function measurePeers(flags: Flags): Promise<PeerComparison> {
         p50s: a.p50s,
         cpuUs: (1e6 * a.cpuS) / a.count,
       });
+      const w = acc.get(`wrk:${server}/${connections}`);
+      if (w) {
+        result.wrk?.push({
+          connections,
+          server,
+          rates: w.rates,
+          p50s: w.p50s,
+          cpuUs: (1e6 * w.cpuS) / w.count,
+        });
+      }
     }
   }
   return result;
@@ -1102,7 +1146,42 @@ order moved along one server every round; medians, with each round's value in br
 | connections | server | dinfer infer/s | peer infer/s | dinfer / peer | floor infer/s | p50 µs dinfer / peer / floor | server CPU µs per request dinfer / peer / floor |
 |---:|---|---:|---:|---:|---:|---:|---:|
 ${rows.join("\n")}
-${cmp.wrong ? "\n**Some responses were wrong or failed: the numbers above do not count.**\n" : ""}
+${wrkMarkdown(cmp)}${
+    cmp.wrong ? "\n**Some responses were wrong or failed: the numbers above do not count.**\n" : ""
+  }
+`;
+}
+
+/** The comparison's wrk table, or a line saying wrk was not there. */
+function wrkMarkdown(cmp: PeerComparison): string {
+  const points = cmp.wrk;
+  if (!points) {
+    return "\n`wrk` is not on PATH: the points with it as the client were skipped (install: `apt-get install wrk`).\n";
+  }
+  const rows: string[] = [];
+  for (const c of [1, 16]) {
+    const get = (server: PeerName) => points.find((p) => p.server === server && p.connections === c)!;
+    const [d, p, f] = [get("dinferT"), get("peer"), get("floor")];
+    const rates = (x: { rates: number[] }) =>
+      `${fmt(median(x.rates))} [${x.rates.map((v) => fmt(v)).join(" ")}]`;
+    rows.push(
+      `| ${c} | ${rates(d)} | ${rates(p)} | **${(median(d.rates) / median(p.rates)).toFixed(2)}** [${
+        d.rates.map((v, i) => (v / p.rates[i]!).toFixed(2)).join(" ")
+      }] | ${fmt(median(f.rates))} | ${[d, p, f].map((x) => fmt(median(x.p50s))).join(" / ")} | ${
+        [d, p, f].map((x) => fmt(x.cpuUs)).join(" / ")
+      } |`,
+    );
+  }
+  return `
+**The same with \`wrk\` as the client** (the client the issue's own figures came from: one thread in C, far less CPU
+per request than the bench's load generator in Deno, which shares the two cores with the server): dinfer with
+Triton's config, the peer and the floor, in the same rounds right after the points above, their order moved
+along one server every round; a ${cmp.roundS} s run per point after a short warm-up run, every answer checked
+(status 200 and both outputs' values in the body, by a Lua hook).
+
+| connections | dinfer (Triton's config) infer/s | peer infer/s | dinfer / peer | floor infer/s | p50 µs dinfer / peer / floor | server CPU µs per request dinfer / peer / floor |
+|---:|---:|---:|---:|---:|---:|---:|
+${rows.join("\n")}
 `;
 }
 
@@ -1319,6 +1398,21 @@ async function main(args: string[]): Promise<void> {
       }×) | ${fmt(ratio, 2)}× (${fmt(rate("dinferT"))} vs ${fmt(rate("peer"))} infer/s) | ${
         ratio >= TARGET_PEER_RATIO && !peers.wrong ? "yes" : "**no**"
       } |`;
+  }).flatMap((row, i) => {
+    const c = [1, 16][i]!;
+    const rate = (server: PeerName) =>
+      median(peers.wrk?.find((p) => p.server === server && p.connections === c)?.rates ?? [NaN]);
+    const ratio = rate("dinferT") / rate("peer");
+    return peers.wrk
+      ? [
+        row,
+        `| the same, ${c} connection(s), \`wrk\` as the client | ${fmt(ratio, 2)}× (${
+          fmt(rate("dinferT"))
+        } vs ${fmt(rate("peer"))} infer/s) | ${
+          ratio >= TARGET_PEER_RATIO && !peers.wrong ? "yes" : "**no**"
+        } |`,
+      ]
+      : [row];
   });
   const targets = [
     `| target | measured | met |`,
