@@ -15,6 +15,7 @@
 
 import { fileURLToPath } from "node:url";
 import { existsSync } from "node:fs";
+import { ffiGranted } from "../server/core/ffi_permission.ts";
 
 /** The ABI version these bindings were written for (ORTSHIM_ABI_VERSION). */
 export const ABI_VERSION = 1;
@@ -307,8 +308,9 @@ export function onnxRuntimeLibraryPath(): string | undefined {
 let opened: { shim: OrtShim | undefined } | undefined;
 
 /**
- * libortshim with ONNX Runtime loaded, once per thread; undefined where either is missing or does not load
- * (callers then run ONNX Runtime through onnxruntime-node's binding). `DINFER_ORTSHIM=off` turns it off.
+ * libortshim with ONNX Runtime loaded, once per thread; undefined where either is missing or does not load, or
+ * where the FFI permission does not cover it (callers then run ONNX Runtime through onnxruntime-node's binding).
+ * `DINFER_ORTSHIM=off` turns it off.
  */
 export function openOrtShim(): OrtShim | undefined {
   opened ??= { shim: load() };
@@ -321,7 +323,7 @@ function load(): OrtShim | undefined {
   if (env.DINFER_ORTSHIM === "off") return undefined;
   const path = ortShimPath(env);
   const runtime = onnxRuntimeLibraryPath();
-  if (!runtime || !existsSync(path)) return undefined;
+  if (!runtime || !existsSync(path) || !ffiGranted(path)) return undefined;
   let lib: Deno.DynamicLibrary<typeof SYMBOLS>;
   try {
     lib = Deno.dlopen(path, SYMBOLS);

@@ -8,6 +8,7 @@
 import { fileURLToPath } from "node:url";
 import type { Datatype } from "../server/core/dtypes.ts";
 import { internal, ServerError } from "../server/core/errors.ts";
+import { ffiGranted } from "../server/core/ffi_permission.ts";
 import type { Tensor } from "../server/core/types.ts";
 
 /** The ABI version these bindings were written for (TORCHSHIM_ABI_VERSION). */
@@ -144,6 +145,12 @@ export class TorchShim {
   static open(path: string): TorchShim {
     const known = opened.get(path);
     if (known) return known;
+    if (!ffiGranted(path)) {
+      throw new ServerError(
+        "UNAVAILABLE",
+        `Cannot open libtorchshim '${path}': the FFI permission does not cover it (run with --allow-ffi)`,
+      );
+    }
     let lib: Lib;
     try {
       lib = Deno.dlopen(path, SYMBOLS);

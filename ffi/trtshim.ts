@@ -14,6 +14,7 @@
 import { fileURLToPath } from "node:url";
 import type { Datatype } from "../server/core/dtypes.ts";
 import { type ErrorCode, ServerError } from "../server/core/errors.ts";
+import { ffiGranted } from "../server/core/ffi_permission.ts";
 
 /** The ABI version these bindings were written for (TRTSHIM_ABI_VERSION). */
 export const ABI_VERSION = 1;
@@ -271,6 +272,12 @@ const opened = new Map<string, TrtShim>();
 export function openTrtShim(path: string): TrtShim {
   const known = opened.get(path);
   if (known) return known;
+  if (!ffiGranted(path)) {
+    throw new ServerError(
+      "UNAVAILABLE",
+      `Cannot open the TensorRT shim '${path}': the FFI permission does not cover it (run with --allow-ffi)`,
+    );
+  }
   let lib: Deno.DynamicLibrary<typeof SYMBOLS>;
   try {
     lib = Deno.dlopen(path, SYMBOLS);

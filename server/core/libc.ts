@@ -3,6 +3,8 @@
  * @module
  */
 
+import { ffiGranted } from "./ffi_permission.ts";
+
 /**
  * Binds `symbols` of glibc, or null where that cannot be done: without the FFI permission (asked first, as
  * `Deno.dlopen` would prompt for it on a terminal) or without glibc (musl).
@@ -12,7 +14,7 @@ export function glibc<S extends Deno.ForeignLibraryInterface>(
   symbols: S,
 ): Deno.DynamicLibrary<S>["symbols"] | null {
   try {
-    if (Deno.permissions.querySync({ name: "ffi" }).state !== "granted") return null;
+    if (!ffiGranted("libc.so.6")) return null;
     return Deno.dlopen("libc.so.6", symbols).symbols;
   } catch {
     return null;
