@@ -4,6 +4,7 @@
  */
 
 import type { ArrivalCounter } from "../core/arrivals.ts";
+import { ServerError } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferRequest, InferResponse, ParamValue, ResponseSink, Tensor } from "../core/types.ts";
 import type { Logger } from "../logging.ts";
@@ -16,6 +17,22 @@ export const RESPONSE_PARAMETERS: unique symbol = Symbol("response parameters");
 
 /** A request's outputs by name, with the response parameters the backend gave it, if any. */
 export type BackendOutputs = Map<string, Tensor> & { [RESPONSE_PARAMETERS]?: Record<string, ParamValue> };
+
+/**
+ * What `executeRequests` answers in the place of a request that the model gave back to be run again (Triton's
+ * TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: a Python model's `request.set_release_flags`). The sequence batcher of
+ * a model with `iterative_sequence` runs the request again; anywhere else it fails the request, with this
+ * message (Triton's words first).
+ */
+export class RescheduledRequest extends ServerError {
+  /** @param model the model's name */
+  constructor(model: string) {
+    super(
+      "INTERNAL",
+      `Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag: '${model}' runs a request again only with sequence_batching { iterative_sequence: true }`,
+    );
+  }
+}
 
 /** One request of a batch, for backends whose requests stay separate (see executeRequests). */
 export interface BackendRequest {

@@ -54,6 +54,7 @@ import {
   type BackendOutputs,
   type BackendRequest,
   type InstanceContext,
+  RescheduledRequest,
   RESPONSE_PARAMETERS,
   type ServerAccess,
 } from "./backend.ts";
@@ -279,6 +280,8 @@ interface StubStreamResponse {
 
 /** What the stub answers for one request. */
 interface StubResponse {
+  /** Set when the model gave the request back to be run again (`set_release_flags`). */
+  rescheduled?: boolean;
   outputs?: TensorDesc[];
   error?: { message: string; code: string };
   /** The response's parameters (`InferenceResponse(parameters=...)`): booleans, integers and strings. */
@@ -1601,6 +1604,11 @@ class Stub {
       if (response.error) {
         this.#senders.delete(`${id}:${i}`);
         return errorOf(response.error);
+      }
+      if (response.rescheduled) {
+        // Its responses so far went out; the next run of the request brings a sender of its own.
+        this.#senders.delete(`${id}:${i}`);
+        return new RescheduledRequest(this.#opts.config.name);
       }
       // An output that cannot be read fails its own request, not the others of the call.
       try {

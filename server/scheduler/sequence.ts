@@ -8,6 +8,11 @@
  * batches only that instance's sequences; `oldest` lets up to `max_candidate_sequences` sequences hold a slot
  * and batches the oldest requests on any free instance, with `preferred_batch_size` and
  * `max_queue_delay_microseconds`. Sequences beyond the slots wait in a backlog.
+ *
+ * Iterative sequences (`iterative_sequence: true`): a request the model gives back (RescheduledRequest, a Python
+ * model's TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) runs again next in its sequence, no longer a first request,
+ * until a run releases it; a request without a correlation id is a sequence of its own (START and END on its
+ * first run, END on the runs after).
  * @module
  */
 
@@ -26,7 +31,7 @@ import { invalidArg, toServerError, unavailable } from "../core/errors.ts";
 import type { ModelConfig } from "../core/model_config.ts";
 import type { InferResponse, ParamValue, Tensor } from "../core/types.ts";
 import type { ValidatedRequest } from "../core/validate.ts";
-import type { BackendInstance } from "../backends/backend.ts";
+import { type BackendInstance, RescheduledRequest } from "../backends/backend.ts";
 import { nowNs } from "../core/clock.ts";
 import type { VersionStats } from "../metrics/stats.ts";
 import { batchCompatible, type BatchModel, executeBatch, isModelError } from "./batch.ts";
@@ -65,6 +70,7 @@ interface StateConfig {
 
 interface SequenceBatchingConfig {
   max_sequence_idle_microseconds?: number;
+  iterative_sequence?: boolean;
   control_input?: { name: string; control: ControlConfig[] }[];
   state?: StateConfig[];
   direct?: { max_queue_delay_microseconds?: number };
@@ -114,6 +120,11 @@ interface Sequence {
   ended: boolean;
 }
 
+/** The key of the sequence of the `n`th request without a correlation id to a model with iterative sequences. */
+function ownSeqKey(n: number): string {
+  return `i:${n}`;
+}
+
 function seqKey(id: SequenceId): string {
   return typeof id === "string" ? `s:${id}` : `n:${id}`;
 }
@@ -137,6 +148,10 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
   #candidates: number;
   #preferred: number[];
   #delayMs: number;
+  /** Whether the model runs iterative sequences (`iterative_sequence`): requests the model gives back run again. */
+  #iterative: boolean;
+  /** Requests without a correlation id to such a model, each a sequence of its own, counted for their keys. */
+  #ownSequences = 0;
   #sequences = new Map<string, Sequence>();
   #backlog: Sequence[] = [];
   #slotUse: number[];
@@ -170,6 +185,7 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
     this.#delayMs = ((sb.oldest ?? sb.direct)?.max_queue_delay_microseconds ?? 0) / 1000;
     this.#slotUse = instances.map(() => 0);
     this.#stats = stats;
+    this.#iterative = sb.iterative_sequence === true;
   }
 
   /**
@@ -275,7 +291,9 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
     }
     const p = request.request.parameters;
     const id = p.sequence_id;
-    if (id === undefined || id === 0 || id === "" || id === 0n) {
+    // A model with iterative sequences takes a request without a correlation id as a sequence of its own.
+    const own = id === undefined || id === 0 || id === "" || id === 0n;
+    if (own && !this.#iterative) {
       return fail(
         invalidArg(
           `Cannot infer '${this.#name}': inference request to model '${this.#name}' must specify a non-zero or non-empty correlation ID (sequence_id)`,
@@ -300,8 +318,8 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
     };
     let start: boolean, end: boolean;
     try {
-      start = flag("sequence_start", p.sequence_start);
-      end = flag("sequence_end", p.sequence_end);
+      start = flag("sequence_start", p.sequence_start) || own;
+      end = flag("sequence_end", p.sequence_end) || own;
     } catch (err) {
       return fail(err);
     }
@@ -314,12 +332,13 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
     }
     // Refused here, not at execution: a sequence must not take a slot, nor fail the batch it would join.
     if (
-      typeof id === "string" &&
+      !own && typeof id === "string" &&
       this.#controls.some((c) => c.kind === "CONTROL_SEQUENCE_CORRID" && c.datatype !== "BYTES")
     ) {
       return fail(this.#stringCorrIdError(id));
     }
-    const key = seqKey(id);
+    const sid = (own ? 0 : id) as SequenceId;
+    const key = own ? ownSeqKey(++this.#ownSequences) : seqKey(sid);
     let seq = this.#sequences.get(key);
     if (!seq || (seq.ended && !start)) {
       if (!start) {
@@ -328,19 +347,19 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
           invalidArg(
             timedOut
               ? `Cannot infer '${this.#name}': sequence ${
-                seqText(id)
+                seqText(sid)
               } was released after being idle for more than max_sequence_idle_microseconds (${
                 this.#idleMs * 1000
               }); start it again with sequence_start`
               : `Cannot infer '${this.#name}': sequence ${
-                seqText(id)
+                seqText(sid)
               } is not active; its first request must set sequence_start`,
           ),
         );
       }
       this.#timedOut.delete(key);
       seq = {
-        id,
+        id: sid,
         queue: [],
         executing: false,
         state: undefined,
@@ -554,6 +573,14 @@ export class SequenceScheduler extends QueueingScheduler implements Scheduler {
       this.#stats?.recordExecution(times);
       batch.forEach(({ seq, pending }, k) => {
         const res = responses[k]!;
+        if (res instanceof RescheduledRequest && this.#iterative) {
+          // The model gave the request back: it runs again next in its sequence, on the state it left, no longer
+          // a first request. Each run counts, as in Triton's statistics.
+          this.#stats?.recordSuccess(pending.request.batchSize, pending.received, times);
+          seq.queue.unshift({ ...pending, start: false, enqueuedAt: performance.now() });
+          this.queued++;
+          return;
+        }
         if (res instanceof Error) {
           if (isModelError(res)) {
             this.#stats?.recordSuccess(pending.request.batchSize, pending.received, times);

@@ -1,7 +1,6 @@
 /**
  * pb_utils' model loading API, which a Python model's own code calls: is_model_ready, load_model (with a config
- * override and files), unload_model and get_model_dir, in explicit model control and, refused, in none; and a
- * request's release flags, whose rescheduling is refused as not supported.
+ * override and files), unload_model and get_model_dir, in explicit model control and, refused, in none.
  * @module
  */
 
@@ -112,9 +111,6 @@ Deno.test("a Python model loads, unloads and checks models through pb_utils in e
     assert.deepEqual(await manage(s, { op: "load", model: "manage_py", config: own }), { ok: null });
     const config = await (await fetch(`${s.url}/v2/models/manage_py/config`)).json();
     assert.deepEqual(config.parameters, { changed: { string_value: "yes" } });
-    assert.deepEqual(await manage(s, { op: "reschedule" }), {
-      error: "Cannot set release flags 2: request rescheduling is not supported",
-    });
     assert.deepEqual(await double(s, "made_py"), [200, [9, 12]]);
   });
 });

@@ -795,6 +795,31 @@ def _plain_parts(result):
     return tuple(form), parts, size
 
 
+# Stands in execute's list for a request that asked to be rescheduled (see _take_rescheduled).
+_RESCHEDULED = object()
+
+
+def _take_rescheduled(requests, result, decoupled):
+    """The indexes of this call's requests that asked to be rescheduled (set_release_flags) before execute
+    returned, and execute's result with, for a model that is not decoupled, each one's None turned into
+    _RESCHEDULED (anything else there fails the call, in Triton's words). A flag set later, from a decoupled
+    model's own task, comes too late and is ignored: the request has been released."""
+    asked = pb_utils._rescheduled
+    found = [i for i, r in enumerate(requests) if r in asked]
+    if decoupled or not found:
+        return found, result
+    if isinstance(result, (list, tuple)) and len(result) == len(requests):
+        result = list(result)
+        for i in found:
+            if result[i] is not None:
+                raise pb_utils.TritonModelException(
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    f"found type '{type(result[i])}'."
+                )
+            result[i] = _RESCHEDULED
+    return found, result
+
+
 def _with_sent_responses(requests, result):
     """The responses of a call to a model that is not decoupled and took response senders: each response sent
     through a request's sender takes its place in the list execute returned (None there, or execute returned
@@ -810,6 +835,8 @@ def _with_sent_responses(requests, result):
     with pb_utils._one_sent:
         pb_utils._one_sent.wait_for(lambda: all(s._response is not None for s in awaited))
     for i, request in enumerate(requests):
+        if out[i] is _RESCHEDULED:
+            continue
         sender = request._sender
         sent = sender._response if isinstance(sender, pb_utils.OneResponseSender) else None
         if sent is not None:
@@ -952,9 +979,14 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 result = None
             else:
                 result = _coroutines.run(result)
+        rescheduled = None
+        if pb_utils._rescheduled:
+            rescheduled, result = _take_rescheduled(requests, result, decoupled)
         if not decoupled and pb_utils._one_senders:
             result = _with_sent_responses(requests, result)
     finally:
+        if pb_utils._rescheduled:
+            pb_utils._rescheduled.clear()
         if not decoupled:
             cancelled = pb_utils._server.cancelled
             if cancelled:
@@ -973,7 +1005,10 @@ def execute(model, shared, msg, payload, tag, decoupled):
                 "the model is decoupled: execute() must return None and send responses through "
                 "request.get_response_sender()"
             )
-        return _encode({"op": "result", "responses": [{} for _ in requests]}).encode(), [], 0
+        answers = [{} for _ in requests]
+        for i in rescheduled or ():
+            answers[i] = {"rescheduled": True}
+        return _encode({"op": "result", "responses": answers}).encode(), [], 0
     if result is None or len(result) != len(requests):
         got = "None" if result is None else str(len(result))
         raise pb_utils.TritonModelException(f"execute returned {got} responses for {len(requests)} requests")
@@ -989,6 +1024,9 @@ def execute(model, shared, msg, payload, tag, decoupled):
     prepared = []
     total = 0
     for response in result:
+        if response is _RESCHEDULED:
+            prepared.append(response)
+            continue
         if response is None or not isinstance(response, pb_utils.InferenceResponse):
             raise pb_utils.TritonModelException(f"execute returned {type(response).__name__}, not an InferenceResponse")
         if response.has_error():
@@ -1004,6 +1042,9 @@ def execute(model, shared, msg, payload, tag, decoupled):
     answers = []
     offset = msg.get("out_offset", 0)
     for response, tensors in zip(result, prepared):
+        if tensors is _RESCHEDULED:
+            answers.append({"rescheduled": True})
+            continue
         if tensors is None:
             answers.append({"error": error_of(response.error())})
             continue

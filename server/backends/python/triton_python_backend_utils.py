@@ -499,6 +499,11 @@ _one_senders = []
 _one_sent = threading.Condition()
 
 
+# The requests of the execute call going on that asked to be rescheduled (set_release_flags), read and cleared by
+# the stub once execute returns.
+_rescheduled = set()
+
+
 class InferenceRequest:
     """A request: one the server hands to `execute`, or one a model builds to call another model (BLS)."""
 
@@ -602,10 +607,20 @@ class InferenceRequest:
         return self._key in _server.cancelled
 
     def set_release_flags(self, flags):
-        """Releases the request when execute returns (TRITONSERVER_REQUEST_RELEASE_ALL, the default); rescheduling
-        a request (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported."""
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
-            raise TritonModelException(f"Cannot set release flags {flags}: request rescheduling is not supported")
+        """How the request is released when execute returns: TRITONSERVER_REQUEST_RELEASE_ALL (the default) ends
+        it; TRITONSERVER_REQUEST_RELEASE_RESCHEDULE gives it back to the server, which runs it again in a later
+        execute call (a model with `sequence_batching { iterative_sequence: true }`; any other model fails the
+        request). A model that is not decoupled puts None in the rescheduled request's place of the list execute
+        returns; a decoupled one sets the flag before execute returns."""
+        if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+            raise TritonModelException(f"Cannot set release flags {flags}: expected TRITONSERVER_REQUEST_RELEASE_ALL or "
+                                       "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE")
+        if self._key is None:
+            raise TritonModelException("Cannot set release flags: the request was not given to execute")
+        if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            _rescheduled.add(self)
+        else:
+            _rescheduled.discard(self)
 
     def get_response_sender(self):
         if self._sender is None:
