@@ -303,7 +303,8 @@ export async function validateConfig(
     }
   }
   if (config.platform !== "ensemble") {
-    if (config.input.length === 0) fail("the config has no inputs");
+    // As Triton: a Python model may take no inputs (its config is all there is to check it against).
+    if (config.input.length === 0 && config.backend !== "python") fail("the config has no inputs");
     if (config.output.length === 0) fail("the config has no outputs");
   }
   for (const [kind, list] of [["input", config.input], ["output", config.output]] as const) {

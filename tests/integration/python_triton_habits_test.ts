@@ -1,7 +1,9 @@
 /**
  * Habits of Python models written for Triton that dinfer must take as Triton 2.51 does: outputs whose numpy
  * datatype differs from the config's (numpy's defaults, int64 and float64) answer with the model's datatype, and
- * a BLS request takes its model's name as bytes (read from a BYTES input), as Triton's own bls example does.
+ * a BLS request takes its model's name as bytes (read from a BYTES input), as Triton's own bls example does. A
+ * model may declare no inputs, and it sees the command line of Triton's embedded interpreter, `[""]` (Triton's
+ * own test models run `unittest.main()` inside `execute`).
  * @module
  */
 
@@ -93,6 +95,42 @@ Deno.test("Python models answer with their outputs' own datatypes and call BLS m
     assert.equal(called.status, 200, JSON.stringify(called.json));
     assert.deepEqual((called.json as { outputs: unknown[] }).outputs, [
       { name: "OUT", datatype: "INT64", shape: [1], data: [6] },
+    ]);
+  });
+});
+
+const ARGV_CONFIG = `name: "argv_py"
+backend: "python"
+max_batch_size: 0
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+`;
+
+const ARGV_MODEL = `import sys
+import unittest
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class Case(unittest.TestCase):
+    def test_nothing(self):
+        pass
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        # unittest.main reads sys.argv: with the stub's own arguments it would look for tests named by them.
+        run = unittest.main("model", exit=False, argv=None).result
+        text = f"{sys.argv!r} {run.testsRun} {run.wasSuccessful()}"
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([text], dtype=object))]) for _ in requests]
+`;
+
+Deno.test("a Python model may take no inputs, and sees the command line of Triton's stub", async () => {
+  await servePythonModels([["argv_py", ARGV_CONFIG, ARGV_MODEL]], async (s) => {
+    const a = await inferJson(s.url, "argv_py", { inputs: [] });
+    assert.equal(a.status, 200, JSON.stringify(a.json));
+    assert.deepEqual((a.json as { outputs: unknown[] }).outputs, [
+      { name: "OUT", datatype: "BYTES", shape: [1], data: ["[''] 1 True"] },
     ]);
   });
 });

@@ -1094,16 +1094,20 @@ def _exit_with_parent():
 
 def main():
     _exit_with_parent()
-    mode = sys.argv[1]
+    args = sys.argv
+    # The model sees the command line of Triton's stub, whose interpreter is embedded: [""] (a model that runs
+    # `unittest.main()`, as Triton's own test models do, would take the stub's arguments for test names).
+    sys.argv = [""]
+    mode = args[1]
     if mode == "serve":
         try:
-            serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+            serve(args[2], args[3], args[4], args[5])
         except SystemExit as e:
             # A model that calls sys.exit() ends the stub at once: the interpreter's own exit would wait for every
             # thread the model started, and a thread that never ends would leave the stub, and its calls, hanging.
             _exit_now(e)
     elif mode == "autocomplete":
-        autocomplete(sys.argv[2], sys.argv[3], sys.argv[4])
+        autocomplete(args[2], args[3], args[4])
     else:
         sys.exit(f"Unknown mode '{mode}'")
     sys.stdout.flush()
