@@ -220,14 +220,15 @@ export function createMetrics(models: ModelRegistry, options: MetricsOptions): c
   new client.Counter({
     name: "nv_inference_request_failure",
     help: "Number of failed inference requests, all batch sizes",
-    labelNames: ["model", "version", "reason"] as const,
+    // Triton's order (its labels sorted by name): clients that match the text find the same lines.
+    labelNames: ["model", "reason", "version"] as const,
     registers: [registry],
     collect() {
       this.reset();
       for (const v of models.readyVersions()) {
         v.stats.absorb();
         for (const reason of FAILURE_REASONS) {
-          this.inc({ model: v.name, version: String(v.version), reason }, v.stats.failures[reason]);
+          this.inc({ model: v.name, reason, version: String(v.version) }, v.stats.failures[reason]);
         }
       }
     },

@@ -102,7 +102,7 @@ async function stats(s: TestServer, model: string) {
 async function metric(s: TestServer, name: string, model: string, extra = ""): Promise<number | undefined> {
   const res = await fetch(`http://127.0.0.1:${s.server.metricsAddr!.port}/metrics`);
   const text = await res.text();
-  const want = `{model="${model}",version="1"${extra}}`;
+  const want = `{model="${model}"${extra},version="1"}`;
   for (const line of text.split("\n")) {
     const [key, value] = line.split(" ");
     if (key === name + want) return Number(value);
