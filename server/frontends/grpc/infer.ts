@@ -36,7 +36,6 @@ export const inferRequestCodec = codec(lookupType("ModelInferRequest"), false);
  * @param endpoint the endpoint, for statistics and traces
  * @param stream whether the answer is a stream's message (`ModelStreamInferResponse`, the response marked final)
  *   rather than a `ModelInferResponse`
- * @param signal aborts when the client cancels the call
  * @returns the answer, serialized and framed (a large output its own part, not copied)
  */
 export async function runInfer(
@@ -45,12 +44,10 @@ export async function runInfer(
   mv: ModelVersion,
   endpoint: Endpoint,
   stream = false,
-  signal?: AbortSignal,
 ): Promise<FramedMessage> {
   const received = nowNs();
   const session = pipeline.shmSession();
   const request = decodeModelInferRequest(msg as unknown as ModelInferRequestMessage, session?.reader);
-  if (signal) request.signal = signal;
   const options = stream
     ? { reserve: FRAME_PREFIX, stream, parameters: { triton_final_response: true } }
     : { reserve: FRAME_PREFIX };
@@ -111,16 +108,8 @@ export function modelInfer({ pipeline, calls }: GrpcDeps): {
       callback(grpcError(err));
       return;
     }
-    // As Triton: a call the client cancels is cancelled for the model too, which a Python model reads through
-    // `request.is_cancelled()` (the other backends do not look, and their calls skip the signal's cost).
-    let signal: AbortSignal | undefined;
-    if (mv.config.backend === "python") {
-      const cancel = new AbortController();
-      call.once("cancelled", () => cancel.abort());
-      signal = cancel.signal;
-    }
     calls.begin();
-    runInfer(pipeline, call.request, mv, ENDPOINTS.grpcInfer, false, signal).then(
+    runInfer(pipeline, call.request, mv, ENDPOINTS.grpcInfer).then(
       (r) => callback(null, r),
       (err) => callback(grpcError(err)),
     )
