@@ -6,12 +6,11 @@
 
 /**
  * Whether the FFI permission covers `path` (`--allow-ffi`, or `--allow-ffi=<path>`).
- * @param path the library, or undefined for the permission as a whole
+ * @param path the library
  */
-export function ffiGranted(path?: string): boolean {
+export function ffiGranted(path: string): boolean {
   try {
-    return Deno.permissions.querySync(path === undefined ? { name: "ffi" } : { name: "ffi", path }).state ===
-      "granted";
+    return Deno.permissions.querySync({ name: "ffi", path }).state === "granted";
   } catch {
     return false;
   }
